@@ -1,0 +1,177 @@
+"""The batch handed to the trainer (FORMATS.md section 3)."""
+import numpy as np
+
+from ._native.batch import fixed_width_rows
+from .errors import IngestError
+
+__all__ = ["Batch", "SparseFeature", "InvalidBatchError"]
+
+
+class InvalidBatchError(IngestError):
+    """``Batch.validate()`` found a broken invariant (a bug in ``ingest`` or in a user op)."""
+
+
+class SparseFeature:
+    """CSR rows of one sparse feature in a batch.
+
+    Attributes
+    ----------
+    ids : int64 [N], or [N, 2] as (hkey, key) for features declared ``serialized=False``
+    values : float32 [N]
+    offsets : int64 [R + 1]
+        Row pointers, ``offsets[0] == 0``; row ``r`` is ``ids[offsets[r]:offsets[r + 1]]``.
+    unique_ids, inverse, unique_rows, unique_row_offsets
+        Filled with ``reader.unique_ids(True)``, else None.
+    """
+
+    __slots__ = ("name", "ids", "values", "offsets", "unique_ids", "inverse", "unique_rows",
+                 "unique_row_offsets")
+
+    def __init__(self, name, ids, values, offsets):
+        self.name = name
+        self.ids = ids
+        self.values = values
+        self.offsets = offsets
+        self.unique_ids = self.inverse = self.unique_rows = self.unique_row_offsets = None
+
+    @property
+    def segments(self):
+        """XDL's layout: ``offsets[1:]`` as int32 (end of each row)."""
+        return self.offsets[1:].astype(np.int32)
+
+    @property
+    def rows(self):
+        return len(self.offsets) - 1
+
+    def arrays(self):
+        """The arrays of this feature by name (unique ones only when computed)."""
+        out = {"ids": self.ids, "values": self.values, "offsets": self.offsets}
+        for name in ("unique_ids", "inverse", "unique_rows", "unique_row_offsets"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
+        return out
+
+    def __repr__(self):
+        return f"SparseFeature({self.name!r}, rows={self.rows}, ids={len(self.ids)})"
+
+
+class Batch:
+    """One batch: ``n`` samples (``len(batch)``), padded to ``batch_size`` rows when asked.
+
+    ``batch[name]`` is a ``SparseFeature`` for sparse features and a float32
+    ``[rows, width]`` array for dense ones.  All arrays are C-contiguous numpy arrays
+    owned by the batch.
+    """
+
+    def __init__(self, size, labels, timestamps, sid_bytes, sid_offsets, features, indicators=()):
+        self.size = size
+        self.labels = labels
+        self.timestamps = timestamps
+        self.sid_bytes = sid_bytes
+        self.sid_offsets = sid_offsets
+        self._features = features
+        self.indicators = list(indicators)
+        self._sample_ids = None
+
+    def __len__(self):
+        return self.size
+
+    def __getitem__(self, name):
+        try:
+            return self._features[name]
+        except KeyError:
+            raise KeyError(f"no feature {name!r} in this batch; declared: {sorted(self._features)}") from None
+
+    def __contains__(self, name):
+        return name in self._features
+
+    def __iter__(self):
+        return iter(self._features)
+
+    def keys(self):
+        return self._features.keys()
+
+    @property
+    def rows(self):
+        """Rows of table 0 (``batch_size`` when padded, else ``size``)."""
+        return len(self.labels)
+
+    @property
+    def sample_ids(self):
+        """The ``size`` sample ids as a numpy bytes array (dtype ``S``)."""
+        if self._sample_ids is None:
+            n = len(self.sid_offsets) - 1
+            width = int(np.diff(self.sid_offsets).max()) if n else 0
+            out = np.zeros((n, max(width, 1)), np.uint8)
+            fixed_width_rows(self.sid_bytes, self.sid_offsets, out)
+            self._sample_ids = out.view(f"S{max(width, 1)}").reshape(n)
+        return self._sample_ids
+
+    def arrays(self):
+        """Every array of the batch by a flat name (``labels``, ``f.ids``, ``indicators.0``...)."""
+        out = {"labels": self.labels, "timestamps": self.timestamps}
+        for name, feat in self._features.items():
+            if isinstance(feat, SparseFeature):
+                for key, arr in feat.arrays().items():
+                    out[f"{name}.{key}"] = arr
+            else:
+                out[name] = feat
+        for k, ind in enumerate(self.indicators):
+            out[f"indicators.{k}"] = ind
+        return out
+
+    def to_dlpack(self):
+        """DLPack capsules of ``arrays()`` by the same names; no copy."""
+        return {name: arr.__dlpack__() for name, arr in self.arrays().items()}
+
+    def to_torch(self):
+        """torch tensors of ``arrays()`` by the same names, sharing memory with the batch."""
+        try:
+            import torch
+        except ImportError as exc:
+            raise ImportError("to_torch() needs PyTorch: pip install 'ingest[torch]'") from exc
+        return {name: torch.from_numpy(arr) for name, arr in self.arrays().items()}
+
+    def release(self):
+        """Hand the batch's buffers back; the batch must not be used afterwards."""
+        self._features = {}
+        self.labels = self.timestamps = self.sid_bytes = self.sid_offsets = None
+        self._sample_ids = None
+        self.indicators = []
+
+    def validate(self):
+        """Check every invariant of FORMATS.md section 3; raise ``InvalidBatchError`` on the first broken one."""
+        def check(ok, what):
+            if not ok:
+                raise InvalidBatchError(f"batch invariant broken: {what}")
+
+        rows = self.rows
+        check(0 <= self.size <= rows, f"size {self.size} within rows {rows}")
+        check(self.labels.dtype == np.float32 and self.labels.ndim == 2, "labels float32 [R, label_count]")
+        check(self.timestamps.dtype == np.int64 and self.timestamps.shape == (rows,), "timestamps int64 [R]")
+        so = self.sid_offsets
+        check(len(so) == self.size + 1 and so[0] == 0 and so[-1] == len(self.sid_bytes)
+              and np.all(np.diff(so) >= 0), "sample id offsets cover the id bytes")
+        for name, feat in self._features.items():
+            if isinstance(feat, SparseFeature):
+                o = feat.offsets
+                check(o.dtype == np.int64 and o.ndim == 1 and o[0] == 0, f"{name}: offsets int64, start at 0")
+                check(np.all(np.diff(o) >= 0), f"{name}: offsets non-decreasing")
+                check(o[-1] == len(feat.ids) == len(feat.values), f"{name}: offsets end at len(ids)")
+                check(feat.ids.dtype == np.int64 and feat.ids.ndim in (1, 2)
+                      and (feat.ids.ndim == 1 or feat.ids.shape[1] == 2), f"{name}: ids int64 [N] or [N, 2]")
+                check(feat.values.dtype == np.float32, f"{name}: values float32")
+                arrays = [o, feat.ids, feat.values]
+                if feat.unique_ids is not None:
+                    check(np.array_equal(feat.unique_ids[feat.inverse], feat.ids), f"{name}: unique_ids[inverse] == ids")
+                    arrays += [feat.unique_ids, feat.inverse]
+            else:
+                check(feat.dtype == np.float32 and feat.ndim == 2, f"{name}: dense float32 [R, width]")
+                arrays = [feat]
+            check(all(a.flags.c_contiguous for a in arrays), f"{name}: C-contiguous")
+        for k, ind in enumerate(self.indicators):
+            check(ind.dtype == np.int32 and ind.ndim == 1, f"indicators[{k}] int32")
+        return True
+
+    def __repr__(self):
+        return f"Batch(size={self.size}, rows={self.rows}, features={list(self._features)})"

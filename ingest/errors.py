@@ -1,0 +1,97 @@
+"""The exception tree of ``ingest``: one root, located data errors, config errors that are also ValueError."""
+
+__all__ = [
+    "IngestError", "ConfigError", "SourceError", "DataError", "TextParseError",
+    "GroupTooLargeError", "ReaderClosedError",
+]
+
+
+class IngestError(Exception):
+    """Root of every error raised by ``ingest``."""
+
+
+class ConfigError(IngestError, ValueError):
+    """A reader option, feature declaration or command-line argument is invalid."""
+
+
+class SourceError(IngestError, OSError):
+    """A source could not be listed, opened or read (missing path, refused connection, corrupt stream)."""
+
+    def __init__(self, message, source=None):
+        super().__init__(message)
+        self.source = source
+
+
+class DataError(IngestError):
+    """Bad input data, located: source, line or record, byte offset and what was expected.
+
+    Attributes
+    ----------
+    source : str
+        URL or path of the source.
+    line : int or None
+        1-based line number (text formats).
+    record : int or None
+        0-based record index (length-prefixed formats).
+    offset : int
+        Byte offset of the offending text from the start of the (decompressed) source.
+    column : int or None
+        1-based column of the offending text in its line.
+    field : str or None
+        Name of the field (``sparse``, ``dense``, ``labels``...).
+    feature : str or None
+        Feature name when the error is inside one feature.
+    text : str
+        The offending text (shortened when long).
+    expected : str
+        What was expected there.
+    """
+
+    def __init__(self, reason, *, source, offset, expected, text="", line=None, record=None,
+                 column=None, field=None, feature=None, context=None):
+        self.reason = reason
+        self.source = source
+        self.offset = offset
+        self.expected = expected
+        self.text = text
+        self.line = line
+        self.record = record
+        self.column = column
+        self.field = field
+        self.feature = feature
+        self.context = context  # the whole bad line, for render()
+        super().__init__(self._message())
+
+    def _message(self):
+        where = f"{self.source}:{self.line}" if self.line is not None else f"{self.source}"
+        parts = [where]
+        if self.record is not None:
+            parts.append(f"record {self.record}")
+        parts.append(f"byte {self.offset}")
+        if self.column is not None:
+            parts.append(f"column {self.column}")
+        if self.field is not None:
+            parts.append(f"field {self.field}" + (f" (feature {self.feature!r})" if self.feature else ""))
+        return f"{', '.join(parts)}: {self.reason} {self.text!r}; expected {self.expected}"
+
+    def render(self, width=100):
+        """The message, then the bad line with a caret under the offending column."""
+        if self.context is None or self.column is None:
+            return str(self)
+        ctx = self.context
+        col = self.column - 1
+        left = max(0, col - width // 2)
+        snippet = ctx[left:left + width]
+        return f"{self}\n  {snippet}\n  {' ' * (col - left)}^"
+
+
+class TextParseError(DataError):
+    """A malformed line of a text sample file."""
+
+
+class GroupTooLargeError(DataError):
+    """With ``split_group(False)``, a sample group larger than the batch size."""
+
+
+class ReaderClosedError(IngestError):
+    """The reader was shut down, or iterated before ``startup()``."""

@@ -1,0 +1,93 @@
+"""Feature declarations: what a reader emits, validated once at ``feature()`` time."""
+from dataclasses import dataclass
+from enum import Enum
+
+import numpy as np
+
+from .errors import ConfigError
+
+__all__ = ["FeatureType", "FeatureSpec", "Schema", "sparse", "dense"]
+
+
+class FeatureType(str, Enum):
+    sparse = "sparse"
+    dense = "dense"
+
+
+sparse = FeatureType.sparse
+dense = FeatureType.dense
+
+
+@dataclass(frozen=True)
+class FeatureSpec:
+    """One declared feature (FORMATS.md section 5, ``feature(...)``)."""
+
+    name: str
+    type: FeatureType
+    table: int = 0
+    nvec: int = 0
+    serialized: bool = False
+    dsl: str = None
+    cutoff: int = 0
+    mask: str = None
+
+    @property
+    def width(self):
+        """Columns of a dense feature in the batch: ``nvec``, or the number of ``1`` in ``mask``."""
+        return self.mask.count("1") if self.mask is not None else self.nvec
+
+    @property
+    def kept_elements(self):
+        """For a dense feature: int64 ``[nvec]``, the output column of each element or -1."""
+        keep = [c == "1" for c in self.mask] if self.mask is not None else [True] * self.nvec
+        cols = np.cumsum(keep) - 1
+        return np.where(keep, cols, -1).astype(np.int64)
+
+
+def make_feature(name, type, table=0, nvec=None, serialized=False, dsl=None, cutoff=0, mask=None):
+    """Validate user arguments into a ``FeatureSpec``; every problem is a ``ConfigError``."""
+    if not isinstance(name, str) or not name or any(c in name for c in "|@;,:\n"):
+        raise ConfigError(f"feature name={name!r}: expected a non-empty string without | @ ; , : or newline")
+    try:
+        ftype = FeatureType(type)
+    except ValueError:
+        raise ConfigError(f"feature {name!r}: type={type!r}, expected ingest.features.sparse or .dense") from None
+    if not isinstance(table, (int, np.integer)) or table < 0:
+        raise ConfigError(f"feature {name!r}: table={table!r}, expected an int >= 0")
+    if not isinstance(cutoff, (int, np.integer)):
+        raise ConfigError(f"feature {name!r}: cutoff={cutoff!r}, expected an int")
+    if ftype is FeatureType.dense:
+        if nvec is None or not isinstance(nvec, (int, np.integer)) or nvec <= 0:
+            raise ConfigError(f"dense feature {name!r}: nvec={nvec!r}, expected an int > 0")
+        if cutoff:
+            raise ConfigError(f"dense feature {name!r}: cutoff applies to sparse features only")
+        if mask is not None:
+            if not isinstance(mask, str) or len(mask) != nvec or set(mask) - {"0", "1"}:
+                raise ConfigError(f"dense feature {name!r}: mask={mask!r}, expected {nvec} characters of 0/1")
+            if "1" not in mask:
+                raise ConfigError(f"dense feature {name!r}: mask={mask!r} keeps no element")
+    else:
+        if nvec not in (None, 0):
+            raise ConfigError(f"sparse feature {name!r}: nvec={nvec!r} applies to dense features only")
+        if mask is not None:
+            raise ConfigError(f"sparse feature {name!r}: mask applies to dense features only")
+        nvec = 0
+    if dsl is not None:
+        raise ConfigError(f"feature {name!r}: dsl= is not supported yet (feature DSL, issue 4)")
+    return FeatureSpec(name, ftype, int(table), int(nvec), bool(serialized), dsl, int(cutoff), mask)
+
+
+class Schema:
+    """The declared features of a reader, in declaration order, and the label width."""
+
+    def __init__(self, specs, label_count):
+        self.specs = tuple(specs)
+        self.label_count = label_count
+        self.by_name = {s.name: s for s in self.specs}
+        self.sparse = tuple(s for s in self.specs if s.type is FeatureType.sparse)
+        self.dense = tuple(s for s in self.specs if s.type is FeatureType.dense)
+
+    @property
+    def tables(self):
+        """Number of tables the declared features use (1 + the highest ``table``)."""
+        return 1 + max((s.table for s in self.specs), default=0)

@@ -1,0 +1,333 @@
+"""Front end of the text sample format: chunking, alignment of byte ranges, errors.
+
+The bytes of a work unit are read into a reusable buffer; ``parse_text_chunk`` takes the
+whole groups in it, the open group at the end is kept for the next read.  Per chunk the
+Python work is O(1): a kernel call, a few array copies and a Block.
+"""
+import numpy as np
+
+from .._native import text as K
+from .._native.names import build_name_table
+from ..errors import TextParseError
+from ..pipeline.block import Block
+from ..sources import open_unit, read_into
+
+__all__ = ["TextFormat", "group_start_at_or_after", "count_lines_before"]
+
+_FIELD_NAMES = {K.F_LINE: "line", K.F_SAMPLE_ID: "sample_id", K.F_GROUP_ID: "group_id",
+                K.F_SPARSE: "sparse", K.F_DENSE: "dense", K.F_LABELS: "labels",
+                K.F_TIMESTAMP: "timestamp"}
+
+_ALIGN_WINDOW = 1 << 16
+
+
+def _reason(code, spec, label_count, text):
+    """(reason, expected) for an error code of the text kernel."""
+    if code == K.TOO_FEW_FIELDS:
+        return "too few fields in line", "sample_id|group_id|sparse|dense|labels[|timestamp]"
+    if code == K.TOO_MANY_FIELDS:
+        return "too many fields, extra text", "at most 6 '|'-separated fields"
+    if code == K.MISSING_AT:
+        return "feature entry without '@'", "name@values"
+    if code == K.BAD_KEY:
+        return "key is not an integer", "a base-10 signed 64-bit integer"
+    if code == K.KEY_OVERFLOW:
+        return "key overflows int64", "an integer within [-2**63, 2**63 - 1]"
+    if code == K.BAD_VALUE:
+        return "value is not a float", "a decimal float after ':'"
+    if code == K.EMPTY_TOKEN:
+        return "empty token", "key or key:value between commas"
+    if code == K.BAD_DENSE:
+        return "dense element is not a float", "a decimal float"
+    if code == K.DENSE_WIDTH:
+        width = text.count(",") + 1
+        return f"dense vector of {width} floats", f"{spec.nvec} floats (nvec of {spec.name!r})"
+    if code == K.DENSE_REPEATED:
+        return "dense feature repeated in one line", "each dense feature at most once per line"
+    if code == K.BAD_LABEL:
+        return "label is not a float", "a decimal float"
+    if code == K.TOO_FEW_LABELS:
+        n = 0 if not text else text.count(",") + 1
+        return f"{n} labels", f"at least label_count={label_count} labels"
+    if code == K.BAD_TIMESTAMP:
+        return "timestamp is not an integer", "a base-10 int64, or nothing"
+    raise AssertionError(f"unknown error code {code}")
+
+
+def _shorten(data, limit=80):
+    text = bytes(data).decode("utf-8", errors="replace")
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+class _Scratch:
+    """Reusable kernel outputs of one worker, grown when a chunk does not fit."""
+
+    def __init__(self, rows, tokens, sid_bytes, dense_width, label_count, n_dense):
+        self.tok_feat = np.empty(tokens, np.int32)
+        self.tok_key = np.empty(tokens, np.int64)
+        self.tok_val = np.empty(tokens, np.float32)
+        self.row_tok = np.empty(rows + 1, np.int64)
+        self.dense = np.empty((rows, dense_width), np.float32)
+        self.labels = np.empty((rows, label_count), np.float32)
+        self.timestamps = np.empty(rows, np.int64)
+        self.sid_bytes = np.empty(sid_bytes, np.uint8)
+        self.sid_off = np.empty(rows + 1, np.int64)
+        self.group_start = np.empty(rows + 1, np.int64)
+        self.errors = np.empty((max(64, rows // 16), K.ERROR_COLUMNS), np.int64)
+        self.dn_seen = np.zeros(n_dense, np.bool_)
+
+    def grown(self):
+        return _Scratch(2 * (len(self.row_tok) - 1), 2 * len(self.tok_key), 2 * len(self.sid_bytes),
+                        self.dense.shape[1], self.labels.shape[1], len(self.dn_seen))
+
+
+def _gid(line):
+    """Group id of a line (bytes, no newline), or None when the line has no group-id field."""
+    if line.endswith(b"\r"):
+        line = line[:-1]
+    parts = line.split(b"|", 2)
+    return parts[1] if len(parts) == 3 else None
+
+
+def _starts_group(prev, gid):
+    return prev is None or gid is None or prev == b"" or gid == b"" or prev != gid
+
+
+def _blank(line):
+    return line == b"" or line == b"\r"
+
+
+def group_start_at_or_after(f, offset, size):
+    """Byte position of the first line at or after ``offset`` that starts a sample group.
+
+    A line starts a group when its group id differs from the previous non-blank line's,
+    or either is empty.  Byte ranges of a file are aligned with this function at both
+    ends, so no group is ever cut between two work units.  ``max_group_size`` cuts are
+    not used as alignment points: counting restarts at every group-id change, so a range
+    that starts there groups exactly as a whole-file read does.
+    """
+    if offset <= 0:
+        return 0
+    if offset >= size:
+        return size
+    # p0: first line start >= offset
+    f.seek(offset - 1)
+    pos = offset - 1
+    while True:
+        data = f.read(_ALIGN_WINDOW)
+        if not data:
+            return size
+        k = data.find(b"\n")
+        if k >= 0:
+            p0 = pos + k + 1
+            break
+        pos += len(data)
+    if p0 >= size:
+        return size
+    # group id of the previous non-blank line
+    prev = None
+    window = _ALIGN_WINDOW
+    while True:
+        lo = max(0, p0 - window)
+        f.seek(lo)
+        lines = f.read(p0 - lo).split(b"\n")[:-1]  # the text ends with the newline at p0 - 1
+        first_complete = 0 if lo == 0 else 1
+        found = False
+        for j in range(len(lines) - 1, first_complete - 1, -1):
+            if not _blank(lines[j]):
+                prev = _gid(lines[j])
+                found = True
+                break
+        if found or lo == 0:
+            has_prev = found
+            break
+        window *= 2
+    # first line from p0 on that starts a group
+    f.seek(p0)
+    pos = p0
+    tail = b""
+    while True:
+        data = f.read(_ALIGN_WINDOW)
+        buf = tail + data
+        lines = buf.split(b"\n")
+        complete = lines if not data else lines[:-1]
+        for line in complete:
+            if not _blank(line):
+                gid = _gid(line)
+                if not has_prev or _starts_group(prev, gid):
+                    return pos
+                prev = gid
+                has_prev = True
+            pos += len(line) + 1
+        if not data:
+            return size
+        tail = lines[-1]
+
+
+def count_lines_before(unit, offset):
+    """Number of newlines in the unit's file before ``offset`` (for line numbers of errors)."""
+    n = 0
+    with open_unit(unit) as f:
+        left = offset
+        while left > 0:
+            data = f.read(min(left, 1 << 24))
+            if not data:
+                break
+            n += data.count(b"\n")
+            left -= len(data)
+    return n
+
+
+class TextFormat:
+    """Parses text work units into Blocks for one schema.
+
+    Parameters
+    ----------
+    schema : ingest.features.Schema
+    max_group_size : int
+    on_skip : callable or None
+        Receives each ``TextParseError`` of a skipped line; None means raise the first.
+    chunk_bytes : int
+        Size of the read buffer (grown when one group does not fit).
+    """
+
+    splittable = True
+
+    def __init__(self, schema, max_group_size=8192, on_skip=None, chunk_bytes=4 << 20):
+        self.schema = schema
+        self.max_group_size = max_group_size
+        self.on_skip = on_skip
+        self.chunk_bytes = chunk_bytes
+        # text carries table 0 only: features of aux tables stay empty
+        self.sparse = [s for s in schema.sparse if s.table == 0]
+        self.sparse_index = np.array([i for i, s in enumerate(schema.sparse) if s.table == 0], np.int64)
+        self.dense = list(schema.dense)
+        self.sp_table = build_name_table([s.name for s in self.sparse])
+        self.dn_table = build_name_table([s.name for s in self.dense])
+        self.cutoff = np.array([s.cutoff for s in self.sparse], np.int64)
+        self.dn_nvec = np.array([s.nvec for s in self.dense], np.int64)
+        widths = np.array([s.width for s in self.dense], np.int64)
+        self.dn_out_width = widths
+        self.dn_out_base = np.concatenate([[0], np.cumsum(widths)[:-1]]).astype(np.int64)
+        self.dn_elem_base = np.concatenate([[0], np.cumsum(self.dn_nvec)[:-1]]).astype(np.int64)
+        cols = [np.where(s.kept_elements >= 0, s.kept_elements + base, -1)
+                for s, base in zip(self.dense, self.dn_out_base)]
+        self.dn_elem_col = np.concatenate(cols).astype(np.int64) if cols else np.empty(0, np.int64)
+        self.dense_width = int(widths.sum())
+
+    def _new_scratch(self):
+        rows = max(256, self.chunk_bytes // 256)
+        return _Scratch(rows, self.chunk_bytes // 4, self.chunk_bytes // 8 + 4096,
+                        self.dense_width, self.schema.label_count, len(self.dense))
+
+    def read_unit(self, unit, stop=None):
+        """Yield the Blocks of one work unit; skipped errors go to ``on_skip``, others raise."""
+        f = open_unit(unit)
+        try:
+            yield from self._read(f, unit, stop)
+        finally:
+            f.close()
+
+    def _read(self, f, unit, stop):
+        start = 0
+        end = None
+        if not unit.whole:
+            start = group_start_at_or_after(f, unit.start, unit.size)
+            end = unit.size if unit.end is None else group_start_at_or_after(f, unit.end, unit.size)
+            if start >= end:
+                return
+            f.seek(start)
+        scratch = self._new_scratch()
+        buf = np.empty(self.chunk_bytes, np.uint8)
+        filled = 0
+        base = start          # source offset of buf[0]
+        line_base = None      # newlines before `start`, counted on the first error
+        lines_done = 0        # lines of this unit before buf[0]
+        eof = False
+        while True:
+            while not eof and filled < len(buf):
+                want = len(buf) - filled
+                if end is not None:
+                    want = min(want, end - base - filled)
+                n = read_into(f, memoryview(buf)[filled:filled + want]) if want > 0 else 0
+                if n == 0:
+                    eof = True
+                filled += n
+            if filled == 0:
+                return
+            status, consumed, lines, nrows, ngroups, ntok, nsid, nerr = K.parse_text_chunk(
+                buf, 0, filled, eof, self.on_skip is None, self.schema.label_count, self.max_group_size,
+                *self.sp_table, *self.dn_table, self.dn_nvec, self.dn_elem_base, self.dn_elem_col,
+                self.dn_out_base, self.dn_out_width,
+                scratch.tok_feat, scratch.tok_key, scratch.tok_val, scratch.row_tok, scratch.dense,
+                scratch.labels, scratch.timestamps, scratch.sid_bytes, scratch.sid_off,
+                scratch.group_start, scratch.errors, scratch.dn_seen)
+            errors = []
+            if nerr:
+                if line_base is None:
+                    line_base = count_lines_before(unit, start) if start else 0
+                errors = [self._error(buf, filled, scratch.errors[k], unit, base, line_base + lines_done)
+                          for k in range(nerr)]
+            if nrows:
+                yield self._block(scratch, nrows, ngroups, ntok, nsid, unit, base, base + consumed)
+            if status == K.STOPPED_AT_ERROR:
+                raise errors[-1]
+            for err in errors:
+                self.on_skip(err)
+            if consumed == 0 and not (eof and status == K.DONE):
+                if status == K.FULL:
+                    scratch = scratch.grown()
+                else:  # one group larger than the buffer
+                    bigger = np.empty(2 * len(buf), np.uint8)
+                    bigger[:filled] = buf[:filled]
+                    buf = bigger
+                continue
+            buf[:filled - consumed] = buf[consumed:filled]
+            filled -= consumed
+            base += consumed
+            lines_done += lines
+            if eof and filled == 0:
+                return
+            if stop is not None and stop.is_set():
+                return
+
+    def _block(self, s, nrows, ngroups, ntok, nsid, unit, start, end):
+        nfeat = len(self.schema.sparse)
+        offsets = np.zeros((nfeat, nrows + 1), np.int64)
+        own = offsets[self.sparse_index] if len(self.sparse_index) != nfeat else offsets
+        K.count_sparse(s.tok_feat, s.row_tok, nrows, self.cutoff, own)
+        total = int(own[-1, -1]) if len(own) else 0
+        keys = np.empty(total, np.int64)
+        values = np.empty(total, np.float32)
+        K.fill_sparse(s.tok_feat, s.tok_key, s.tok_val, s.row_tok, nrows, self.cutoff, own, keys, values)
+        if own is not offsets:  # aux-table features: empty rows at the end of the arrays
+            offsets[self.sparse_index] = own
+            aux = np.setdiff1d(np.arange(nfeat), self.sparse_index)
+            offsets[aux] = total
+        dense = tuple(np.ascontiguousarray(s.dense[:nrows, b:b + w])
+                      for b, w in zip(self.dn_out_base, self.dn_out_width))
+        group_offsets = np.empty(ngroups + 1, np.int64)
+        group_offsets[:ngroups] = s.group_start[:ngroups]
+        group_offsets[ngroups] = nrows
+        return Block(nrows=nrows, group_offsets=group_offsets, sp_offsets=offsets, sp_keys=keys,
+                     sp_hkeys=None, sp_values=values, dense=dense,
+                     labels=s.labels[:nrows].copy(), timestamps=s.timestamps[:nrows].copy(),
+                     sid_bytes=s.sid_bytes[:nsid].copy(), sid_offsets=s.sid_off[:nrows + 1].copy(),
+                     source=unit.url, start=start, end=end)
+
+    def _error(self, buf, filled, row, unit, base, line_base):
+        code, line, line_start, bad_s, bad_e, field, feat = (int(v) for v in row)
+        spec = None
+        if feat >= 0:
+            spec = (self.sparse if field == K.F_SPARSE else self.dense)[feat]
+        text = _shorten(buf[bad_s:bad_e])
+        reason, expected = _reason(code, spec, self.schema.label_count,
+                                   buf[bad_s:bad_e].tobytes().decode("utf-8", "replace"))
+        context = buf[line_start:filled].tobytes().split(b"\n", 1)[0].rstrip(b"\r")
+        context = context.decode("utf-8", errors="replace")
+        offset = base + bad_s
+        where = unit.url if unit.compression is None else f"{unit.url} (decompressed)"
+        return TextParseError(reason, source=where, offset=offset, expected=expected, text=text,
+                              line=line_base + line + 1, column=bad_s - line_start + 1,
+                              field=_FIELD_NAMES[field], feature=spec.name if spec else None,
+                              context=context)

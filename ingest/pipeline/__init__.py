@@ -1,0 +1,1 @@
+"""Workers, queues, batcher and statistics of a running reader."""

@@ -1,0 +1,217 @@
+"""The running pipeline: parse workers, the batcher thread and the bounded queues between them.
+
+Workers turn work units into Blocks (the parse kernels release the GIL, so threads run in
+parallel); one batcher thread cuts Blocks into Batches; the consumer takes Batches from a
+bounded prefetch queue.  Every blocking put or get wakes up regularly to check the stop
+flag, so ``close()`` never hangs, whatever the consumer does.
+"""
+import contextlib
+import itertools
+import queue
+import threading
+import time
+
+from ..errors import IngestError, ReaderClosedError
+from .batcher import cut_batches
+
+__all__ = ["Pipeline"]
+
+_POLL = 0.05
+
+
+class _Marker:
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return self.name
+
+
+_UNIT_DONE = _Marker("UNIT_DONE")
+_WORKER_DONE = _Marker("WORKER_DONE")
+_END = _Marker("END")
+
+
+class Pipeline:
+    """Threads and queues of one reader run.
+
+    Parameters
+    ----------
+    units : list of WorkUnit
+        This shard's units, in order; repeated ``epochs`` times (0 = forever).
+    fmt : format front end with ``read_unit(unit, stop)``
+    builder : BatchBuilder
+    threads : int
+    deterministic : bool
+        Blocks reach the batcher in unit order (worker ``w`` parses units ``w, w+T, ...``);
+        otherwise in arrival order, units handed to whichever worker is free.
+    """
+
+    def __init__(self, units, epochs, fmt, builder, *, threads, deterministic, split_group,
+                 drop_last, on_skip, stats, prefetch=4, queue_blocks=4):
+        self.units = units
+        self.epochs = epochs
+        self.fmt = fmt
+        self.builder = builder
+        self.threads = threads
+        self.deterministic = deterministic
+        self.split_group = split_group
+        self.drop_last = drop_last
+        self.on_skip = on_skip
+        self.stats = stats
+        self.stop = threading.Event()
+        nq = threads if deterministic else 1
+        self.block_queues = [queue.Queue(queue_blocks * (1 if deterministic else threads)) for _ in range(nq)]
+        self.out = queue.Queue(prefetch)
+        self._unit_lock = threading.Lock()
+        self._unit_iter = self._sequence()
+        self._threads = []
+        self.finished = False
+
+    def _sequence(self):
+        epochs = itertools.count() if self.epochs == 0 else range(self.epochs)
+        for _ in epochs:
+            if not self.units:
+                return
+            yield from self.units
+
+    def start(self):
+        for w in range(self.threads):
+            t = threading.Thread(target=self._work, args=(w,), name=f"ingest-parse-{w}", daemon=True)
+            self._threads.append(t)
+        self._threads.append(threading.Thread(target=self._batch_loop, name="ingest-batcher", daemon=True))
+        for t in self._threads:
+            t.start()
+
+    # -- queues that never block past a stop -------------------------------------------
+    def _put(self, q, item):
+        while not self.stop.is_set():
+            try:
+                q.put(item, timeout=_POLL)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _get(self, q):
+        while True:
+            try:
+                return q.get(timeout=_POLL)
+            except queue.Empty:
+                if self.stop.is_set():
+                    raise ReaderClosedError("the reader was shut down") from None
+
+    # -- workers -------------------------------------------------------------------------
+    def _units_for(self, w):
+        if self.deterministic:
+            return itertools.islice(self._sequence(), w, None, self.threads)
+        return self._shared_units()
+
+    def _shared_units(self):
+        while True:
+            with self._unit_lock:
+                unit = next(self._unit_iter, None)
+            if unit is None:
+                return
+            yield unit
+
+    def _work(self, w):
+        q = self.block_queues[w if self.deterministic else 0]
+        try:
+            for unit in self._units_for(w):
+                if self.stop.is_set():
+                    return
+                with contextlib.closing(self.fmt.read_unit(unit, self.stop)) as blocks:
+                    t0 = time.perf_counter()
+                    for blk in blocks:
+                        self.stats.add_time("parse", time.perf_counter() - t0)
+                        self.stats.add(bytes=blk.nbytes, samples=blk.nrows,
+                                       groups=len(blk.group_offsets) - 1, blocks=1)
+                        if not self._put(q, blk):
+                            return
+                        t0 = time.perf_counter()
+                    self.stats.add_time("parse", time.perf_counter() - t0)
+                self.stats.add(units=1)
+                if not self._put(q, _UNIT_DONE):
+                    return
+        except BaseException as exc:  # travels to the consumer in stream order
+            self._put(q, exc)
+        finally:
+            self._put(q, _WORKER_DONE)
+
+    # -- batcher ---------------------------------------------------------------------------
+    def _blocks(self):
+        if self.deterministic:
+            seq = 0
+            while True:
+                item = self._get(self.block_queues[seq % self.threads])
+                if item is _UNIT_DONE:
+                    seq += 1
+                elif item is _WORKER_DONE:
+                    return
+                elif isinstance(item, BaseException):
+                    raise item
+                else:
+                    yield item
+        else:
+            done = 0
+            while done < self.threads:
+                item = self._get(self.block_queues[0])
+                if item is _WORKER_DONE:
+                    done += 1
+                elif item is _UNIT_DONE:
+                    continue
+                elif isinstance(item, BaseException):
+                    raise item
+                else:
+                    yield item
+
+    def _batch_loop(self):
+        try:
+            batches = cut_batches(self._blocks(), self.builder, split_group=self.split_group,
+                                  drop_last=self.drop_last, on_skip=self.on_skip)
+            t0 = time.perf_counter()
+            for batch in batches:
+                self.stats.add_time("batch", time.perf_counter() - t0)
+                self.stats.add(batches=1)
+                if not self._put(self.out, batch):
+                    return
+                t0 = time.perf_counter()
+            self._put(self.out, _END)
+        except ReaderClosedError:
+            pass
+        except BaseException as exc:
+            self._put(self.out, exc)
+
+    # -- consumer --------------------------------------------------------------------------
+    def next_batch(self):
+        """The next Batch; raises StopIteration at the end, or the pipeline's error."""
+        if self.finished:
+            raise StopIteration
+        t0 = time.perf_counter()
+        item = self._get(self.out)
+        self.stats.add_time("wait", time.perf_counter() - t0)
+        if item is _END:
+            self.finished = True
+            self.close()
+            raise StopIteration
+        if isinstance(item, BaseException):
+            self.finished = True
+            self.close()
+            if isinstance(item, IngestError):
+                raise item
+            raise IngestError(f"reader pipeline failed: {item!r}") from item
+        return item
+
+    def close(self, timeout=10.0):
+        """Stop every thread and wait for them; safe to call twice."""
+        self.stop.set()
+        for q in self.block_queues + [self.out]:
+            with contextlib.suppress(queue.Empty):
+                while True:
+                    q.get_nowait()
+        deadline = time.monotonic() + timeout
+        for t in self._threads:
+            if t is not threading.current_thread():
+                t.join(max(0.0, deadline - time.monotonic()))
+        return all(not t.is_alive() for t in self._threads)

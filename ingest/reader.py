@@ -1,0 +1,243 @@
+"""DataReader: options, lifecycle and iteration (FORMATS.md section 5)."""
+import warnings
+import weakref
+
+from . import formats
+from .errors import ConfigError, ReaderClosedError
+from .features import Schema, make_feature
+from .pipeline.batcher import BatchBuilder
+from .pipeline.runner import Pipeline
+from .pipeline.stats import Stats
+from .sources import expand_paths, plan_units
+from .sources.compression import check_codec
+
+__all__ = ["DataReader"]
+
+_POLICIES = ("raise", "skip")
+
+
+def _positive_int(name, value, minimum=1):
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{name}={value!r}: expected an int >= {minimum}")
+    return value
+
+
+class DataReader:
+    """Reads sample files into batches.
+
+    Options are set with chainable methods before ``startup()``; then iterate::
+
+        reader = ingest.DataReader("r1", paths=["data.txt"], file_type=ingest.parsers.txt)
+        reader.batch_size(1024).label_count(2).threads(2)
+        reader.feature(name="item", type=ingest.features.sparse)
+        reader.startup()
+        for batch in reader:
+            ...
+
+    Parameters
+    ----------
+    name : str
+        Name of the reader, used in messages.
+    paths : list of str
+        Files, directories (read recursively, hidden and ``_``-prefixed files skipped),
+        globs and fsspec URLs, read in the given order, each expanded sorted.
+    file_type : ingest.parsers member
+    enable_state : bool
+        Exact resume (not available yet).
+    """
+
+    def __init__(self, name, paths=None, file_type=formats.FileType.txt, enable_state=False):
+        self.name = name
+        self._paths = list(paths) if paths is not None and not isinstance(paths, str) else paths
+        self._file_type = formats.file_type(file_type)
+        if enable_state:
+            raise ConfigError("enable_state=True: exact resume is not available in this version")
+        self._epochs = 1
+        self._batch_size = 1024
+        self._label_count = 1
+        self._threads = 1
+        self._specs = []
+        self._split_group = True
+        self._pad = True
+        self._drop_last = False
+        self._task = (0, 1)
+        self._policy = "raise"
+        self._max_group_size = 8192
+        self._compression = None
+        self._deterministic = False
+        self._prefetch = 4
+        self._unit_bytes = None
+        self._stats = Stats()
+        self._pipeline = None
+        self._started = False
+        self._finalizer = None
+
+    # -- options -----------------------------------------------------------------------------
+    def _option(self):
+        if self._started:
+            raise ConfigError(f"reader {self.name!r}: options are fixed once startup() has run")
+
+    def epochs(self, n):
+        """Passes over the input; 0 repeats forever."""
+        self._option()
+        self._epochs = _positive_int("epochs", n, 0)
+        return self
+
+    def batch_size(self, n):
+        self._option()
+        self._batch_size = _positive_int("batch_size", n)
+        return self
+
+    def label_count(self, n):
+        """Label columns: lines with fewer labels are errors, extra labels are checked and dropped."""
+        self._option()
+        self._label_count = _positive_int("label_count", n, 0)
+        return self
+
+    def threads(self, n):
+        """Parallel parse workers (the parse kernels release the GIL)."""
+        self._option()
+        self._threads = _positive_int("threads", n)
+        return self
+
+    def feature(self, name, type, table=0, nvec=None, serialized=False, dsl=None, cutoff=0, mask=None):
+        """Declare a feature to emit (FORMATS.md section 5); undeclared features are skipped."""
+        self._option()
+        spec = make_feature(name, type, table, nvec, serialized, dsl, cutoff, mask)
+        if any(s.name == spec.name for s in self._specs):
+            raise ConfigError(f"feature {name!r} is declared twice")
+        self._specs.append(spec)
+        return self
+
+    def split_group(self, on=True):
+        self._option()
+        self._split_group = bool(on)
+        return self
+
+    def pad(self, on=True):
+        """Pad every short batch to ``batch_size`` rows (empty sparse rows, zero dense rows and labels)."""
+        self._option()
+        self._pad = bool(on)
+        return self
+
+    def drop_last(self, on=True):
+        self._option()
+        self._drop_last = bool(on)
+        return self
+
+    def shard(self, task_index, task_num):
+        """Read only this worker's share: work units ``task_index, task_index + task_num, ...``."""
+        self._option()
+        _positive_int("task_num", task_num)
+        if isinstance(task_index, bool) or not isinstance(task_index, int) or not 0 <= task_index < task_num:
+            raise ConfigError(f"task_index={task_index!r}: expected an int in [0, {task_num})")
+        self._task = (task_index, task_num)
+        return self
+
+    def on_error(self, policy):
+        """``"raise"`` (default) stops at the first bad line; ``"skip"`` skips and counts it."""
+        self._option()
+        if policy not in _POLICIES:
+            raise ConfigError(f"on_error={policy!r}: expected one of {_POLICIES}")
+        self._policy = policy
+        return self
+
+    def max_group_size(self, n):
+        """Most samples in one group; the next line starts a new group (default 8192)."""
+        self._option()
+        self._max_group_size = _positive_int("max_group_size", n)
+        return self
+
+    def z(self, codec):
+        """Force a compression codec for every path (``gzip``, ``zstd``, ``zlib``; None infers)."""
+        self._option()
+        self._compression = check_codec(codec)
+        return self
+
+    def deterministic(self, on=True):
+        """Deliver samples in input order whatever the thread timing (slower with several threads)."""
+        self._option()
+        self._deterministic = bool(on)
+        return self
+
+    def prefetch(self, n):
+        """Batches built ahead of the consumer (default 4)."""
+        self._option()
+        self._prefetch = _positive_int("prefetch", n)
+        return self
+
+    def unit_bytes(self, n):
+        """Size of the byte ranges large uncompressed files are cut into (default: automatic)."""
+        self._option()
+        self._unit_bytes = _positive_int("unit_bytes", n, 1024)
+        return self
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    @property
+    def schema(self):
+        return Schema(self._specs, self._label_count)
+
+    def startup(self):
+        """List the inputs, plan the work units of this shard and start the threads."""
+        self._option()
+        if self._paths is None:
+            raise ConfigError(f"reader {self.name!r}: paths=None, expected files, directories, globs or URLs")
+        if not self._specs and self._label_count == 0:
+            raise ConfigError(f"reader {self.name!r}: nothing to read, declare a feature or label_count >= 1")
+        on_skip = self._stats.skipped if self._policy == "skip" else None
+        fmt = formats.make_format(self._file_type, self.schema, max_group_size=self._max_group_size,
+                                  on_skip=on_skip)
+        files = expand_paths(self._paths)
+        units = plan_units(files, compression=self._compression, splittable=fmt.splittable,
+                           task_num=self._task[1], unit_bytes=self._unit_bytes)
+        mine = units[self._task[0]::self._task[1]]
+        builder = BatchBuilder(self.schema, self._batch_size, self._pad)
+        self._pipeline = Pipeline(mine, self._epochs, fmt, builder, threads=self._threads,
+                                  deterministic=self._deterministic, split_group=self._split_group,
+                                  drop_last=self._drop_last, on_skip=on_skip, stats=self._stats,
+                                  prefetch=self._prefetch)
+        self._started = True
+        self._stats.start_clock()
+        self._pipeline.start()
+        self._finalizer = weakref.finalize(self, self._pipeline.close)
+        return self
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self._pipeline is None:
+            raise ReaderClosedError(f"reader {self.name!r}: call startup() before iterating")
+        try:
+            return self._pipeline.next_batch()
+        except StopIteration:
+            self._report_skipped()
+            raise
+
+    def read_all(self):
+        """All remaining batches as a list (for small inputs and tests)."""
+        return list(self)
+
+    def _report_skipped(self):
+        stats = self._stats.snapshot()
+        if stats["errors_skipped"]:
+            warnings.warn(f"reader {self.name!r}: skipped {stats['errors_skipped']} bad lines or records; "
+                          f"first: {stats['first_errors'][0]}", RuntimeWarning, stacklevel=3)
+
+    def stats(self):
+        """Counters (bytes, samples, groups, blocks, batches, units, errors_skipped) and seconds per stage."""
+        return self._stats.snapshot()
+
+    def shutdown(self):
+        """Stop the threads (also when the consumer stopped early); the reader cannot be restarted."""
+        if self._pipeline is not None:
+            self._pipeline.close()
+        if self._finalizer is not None:
+            self._finalizer.detach()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.shutdown()
+        return False

@@ -1,0 +1,126 @@
+"""Files through fsspec: expansion of paths, work-unit planning, sharding and opening."""
+import io
+import os
+from dataclasses import dataclass
+
+import fsspec
+import fsspec.core
+
+from ..errors import ConfigError, SourceError
+from .compression import infer_compression
+
+__all__ = ["WorkUnit", "expand_paths", "plan_units", "open_unit", "read_into"]
+
+_GLOB_CHARS = "*?["
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class WorkUnit:
+    """A file or a nominal byte range ``[start, end)`` of one (uncompressed) file.
+
+    ``end`` is None for "to the end of the file".  ``index`` numbers units in plan order
+    (before sharding), the same in every worker of a job.
+    """
+
+    index: int
+    url: str
+    start: int
+    end: object
+    size: object
+    compression: object
+
+    @property
+    def whole(self):
+        return self.start == 0 and self.end is None
+
+
+def _hidden(path):
+    name = path.rstrip("/").rsplit("/", 1)[-1]
+    return name.startswith(".") or name.startswith("_")
+
+
+def expand_paths(paths):
+    """Expand files, directories (recursively, hidden and ``_`` files skipped) and globs.
+
+    Returns a list of ``(url, size)``, each path's files sorted, paths in the given order.
+    A path that matches nothing is a ``SourceError``.
+    """
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    if not paths:
+        raise ConfigError("paths=[]: expected at least one file, directory, glob or URL")
+    out = []
+    for path in paths:
+        path = os.fspath(path)
+        try:
+            fs, root = fsspec.core.url_to_fs(path)
+        except (ImportError, ValueError) as exc:
+            raise SourceError(f"{path}: cannot open this kind of URL ({exc})", source=path) from exc
+        protocol = fs.protocol[0] if isinstance(fs.protocol, (tuple, list)) else fs.protocol
+        try:
+            if any(c in root for c in _GLOB_CHARS):
+                found = sorted(p for p in fs.glob(root) if not fs.isdir(p))
+            elif fs.isdir(root):
+                found = sorted(p for p in fs.find(root) if not _hidden(p))
+            elif fs.exists(root):
+                found = [root]
+            else:
+                found = []
+            infos = [(p, fs.size(p)) for p in found]
+        except OSError as exc:
+            raise SourceError(f"{path}: {exc}", source=path) from exc
+        if not infos:
+            raise SourceError(f"{path}: no such file, or nothing matches", source=path)
+        for p, size in infos:
+            url = p if protocol in ("file", "local") else fs.unstrip_protocol(p)
+            out.append((url, size))
+    return out
+
+
+def plan_units(files, *, compression=None, splittable=True, task_num=1, unit_bytes=None):
+    """Cut files into work units.
+
+    Uncompressed files of a splittable format are cut into byte ranges of about
+    ``unit_bytes`` (default: total / (8 * task_num), within 1..64 MiB), so that every
+    shard has several units.  The plan depends only on the files and ``task_num``, so
+    every worker of a job computes the same one.
+    """
+    total = sum(size or 0 for _, size in files)
+    if unit_bytes is None:
+        unit_bytes = min(64 * MIB, max(MIB, total // (8 * max(task_num, 1)) + 1))
+    units = []
+    for url, size in files:
+        codec = compression if compression is not None else infer_compression(url)
+        if codec is None and splittable and size and size > unit_bytes:
+            n = -(-size // unit_bytes)
+            step = -(-size // n)
+            for k in range(n):
+                end = None if k == n - 1 else (k + 1) * step
+                units.append(WorkUnit(len(units), url, k * step, end, size, None))
+        else:
+            units.append(WorkUnit(len(units), url, 0, None, size, codec))
+    return units
+
+
+def open_unit(unit):
+    """Open the unit's file for binary reading, decompressed.  Errors become ``SourceError``."""
+    try:
+        return fsspec.open(unit.url, "rb", compression=unit.compression).open()
+    except (OSError, ValueError) as exc:
+        raise SourceError(f"{unit.url}: cannot open: {exc}", source=unit.url) from exc
+
+
+def read_into(f, view):
+    """Read up to ``len(view)`` bytes into the writable memoryview; returns the count (0 at EOF)."""
+    readinto = getattr(f, "readinto", None)
+    if readinto is not None:
+        try:
+            n = readinto(view)
+            return n or 0
+        except (NotImplementedError, io.UnsupportedOperation):
+            pass
+    data = f.read(len(view))
+    view[:len(data)] = data
+    return len(data)
+

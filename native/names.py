@@ -1,0 +1,64 @@
+"""Feature-name lookup inside kernels: an open-addressing table over name bytes.
+
+Built once per reader in Python (``build_name_table``), probed per feature entry in the
+parse kernels (``lookup_name``) without creating a Python object.
+"""
+import numpy as np
+from numba import njit
+
+_FNV_OFFSET = np.uint64(0xCBF29CE484222325)
+_FNV_PRIME = np.uint64(0x100000001B3)
+
+
+@njit(nogil=True, cache=True)
+def fnv1a(buf, i, end):
+    """64-bit FNV-1a hash of ``buf[i:end]``."""
+    h = _FNV_OFFSET
+    for k in range(i, end):
+        h = (h ^ np.uint64(buf[k])) * _FNV_PRIME
+    return h
+
+
+@njit(nogil=True, cache=True)
+def lookup_name(buf, i, end, slots, names, name_offsets):
+    """Index of the name ``buf[i:end]`` in the table, or -1 when it is not declared."""
+    mask = np.uint64(len(slots) - 1)
+    s = fnv1a(buf, i, end) & mask
+    n = end - i
+    while True:
+        f = slots[s]
+        if f < 0:
+            return -1
+        a = name_offsets[f]
+        if name_offsets[f + 1] - a == n:
+            same = True
+            for k in range(n):
+                if names[a + k] != buf[i + k]:
+                    same = False
+                    break
+            if same:
+                return f
+        s = (s + np.uint64(1)) & mask
+
+
+def build_name_table(names):
+    """Return ``(slots, names_blob, name_offsets)`` for the given list of names (str).
+
+    ``slots`` is int32, a power of two at least 4x the number of names, -1 where empty;
+    name ``j`` is ``names_blob[name_offsets[j]:name_offsets[j+1]]`` (UTF-8).
+    """
+    encoded = [n.encode("utf-8") for n in names]
+    size = 8
+    while size < 4 * max(len(encoded), 1):
+        size *= 2
+    slots = np.full(size, -1, dtype=np.int32)
+    blob = np.frombuffer(b"".join(encoded), dtype=np.uint8).copy()
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum([len(e) for e in encoded])
+    for j, e in enumerate(encoded):
+        arr = np.frombuffer(e, dtype=np.uint8)
+        s = int(fnv1a(arr, 0, len(arr))) & (size - 1)
+        while slots[s] >= 0:
+            s = (s + 1) & (size - 1)
+        slots[s] = j
+    return slots, blob, offsets

@@ -1,0 +1,157 @@
+"""Number scanners over raw bytes: base-10 int64 and decimal floats.
+
+Each scanner reads exactly the bytes ``buf[i:end]`` and reports whether they form one
+number; nothing outside the range is read.  They are the only place that turns text into
+numbers, shared by every text kernel.
+"""
+import numpy as np
+from numba import njit
+
+OK = 0
+BAD = 1
+OVERFLOW = 2
+
+_INT64_MIN = np.int64(-9223372036854775808)
+# acc * 10 - digit stays >= INT64_MIN while acc > this, or acc == this and digit <= 8
+_NEG_LIMIT = np.int64(-922337203685477580)
+
+# 10**k for k in 0..22 are exact in float64 (Clinger's fast path)
+_EXACT_POW10 = np.array([10.0 ** k for k in range(23)], dtype=np.float64)
+
+
+@njit(nogil=True, cache=True)
+def scan_int64(buf, i, end):
+    """Parse ``buf[i:end]`` as ``[+-]digits``; returns ``(value, status)``."""
+    if i >= end:
+        return np.int64(0), BAD
+    neg = False
+    c = buf[i]
+    if c == 45 or c == 43:  # '-' '+'
+        neg = c == 45
+        i += 1
+        if i >= end:
+            return np.int64(0), BAD
+    acc = np.int64(0)  # accumulated as a negative number so INT64_MIN fits
+    for k in range(i, end):
+        d = np.int64(buf[k]) - 48
+        if d < 0 or d > 9:
+            return np.int64(0), BAD
+        if acc < _NEG_LIMIT or (acc == _NEG_LIMIT and d > 8):
+            return np.int64(0), OVERFLOW
+        acc = acc * 10 - d
+    if neg:
+        return acc, OK
+    if acc == _INT64_MIN:
+        return np.int64(0), OVERFLOW
+    return -acc, OK
+
+
+@njit(nogil=True, cache=True)
+def _lower(c):
+    if 65 <= c <= 90:
+        return c + 32
+    return c
+
+
+@njit(nogil=True, cache=True)
+def _matches_word(buf, i, end, word):
+    if end - i != len(word):
+        return False
+    for k in range(len(word)):
+        if _lower(buf[i + k]) != word[k]:
+            return False
+    return True
+
+
+_INF = np.frombuffer(b"inf", dtype=np.uint8).copy()
+_INFINITY = np.frombuffer(b"infinity", dtype=np.uint8).copy()
+_NAN = np.frombuffer(b"nan", dtype=np.uint8).copy()
+
+
+@njit(nogil=True, cache=True)
+def scan_float(buf, i, end):
+    """Parse ``buf[i:end]`` as a decimal float; returns ``(float64 value, status)``.
+
+    Accepted: ``[+-](digits[.digits]|.digits)[(e|E)[+-]digits]`` and ``inf``,
+    ``infinity``, ``nan`` in any case, like ``strtod`` without hex floats.  Up to 18
+    significant digits are kept (more only truncate); results with at most 15 digits
+    and a power of ten within 1e±22 are correctly rounded (the common case), others are
+    within a few float64 ulps, far below float32 resolution.
+    """
+    if i >= end:
+        return 0.0, BAD
+    neg = False
+    c = buf[i]
+    if c == 45 or c == 43:
+        neg = c == 45
+        i += 1
+        if i >= end:
+            return 0.0, BAD
+    c = buf[i]
+    if not (48 <= c <= 57) and c != 46:
+        if _matches_word(buf, i, end, _INF) or _matches_word(buf, i, end, _INFINITY):
+            return (-np.inf if neg else np.inf), OK
+        if _matches_word(buf, i, end, _NAN):
+            return np.nan, OK
+        return 0.0, BAD
+    mant = np.int64(0)
+    ndig = 0          # significant digits kept in mant
+    exp10 = 0
+    seen_digit = False
+    k = i
+    while k < end and 48 <= buf[k] <= 57:
+        seen_digit = True
+        d = buf[k] - 48
+        if ndig < 18:
+            if mant != 0 or d != 0:
+                mant = mant * 10 + d
+                ndig += 1
+        else:
+            exp10 += 1
+        k += 1
+    if k < end and buf[k] == 46:
+        k += 1
+        while k < end and 48 <= buf[k] <= 57:
+            seen_digit = True
+            d = buf[k] - 48
+            if ndig < 18:
+                if mant != 0 or d != 0:
+                    mant = mant * 10 + d
+                    ndig += 1
+                exp10 -= 1
+            k += 1
+    if not seen_digit:
+        return 0.0, BAD
+    if k < end and (buf[k] == 101 or buf[k] == 69):
+        k += 1
+        eneg = False
+        if k < end and (buf[k] == 45 or buf[k] == 43):
+            eneg = buf[k] == 45
+            k += 1
+        if k >= end:
+            return 0.0, BAD
+        e = 0
+        while k < end and 48 <= buf[k] <= 57:
+            if e < 100000:
+                e = e * 10 + (buf[k] - 48)
+            k += 1
+        exp10 += -e if eneg else e
+    if k != end:
+        return 0.0, BAD
+    if mant == 0:
+        return (-0.0 if neg else 0.0), OK
+    v = float(mant)
+    if ndig <= 15 and -22 <= exp10 <= 22:
+        if exp10 >= 0:
+            v = v * _EXACT_POW10[exp10]
+        else:
+            v = v / _EXACT_POW10[-exp10]
+    elif exp10 > 400:
+        v = np.inf
+    elif exp10 < -400:
+        v = 0.0
+    elif exp10 < -300:
+        v = v * 10.0 ** (exp10 + 300) * 1e-300
+    else:
+        v = v * 10.0 ** exp10
+    return (-v if neg else v), OK

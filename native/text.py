@@ -1,0 +1,438 @@
+"""Kernels of the text sample format (FORMATS.md section 1).
+
+``parse_text_chunk`` reads whole lines of one chunk of one work unit into scratch arrays:
+a token stream of the declared sparse features in input order, dense rows, labels,
+timestamps, sample-id bytes and group starts.  ``count_sparse`` and ``fill_sparse`` then turn the token
+stream into feature-major CSR arrays owned by a block.
+
+Chunks end at group boundaries: unless ``final`` is set, the group that was still open
+when the bytes ran out is held back (``consumed`` points at its first line) so that it is
+parsed whole with the next chunk.  A kernel that runs out of scratch space stops at the
+last group boundary too and says so; the caller grows the scratch when not even one group
+fitted.
+"""
+import numpy as np
+from numba import njit
+
+from .names import lookup_name
+from .numbers import OVERFLOW, scan_float, scan_int64
+
+# status returned by parse_text_chunk
+DONE = 0
+FULL = 1
+STOPPED_AT_ERROR = 2
+
+# error codes (columns of the error table)
+TOO_FEW_FIELDS = 1
+TOO_MANY_FIELDS = 2
+MISSING_AT = 3
+BAD_KEY = 4
+KEY_OVERFLOW = 5
+BAD_VALUE = 6
+EMPTY_TOKEN = 7
+BAD_DENSE = 8
+DENSE_WIDTH = 9
+DENSE_REPEATED = 10
+BAD_LABEL = 11
+TOO_FEW_LABELS = 12
+BAD_TIMESTAMP = 13
+_NO_ROOM = -1
+
+# fields of a line
+F_LINE = -1
+F_SAMPLE_ID = 0
+F_GROUP_ID = 1
+F_SPARSE = 2
+F_DENSE = 3
+F_LABELS = 4
+F_TIMESTAMP = 5
+
+# columns of the error table
+E_CODE, E_LINE, E_LINE_START, E_BAD_START, E_BAD_END, E_FIELD, E_FEATURE = range(7)
+ERROR_COLUMNS = 7
+
+_PIPE, _NL, _CR, _AT, _SEMI, _COMMA, _COLON = 124, 10, 13, 64, 59, 44, 58
+
+
+@njit(nogil=True, cache=True)
+def _parse_sparse_field(buf, a, b, slots, names, name_off, tok_feat, tok_key, tok_val, ntok):
+    """Append the tokens of declared features in ``buf[a:b]``.
+
+    Returns ``(ntok, code, bad_start, bad_end, feature)``; code 0 is success.
+    """
+    cap = len(tok_key)
+    q = a
+    if q == b:
+        return ntok, 0, 0, 0, -1
+    while True:
+        at = q
+        while at < b and buf[at] != _AT and buf[at] != _SEMI:
+            at += 1
+        if at == b or buf[at] == _SEMI:
+            return ntok, MISSING_AT, q, at, -1
+        f = lookup_name(buf, q, at, slots, names, name_off)
+        e = at + 1
+        if f < 0:  # undeclared: skip without looking at the tokens
+            while e < b and buf[e] != _SEMI:
+                e += 1
+        else:
+            t = at + 1
+            while True:
+                te = t
+                colon = -1
+                while te < b:
+                    c = buf[te]
+                    if c == _COMMA or c == _SEMI:
+                        break
+                    if c == _COLON and colon < 0:
+                        colon = te
+                    te += 1
+                if te == t:
+                    return ntok, EMPTY_TOKEN, t, te, f
+                kend = colon if colon >= 0 else te
+                key, st = scan_int64(buf, t, kend)
+                if st != 0:
+                    return ntok, (KEY_OVERFLOW if st == OVERFLOW else BAD_KEY), t, kend, f
+                val = 1.0
+                if colon >= 0:
+                    val, st = scan_float(buf, colon + 1, te)
+                    if st != 0:
+                        return ntok, BAD_VALUE, colon + 1, te, f
+                if ntok >= cap:
+                    return ntok, _NO_ROOM, 0, 0, f
+                tok_feat[ntok] = f
+                tok_key[ntok] = key
+                tok_val[ntok] = val
+                ntok += 1
+                if te >= b or buf[te] == _SEMI:
+                    e = te
+                    break
+                t = te + 1
+        if e >= b:
+            break
+        q = e + 1
+    return ntok, 0, 0, 0, -1
+
+
+@njit(nogil=True, cache=True)
+def _parse_dense_field(buf, a, b, slots, names, name_off, nvec, elem_base, elem_col, row, seen):
+    """Write declared dense vectors of ``buf[a:b]`` into ``row`` (masked columns).
+
+    Returns ``(code, bad_start, bad_end, feature)``.
+    """
+    q = a
+    if q == b:
+        return 0, 0, 0, -1
+    while True:
+        at = q
+        while at < b and buf[at] != _AT and buf[at] != _SEMI:
+            at += 1
+        if at == b or buf[at] == _SEMI:
+            return MISSING_AT, q, at, -1
+        d = lookup_name(buf, q, at, slots, names, name_off)
+        e = at + 1
+        if d < 0:
+            while e < b and buf[e] != _SEMI:
+                e += 1
+        else:
+            if seen[d]:
+                return DENSE_REPEATED, q, at, d
+            seen[d] = True
+            j = 0
+            t = at + 1
+            while True:
+                te = t
+                while te < b and buf[te] != _COMMA and buf[te] != _SEMI:
+                    te += 1
+                v, st = scan_float(buf, t, te)
+                if st != 0:
+                    return BAD_DENSE, t, te, d
+                if j < nvec[d]:
+                    col = elem_col[elem_base[d] + j]
+                    if col >= 0:
+                        row[col] = v
+                j += 1
+                if te >= b or buf[te] == _SEMI:
+                    e = te
+                    break
+                t = te + 1
+            if j != nvec[d]:
+                return DENSE_WIDTH, at + 1, e, d
+        if e >= b:
+            break
+        q = e + 1
+    return 0, 0, 0, -1
+
+
+@njit(nogil=True, cache=True)
+def _parse_labels(buf, a, b, row, label_count):
+    """Returns ``(code, bad_start, bad_end)``; labels past ``label_count`` are checked, not kept."""
+    n = 0
+    if a < b:
+        t = a
+        while True:
+            te = t
+            while te < b and buf[te] != _COMMA:
+                te += 1
+            v, st = scan_float(buf, t, te)
+            if st != 0:
+                return BAD_LABEL, t, te
+            if n < label_count:
+                row[n] = v
+            n += 1
+            if te >= b:
+                break
+            t = te + 1
+    if n < label_count:
+        return TOO_FEW_LABELS, a, b
+    return 0, 0, 0
+
+
+@njit(nogil=True, cache=True)
+def _same_bytes(buf, a0, a1, b0, b1):
+    if a1 - a0 != b1 - b0:
+        return False
+    for k in range(a1 - a0):
+        if buf[a0 + k] != buf[b0 + k]:
+            return False
+    return True
+
+
+@njit(nogil=True, cache=True)
+def parse_text_chunk(buf, start, end, final, stop_on_error, label_count, max_group_size,
+                     sp_slots, sp_names, sp_name_off,
+                     dn_slots, dn_names, dn_name_off, dn_nvec, dn_elem_base, dn_elem_col,
+                     dn_out_base, dn_out_width,
+                     tok_feat, tok_key, tok_val, row_tok, dense, labels, timestamps,
+                     sid_bytes, sid_off, group_start, errors, dn_seen):
+    """Parse the whole lines of ``buf[start:end]`` into the scratch arrays.
+
+    Returns ``(status, consumed, lines, nrows, ngroups, ntok, nsid, nerr)``: the byte
+    position after the last line taken, lines taken (blank ones included), rows, groups
+    (``group_start[:ngroups]`` are their first rows), tokens, sample-id bytes and errors
+    (rows of ``errors``) produced.  Rows of lines that fail are rolled back; the error is
+    recorded and, with ``stop_on_error``, parsing stops right before that line.
+    """
+    row_cap = len(row_tok) - 1
+    sid_cap = len(sid_bytes)
+    err_cap = errors.shape[0]
+    n_dense = len(dn_nvec)
+
+    pos = start
+    line = 0
+    nrows = 0
+    ngroups = 0
+    ntok = 0
+    nsid = 0
+    nerr = 0
+    prev_gid_s = -1  # group id of the previous non-blank line
+    prev_gid_e = -1
+    group_lines = 0
+    # state at the start of the open group: where a chunk may end
+    c_pos = start
+    c_line = 0
+    c_rows = 0
+    c_groups = 0
+    c_tok = 0
+    c_sid = 0
+    c_err = 0
+    pipes = np.empty(6, dtype=np.int64)
+    row_tok[0] = 0
+    sid_off[0] = 0
+
+    while pos < end:
+        # one pass for the line end and the field separators
+        npipe = 0
+        nl = pos
+        while nl < end:
+            c = buf[nl]
+            if c == _NL:
+                break
+            if c == _PIPE:
+                if npipe < 6:
+                    pipes[npipe] = nl
+                npipe += 1
+            nl += 1
+        if nl == end and not final:
+            break  # partial last line: it goes with the held-back group
+        next_pos = nl + 1 if nl < end else end
+        line_end = nl
+        if line_end > pos and buf[line_end - 1] == _CR:
+            line_end -= 1
+        if line_end == pos:  # blank line: not a sample, does not break a group
+            pos = next_pos
+            line += 1
+            continue
+
+        if npipe >= 2:
+            gid_s = pipes[0] + 1
+            gid_e = pipes[1]
+        else:
+            gid_s = pos
+            gid_e = pos  # unreadable group id: the line is a group of its own
+        new_group = (prev_gid_s < 0 or gid_e == gid_s or prev_gid_e == prev_gid_s
+                     or group_lines >= max_group_size
+                     or not _same_bytes(buf, gid_s, gid_e, prev_gid_s, prev_gid_e))
+        if new_group:
+            if ngroups > 0 and group_start[ngroups - 1] == nrows:
+                ngroups -= 1  # the previous group lost all its lines to errors
+            c_pos = pos
+            c_line = line
+            c_rows = nrows
+            c_groups = ngroups
+            c_tok = ntok
+            c_sid = nsid
+            c_err = nerr
+            group_start[ngroups] = nrows
+            ngroups += 1
+            group_lines = 0
+        group_lines += 1
+        prev_gid_s = gid_s
+        prev_gid_e = gid_e
+
+        if nrows >= row_cap or nsid + (pipes[0] - pos if npipe > 0 else 0) > sid_cap:
+            return FULL, c_pos, c_line, c_rows, c_groups, c_tok, c_sid, c_err
+
+        # parse the line into row nrows
+        code = 0
+        bad_s = pos
+        bad_e = line_end
+        field = F_LINE
+        feat = -1
+        tok0 = ntok
+        if npipe < 4:
+            code = TOO_FEW_FIELDS
+        elif npipe > 5:
+            code = TOO_MANY_FIELDS
+            bad_s = pipes[5]
+        if code == 0:
+            field = F_SPARSE
+            ntok, code, bad_s, bad_e, feat = _parse_sparse_field(
+                buf, pipes[1] + 1, pipes[2], sp_slots, sp_names, sp_name_off,
+                tok_feat, tok_key, tok_val, ntok)
+            if code == _NO_ROOM:
+                return FULL, c_pos, c_line, c_rows, c_groups, c_tok, c_sid, c_err
+        if code == 0:
+            field = F_DENSE
+            for d in range(n_dense):
+                dn_seen[d] = False
+            code, bad_s, bad_e, feat = _parse_dense_field(
+                buf, pipes[2] + 1, pipes[3], dn_slots, dn_names, dn_name_off,
+                dn_nvec, dn_elem_base, dn_elem_col, dense[nrows], dn_seen)
+        if code == 0:
+            field = F_LABELS
+            lab_end = pipes[4] if npipe == 5 else line_end
+            code, bad_s, bad_e = _parse_labels(buf, pipes[3] + 1, lab_end, labels[nrows], label_count)
+        if code == 0:
+            field = F_TIMESTAMP
+            ts = np.int64(0)
+            if npipe == 5 and pipes[4] + 1 < line_end:
+                ts, st = scan_int64(buf, pipes[4] + 1, line_end)
+                if st != 0:
+                    code = BAD_TIMESTAMP
+                    bad_s = pipes[4] + 1
+                    bad_e = line_end
+            timestamps[nrows] = ts
+
+        if code != 0:
+            if nerr >= err_cap:
+                return FULL, c_pos, c_line, c_rows, c_groups, c_tok, c_sid, c_err
+            errors[nerr, E_CODE] = code
+            errors[nerr, E_LINE] = line
+            errors[nerr, E_LINE_START] = pos
+            errors[nerr, E_BAD_START] = bad_s
+            errors[nerr, E_BAD_END] = bad_e
+            errors[nerr, E_FIELD] = field
+            errors[nerr, E_FEATURE] = feat
+            nerr += 1
+            ntok = tok0
+            if stop_on_error:
+                if group_start[ngroups - 1] == nrows:
+                    ngroups -= 1
+                return STOPPED_AT_ERROR, pos, line, nrows, ngroups, ntok, nsid, nerr
+        else:
+            for d in range(n_dense):
+                if not dn_seen[d]:
+                    base = dn_out_base[d]
+                    for k in range(dn_out_width[d]):
+                        dense[nrows, base + k] = 0.0
+            sid_len = pipes[0] - pos
+            for k in range(sid_len):
+                sid_bytes[nsid + k] = buf[pos + k]
+            nsid += sid_len
+            nrows += 1
+            row_tok[nrows] = ntok
+            sid_off[nrows] = nsid
+        pos = next_pos
+        line += 1
+
+    if pos >= end and final:
+        if ngroups > 0 and group_start[ngroups - 1] == nrows:
+            ngroups -= 1
+        return DONE, end, line, nrows, ngroups, ntok, nsid, nerr
+    return DONE, c_pos, c_line, c_rows, c_groups, c_tok, c_sid, c_err
+
+
+@njit(nogil=True, cache=True)
+def count_sparse(tok_feat, row_tok, nrows, cutoff, offsets):
+    """Fill ``offsets`` (int64 ``[F, nrows + 1]``) for ``fill_sparse``, keeping ``cutoff`` values per row.
+
+    Offsets are absolute positions into one feature-major array: feature ``f`` row ``r``
+    is ``offsets[f, r]:offsets[f, r + 1]`` and ``offsets[f, nrows] == offsets[f + 1, 0]``.
+    """
+    nfeat = offsets.shape[0]
+    count = np.zeros(nfeat, dtype=np.int64)
+    for r in range(nrows):
+        count[:] = 0
+        for t in range(row_tok[r], row_tok[r + 1]):
+            count[tok_feat[t]] += 1
+        for f in range(nfeat):
+            c = count[f]
+            lim = abs(cutoff[f])
+            if lim > 0 and c > lim:
+                c = lim
+            offsets[f, r + 1] = c
+    base = 0
+    for f in range(nfeat):
+        offsets[f, 0] = base
+        for r in range(nrows):
+            offsets[f, r + 1] += offsets[f, r]
+        base = offsets[f, nrows]
+
+
+@njit(nogil=True, cache=True)
+def fill_sparse(tok_feat, tok_key, tok_val, row_tok, nrows, cutoff, offsets, keys, values):
+    """Scatter the token stream into feature-major ``keys``/``values`` laid out by ``count_sparse``.
+
+    A positive cutoff keeps the first values of a row, a negative one the last, both in
+    input order.
+    """
+    nfeat = offsets.shape[0]
+    count = np.zeros(nfeat, dtype=np.int64)
+    seen = np.zeros(nfeat, dtype=np.int64)
+    for r in range(nrows):
+        t0 = row_tok[r]
+        t1 = row_tok[r + 1]
+        count[:] = 0
+        seen[:] = 0
+        for t in range(t0, t1):
+            count[tok_feat[t]] += 1
+        for t in range(t0, t1):
+            f = tok_feat[t]
+            i = seen[f]
+            seen[f] += 1
+            cut = cutoff[f]
+            if cut > 0:
+                if i >= cut:
+                    continue
+                j = i
+            elif cut < 0:
+                skip = count[f] + cut
+                if i < skip:
+                    continue
+                j = i - max(skip, 0)
+            else:
+                j = i
+            o = offsets[f, r] + j
+            keys[o] = tok_key[t]
+            values[o] = tok_val[t]
