@@ -6,6 +6,8 @@ parse kernels (``lookup_name``) without creating a Python object.
 import numpy as np
 from numba import njit
 
+from .index import _u
+
 _FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 _FNV_PRIME = np.uint64(0x100000001B3)
 
@@ -15,7 +17,7 @@ def fnv1a(buf, i, end):
     """64-bit FNV-1a hash of ``buf[i:end]``."""
     h = _FNV_OFFSET
     for k in range(i, end):
-        h = (h ^ np.uint64(buf[k])) * _FNV_PRIME
+        h = (h ^ np.uint64(buf[_u(k)])) * _FNV_PRIME
     return h
 
 
@@ -33,7 +35,7 @@ def lookup_name(buf, i, end, slots, names, name_offsets):
         if name_offsets[f + 1] - a == n:
             same = True
             for k in range(n):
-                if names[a + k] != buf[i + k]:
+                if names[a + k] != buf[_u(i + k)]:
                     same = False
                     break
             if same:

@@ -7,6 +7,8 @@ numbers, shared by every text kernel.
 import numpy as np
 from numba import njit
 
+from .index import _u
+
 OK = 0
 BAD = 1
 OVERFLOW = 2
@@ -25,7 +27,7 @@ def scan_int64(buf, i, end):
     if i >= end:
         return np.int64(0), BAD
     neg = False
-    c = buf[i]
+    c = buf[_u(i)]
     if c == 45 or c == 43:  # '-' '+'
         neg = c == 45
         i += 1
@@ -33,7 +35,7 @@ def scan_int64(buf, i, end):
             return np.int64(0), BAD
     acc = np.int64(0)  # accumulated as a negative number so INT64_MIN fits
     for k in range(i, end):
-        d = np.int64(buf[k]) - 48
+        d = np.int64(buf[_u(k)]) - 48
         if d < 0 or d > 9:
             return np.int64(0), BAD
         if acc < _NEG_LIMIT or (acc == _NEG_LIMIT and d > 8):
@@ -58,7 +60,7 @@ def _matches_word(buf, i, end, word):
     if end - i != len(word):
         return False
     for k in range(len(word)):
-        if _lower(buf[i + k]) != word[k]:
+        if _lower(buf[_u(i + k)]) != word[k]:
             return False
     return True
 
@@ -81,13 +83,13 @@ def scan_float(buf, i, end):
     if i >= end:
         return 0.0, BAD
     neg = False
-    c = buf[i]
+    c = buf[_u(i)]
     if c == 45 or c == 43:
         neg = c == 45
         i += 1
         if i >= end:
             return 0.0, BAD
-    c = buf[i]
+    c = buf[_u(i)]
     if not (48 <= c <= 57) and c != 46:
         if _matches_word(buf, i, end, _INF) or _matches_word(buf, i, end, _INFINITY):
             return (-np.inf if neg else np.inf), OK
@@ -99,9 +101,9 @@ def scan_float(buf, i, end):
     exp10 = 0
     seen_digit = False
     k = i
-    while k < end and 48 <= buf[k] <= 57:
+    while k < end and 48 <= buf[_u(k)] <= 57:
         seen_digit = True
-        d = buf[k] - 48
+        d = buf[_u(k)] - 48
         if ndig < 18:
             if mant != 0 or d != 0:
                 mant = mant * 10 + d
@@ -109,11 +111,11 @@ def scan_float(buf, i, end):
         else:
             exp10 += 1
         k += 1
-    if k < end and buf[k] == 46:
+    if k < end and buf[_u(k)] == 46:
         k += 1
-        while k < end and 48 <= buf[k] <= 57:
+        while k < end and 48 <= buf[_u(k)] <= 57:
             seen_digit = True
-            d = buf[k] - 48
+            d = buf[_u(k)] - 48
             if ndig < 18:
                 if mant != 0 or d != 0:
                     mant = mant * 10 + d
@@ -122,18 +124,18 @@ def scan_float(buf, i, end):
             k += 1
     if not seen_digit:
         return 0.0, BAD
-    if k < end and (buf[k] == 101 or buf[k] == 69):
+    if k < end and (buf[_u(k)] == 101 or buf[_u(k)] == 69):
         k += 1
         eneg = False
-        if k < end and (buf[k] == 45 or buf[k] == 43):
-            eneg = buf[k] == 45
+        if k < end and (buf[_u(k)] == 45 or buf[_u(k)] == 43):
+            eneg = buf[_u(k)] == 45
             k += 1
         if k >= end:
             return 0.0, BAD
         e = 0
-        while k < end and 48 <= buf[k] <= 57:
+        while k < end and 48 <= buf[_u(k)] <= 57:
             if e < 100000:
-                e = e * 10 + (buf[k] - 48)
+                e = e * 10 + (buf[_u(k)] - 48)
             k += 1
         exp10 += -e if eneg else e
     if k != end:
@@ -155,3 +157,75 @@ def scan_float(buf, i, end):
     else:
         v = v * 10.0 ** exp10
     return (-v if neg else v), OK
+
+
+@njit(nogil=True, cache=True, inline="always")
+def scan_int64_prefix(buf, i, end):
+    """Parse the longest ``[-]digits`` prefix of ``buf[i:end]`` in one pass.
+
+    Returns ``(value, stop, status)`` with ``stop`` the first byte not taken; the caller
+    checks that a delimiter is there.  Status is BAD without digits, OVERFLOW past int64.
+    """
+    k = i
+    neg = False
+    if k < end and buf[_u(k)] == 45:
+        neg = True
+        k += 1
+    d0 = k
+    acc = np.int64(0)
+    while k < end:
+        d = np.int64(buf[_u(k)]) - 48
+        if d < 0 or d > 9:
+            break
+        acc = acc * 10 + d
+        k += 1
+    nd = k - d0
+    if nd == 0:
+        return acc, k, BAD
+    if nd > 18:  # may overflow: the careful scanner decides
+        v, st = scan_int64(buf, i, k)
+        return v, k, st
+    return (-acc if neg else acc), k, OK
+
+
+@njit(nogil=True, cache=True, inline="always")
+def scan_float_until(buf, i, end, delim1, delim2):
+    """Parse the float that runs from ``i`` to the first ``delim1``/``delim2`` or ``end``.
+
+    Returns ``(value, stop, status)``, ``stop`` at the delimiter.  Plain decimals of up
+    to 15 digits take one pass; anything else (exponents, long mantissas, inf, nan,
+    garbage) is found the token end and handed to ``scan_float``.
+    """
+    k = i
+    neg = False
+    if k < end and buf[_u(k)] == 45:
+        neg = True
+        k += 1
+    mant = np.int64(0)
+    d0 = k
+    while k < end:
+        d = np.int64(buf[_u(k)]) - 48
+        if d < 0 or d > 9:
+            break
+        mant = mant * 10 + d
+        k += 1
+    nd = k - d0
+    frac = 0
+    if k < end and buf[_u(k)] == 46:
+        k += 1
+        f0 = k
+        while k < end:
+            d = np.int64(buf[_u(k)]) - 48
+            if d < 0 or d > 9:
+                break
+            mant = mant * 10 + d
+            k += 1
+        frac = k - f0
+        nd += frac
+    if 0 < nd <= 15 and (k == end or buf[_u(k)] == delim1 or buf[_u(k)] == delim2):
+        v = float(mant) / _EXACT_POW10[frac]
+        return (-v if neg else v), k, OK
+    while k < end and buf[_u(k)] != delim1 and buf[_u(k)] != delim2:
+        k += 1
+    v, st = scan_float(buf, i, k)
+    return v, k, st

@@ -14,8 +14,9 @@ fitted.
 import numpy as np
 from numba import njit
 
+from .index import _u
 from .names import lookup_name
-from .numbers import OVERFLOW, scan_float, scan_int64
+from .numbers import OVERFLOW, scan_float, scan_float_until, scan_int64, scan_int64_prefix
 
 # status returned by parse_text_chunk
 DONE = 0
@@ -66,48 +67,41 @@ def _parse_sparse_field(buf, a, b, slots, names, name_off, tok_feat, tok_key, to
         return ntok, 0, 0, 0, -1
     while True:
         at = q
-        while at < b and buf[at] != _AT and buf[at] != _SEMI:
+        while at < b and buf[_u(at)] != _AT and buf[_u(at)] != _SEMI:
             at += 1
-        if at == b or buf[at] == _SEMI:
+        if at == b or buf[_u(at)] == _SEMI:
             return ntok, MISSING_AT, q, at, -1
         f = lookup_name(buf, q, at, slots, names, name_off)
         e = at + 1
         if f < 0:  # undeclared: skip without looking at the tokens
-            while e < b and buf[e] != _SEMI:
+            while e < b and buf[_u(e)] != _SEMI:
                 e += 1
         else:
             t = at + 1
             while True:
-                te = t
-                colon = -1
-                while te < b:
-                    c = buf[te]
-                    if c == _COMMA or c == _SEMI:
-                        break
-                    if c == _COLON and colon < 0:
-                        colon = te
-                    te += 1
-                if te == t:
-                    return ntok, EMPTY_TOKEN, t, te, f
-                kend = colon if colon >= 0 else te
-                key, st = scan_int64(buf, t, kend)
-                if st != 0:
-                    return ntok, (KEY_OVERFLOW if st == OVERFLOW else BAD_KEY), t, kend, f
+                key, k, st = scan_int64_prefix(buf, t, b)
                 val = 1.0
-                if colon >= 0:
-                    val, st = scan_float(buf, colon + 1, te)
+                if st == 0 and k < b and buf[_u(k)] == _COLON:
+                    val, k, st = scan_float_until(buf, k + 1, b, _COMMA, _SEMI)
                     if st != 0:
-                        return ntok, BAD_VALUE, colon + 1, te, f
+                        return ntok, BAD_VALUE, t, k, f
+                elif st != 0 or (k < b and buf[_u(k)] != _COMMA and buf[_u(k)] != _SEMI):
+                    te = k
+                    while te < b and buf[_u(te)] != _COMMA and buf[_u(te)] != _SEMI:
+                        te += 1
+                    if te == t:
+                        return ntok, EMPTY_TOKEN, t, te, f
+                    return ntok, (KEY_OVERFLOW if st == OVERFLOW else BAD_KEY), t, te, f
                 if ntok >= cap:
                     return ntok, _NO_ROOM, 0, 0, f
                 tok_feat[ntok] = f
                 tok_key[ntok] = key
                 tok_val[ntok] = val
                 ntok += 1
-                if te >= b or buf[te] == _SEMI:
-                    e = te
+                if k >= b or buf[_u(k)] == _SEMI:
+                    e = k
                     break
-                t = te + 1
+                t = k + 1
         if e >= b:
             break
         q = e + 1
@@ -125,14 +119,14 @@ def _parse_dense_field(buf, a, b, slots, names, name_off, nvec, elem_base, elem_
         return 0, 0, 0, -1
     while True:
         at = q
-        while at < b and buf[at] != _AT and buf[at] != _SEMI:
+        while at < b and buf[_u(at)] != _AT and buf[_u(at)] != _SEMI:
             at += 1
-        if at == b or buf[at] == _SEMI:
+        if at == b or buf[_u(at)] == _SEMI:
             return MISSING_AT, q, at, -1
         d = lookup_name(buf, q, at, slots, names, name_off)
         e = at + 1
         if d < 0:
-            while e < b and buf[e] != _SEMI:
+            while e < b and buf[_u(e)] != _SEMI:
                 e += 1
         else:
             if seen[d]:
@@ -141,10 +135,7 @@ def _parse_dense_field(buf, a, b, slots, names, name_off, nvec, elem_base, elem_
             j = 0
             t = at + 1
             while True:
-                te = t
-                while te < b and buf[te] != _COMMA and buf[te] != _SEMI:
-                    te += 1
-                v, st = scan_float(buf, t, te)
+                v, te, st = scan_float_until(buf, t, b, _COMMA, _SEMI)
                 if st != 0:
                     return BAD_DENSE, t, te, d
                 if j < nvec[d]:
@@ -152,7 +143,7 @@ def _parse_dense_field(buf, a, b, slots, names, name_off, nvec, elem_base, elem_
                     if col >= 0:
                         row[col] = v
                 j += 1
-                if te >= b or buf[te] == _SEMI:
+                if te >= b or buf[_u(te)] == _SEMI:
                     e = te
                     break
                 t = te + 1
@@ -172,7 +163,7 @@ def _parse_labels(buf, a, b, row, label_count):
         t = a
         while True:
             te = t
-            while te < b and buf[te] != _COMMA:
+            while te < b and buf[_u(te)] != _COMMA:
                 te += 1
             v, st = scan_float(buf, t, te)
             if st != 0:
@@ -193,7 +184,7 @@ def _same_bytes(buf, a0, a1, b0, b1):
     if a1 - a0 != b1 - b0:
         return False
     for k in range(a1 - a0):
-        if buf[a0 + k] != buf[b0 + k]:
+        if buf[_u(a0 + k)] != buf[_u(b0 + k)]:
             return False
     return True
 
@@ -245,7 +236,7 @@ def parse_text_chunk(buf, start, end, final, stop_on_error, label_count, max_gro
         npipe = 0
         nl = pos
         while nl < end:
-            c = buf[nl]
+            c = buf[_u(nl)]
             if c == _NL:
                 break
             if c == _PIPE:
@@ -257,7 +248,7 @@ def parse_text_chunk(buf, start, end, final, stop_on_error, label_count, max_gro
             break  # partial last line: it goes with the held-back group
         next_pos = nl + 1 if nl < end else end
         line_end = nl
-        if line_end > pos and buf[line_end - 1] == _CR:
+        if line_end > pos and buf[_u(line_end - 1)] == _CR:
             line_end -= 1
         if line_end == pos:  # blank line: not a sample, does not break a group
             pos = next_pos
@@ -358,7 +349,7 @@ def parse_text_chunk(buf, start, end, final, stop_on_error, label_count, max_gro
                         dense[nrows, base + k] = 0.0
             sid_len = pipes[0] - pos
             for k in range(sid_len):
-                sid_bytes[nsid + k] = buf[pos + k]
+                sid_bytes[nsid + k] = buf[_u(pos + k)]
             nsid += sid_len
             nrows += 1
             row_tok[nrows] = ntok

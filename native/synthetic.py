@@ -1,0 +1,143 @@
+"""Kernel that formats generated ads samples as text lines (see ``ingest.synthetic``)."""
+import numpy as np
+from numba import njit
+
+
+@njit(nogil=True, cache=True)
+def _put(out, pos, src):
+    for k in range(len(src)):
+        out[pos + k] = src[k]
+    return pos + len(src)
+
+
+@njit(nogil=True, cache=True)
+def _put_int(out, pos, v):
+    if v < 0:
+        out[pos] = 45
+        pos += 1
+        v = -v
+    n = 1
+    rest = v // 10
+    while rest:
+        n += 1
+        rest //= 10
+    for k in range(n - 1, -1, -1):
+        out[pos + k] = 48 + v % 10
+        v //= 10
+    return pos + n
+
+
+@njit(nogil=True, cache=True)
+def _put_fixed4(out, pos, v):
+    """Write ``v / 10000`` with exactly four decimals (``v`` an integer)."""
+    if v < 0:
+        out[pos] = 45
+        pos += 1
+        v = -v
+    pos = _put_int(out, pos, v // 10000)
+    out[pos] = 46
+    frac = v % 10000
+    for k in range(4):
+        out[pos + 4 - k] = 48 + frac % 10
+        frac //= 10
+    return pos + 5
+
+
+@njit(nogil=True, cache=True)
+def _put_list(out, pos, name, keys, vals, scale4):
+    """``name@k[:v],...``; vals None-like (length 0) writes bare keys; scale4 writes v/10000."""
+    pos = _put(out, pos, name)
+    out[pos] = 64
+    pos += 1
+    for j in range(len(keys)):
+        if j:
+            out[pos] = 44
+            pos += 1
+        pos = _put_int(out, pos, keys[j])
+        if len(vals):
+            out[pos] = 58
+            pos += 1
+            if scale4:
+                pos = _put_fixed4(out, pos, vals[j])
+            else:
+                pos = _put_int(out, pos, vals[j])
+    return pos
+
+
+@njit(nogil=True, cache=True)
+def _put_dense(out, pos, name, vals):
+    pos = _put(out, pos, name)
+    out[pos] = 64
+    pos += 1
+    for j in range(len(vals)):
+        if j:
+            out[pos] = 44
+            pos += 1
+        pos = _put_fixed4(out, pos, vals[j])
+    return pos
+
+
+@njit(nogil=True, cache=True)
+def format_ads_lines(out, names, name_off, group_base, group, pos_in_group, ts,
+                     uid, age, gender, clk_keys, clk_cnt, pref_keys, pref_w, user_emb,
+                     item, cate, shop, brand, title, tags, tag_w, ad_ctx, clk, conv):
+    """Write one text line per sample into ``out``; returns the bytes written.
+
+    Group-level arrays are indexed by ``group[i]``, sample-level ones by ``i``; group ids
+    are written as ``group_base + group[i]``.  Names are
+    ``names[name_off[j]:name_off[j+1]]`` in the order uid, age, gender, clk_hist,
+    cate_pref, item, cate, shop, brand, title, tags, user_emb, ad_ctx.
+    """
+    none = np.empty(0, np.int64)
+    pos = 0
+    for i in range(len(group)):
+        g = group[i]
+        # sample id pv<g>_<i> and group id pv<g>
+        out[pos] = 112
+        out[pos + 1] = 118
+        pos = _put_int(out, pos + 2, group_base + g)
+        out[pos] = 95
+        pos = _put_int(out, pos + 1, pos_in_group[i])
+        out[pos] = 124
+        out[pos + 1] = 112
+        out[pos + 2] = 118
+        pos = _put_int(out, pos + 3, group_base + g)
+        out[pos] = 124
+        pos += 1
+        singles_g = (uid[g], age[g], gender[g])
+        for j in range(3):
+            pos = _put(out, pos, names[name_off[j]:name_off[j + 1]])
+            out[pos] = 64
+            pos = _put_int(out, pos + 1, singles_g[j])
+            out[pos] = 59
+            pos += 1
+        pos = _put_list(out, pos, names[name_off[3]:name_off[4]], clk_keys[g], clk_cnt[g], False)
+        out[pos] = 59
+        pos = _put_list(out, pos + 1, names[name_off[4]:name_off[5]], pref_keys[g], pref_w[g], True)
+        singles_s = (item[i], cate[i], shop[i], brand[i])
+        for j in range(4):
+            out[pos] = 59
+            pos = _put(out, pos + 1, names[name_off[5 + j]:name_off[6 + j]])
+            out[pos] = 64
+            pos = _put_int(out, pos + 1, singles_s[j])
+        out[pos] = 59
+        pos = _put_list(out, pos + 1, names[name_off[9]:name_off[10]], title[i], none, False)
+        out[pos] = 59
+        pos = _put_list(out, pos + 1, names[name_off[10]:name_off[11]], tags[i], tag_w[i], True)
+        out[pos] = 124
+        pos = _put_dense(out, pos + 1, names[name_off[11]:name_off[12]], user_emb[g])
+        out[pos] = 59
+        pos = _put_dense(out, pos + 1, names[name_off[12]:name_off[13]], ad_ctx[i])
+        out[pos] = 124
+        pos = _put_int(out, pos + 1, clk[i])
+        out[pos] = 46
+        out[pos + 1] = 48
+        out[pos + 2] = 44
+        pos = _put_int(out, pos + 3, conv[i])
+        out[pos] = 46
+        out[pos + 1] = 48
+        out[pos + 2] = 124
+        pos = _put_int(out, pos + 3, ts[i])
+        out[pos] = 10
+        pos += 1
+    return pos
