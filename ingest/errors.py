@@ -45,11 +45,14 @@ class DataError(IngestError):
         The offending text (shortened when long).
     expected : str
         What was expected there.
+    kind : str
+        A stable short name of the problem (``BAD_KEY``, ``TOO_FEW_FIELDS``...).
     """
 
     def __init__(self, reason, *, source, offset, expected, text="", line=None, record=None,
-                 column=None, field=None, feature=None, context=None):
+                 column=None, field=None, feature=None, context=None, kind=None):
         self.reason = reason
+        self.kind = kind or type(self).__name__
         self.source = source
         self.offset = offset
         self.expected = expected

@@ -161,15 +161,15 @@ def scan_float(buf, i, end):
 
 @njit(nogil=True, cache=True, inline="always")
 def scan_int64_prefix(buf, i, end):
-    """Parse the longest ``[-]digits`` prefix of ``buf[i:end]`` in one pass.
+    """Parse the longest ``[+-]digits`` prefix of ``buf[i:end]`` in one pass.
 
     Returns ``(value, stop, status)`` with ``stop`` the first byte not taken; the caller
     checks that a delimiter is there.  Status is BAD without digits, OVERFLOW past int64.
     """
     k = i
     neg = False
-    if k < end and buf[_u(k)] == 45:
-        neg = True
+    if k < end and (buf[_u(k)] == 45 or buf[_u(k)] == 43):
+        neg = buf[_u(k)] == 45
         k += 1
     d0 = k
     acc = np.int64(0)

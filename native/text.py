@@ -82,9 +82,10 @@ def _parse_sparse_field(buf, a, b, slots, names, name_off, tok_feat, tok_key, to
                 key, k, st = scan_int64_prefix(buf, t, b)
                 val = 1.0
                 if st == 0 and k < b and buf[_u(k)] == _COLON:
-                    val, k, st = scan_float_until(buf, k + 1, b, _COMMA, _SEMI)
+                    vs = k + 1
+                    val, k, st = scan_float_until(buf, vs, b, _COMMA, _SEMI)
                     if st != 0:
-                        return ntok, BAD_VALUE, t, k, f
+                        return ntok, BAD_VALUE, vs, k, f
                 elif st != 0 or (k < b and buf[_u(k)] != _COMMA and buf[_u(k)] != _SEMI):
                     te = k
                     while te < b and buf[_u(te)] != _COMMA and buf[_u(te)] != _SEMI:

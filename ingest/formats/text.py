@@ -18,6 +18,11 @@ _FIELD_NAMES = {K.F_LINE: "line", K.F_SAMPLE_ID: "sample_id", K.F_GROUP_ID: "gro
                 K.F_SPARSE: "sparse", K.F_DENSE: "dense", K.F_LABELS: "labels",
                 K.F_TIMESTAMP: "timestamp"}
 
+_KIND = {getattr(K, name): name for name in (
+    "TOO_FEW_FIELDS", "TOO_MANY_FIELDS", "MISSING_AT", "BAD_KEY", "KEY_OVERFLOW", "BAD_VALUE",
+    "EMPTY_TOKEN", "BAD_DENSE", "DENSE_WIDTH", "DENSE_REPEATED", "BAD_LABEL", "TOO_FEW_LABELS",
+    "BAD_TIMESTAMP")}
+
 _ALIGN_WINDOW = 1 << 16
 
 
@@ -304,7 +309,7 @@ class TextFormat:
             offsets[self.sparse_index] = own
             aux = np.setdiff1d(np.arange(nfeat), self.sparse_index)
             offsets[aux] = total
-        dense = tuple(np.ascontiguousarray(s.dense[:nrows, b:b + w])
+        dense = tuple(s.dense[:nrows, b:b + w].copy()  # a copy: the scratch is reused
                       for b, w in zip(self.dn_out_base, self.dn_out_width))
         group_offsets = np.empty(ngroups + 1, np.int64)
         group_offsets[:ngroups] = s.group_start[:ngroups]
@@ -330,4 +335,4 @@ class TextFormat:
         return TextParseError(reason, source=where, offset=offset, expected=expected, text=text,
                               line=line_base + line + 1, column=bad_s - line_start + 1,
                               field=_FIELD_NAMES[field], feature=spec.name if spec else None,
-                              context=context)
+                              context=context, kind=_KIND[code])

@@ -34,7 +34,7 @@ class Stats:
         """Count an error whose line, record or group was skipped under ``on_error("skip")``."""
         with self._lock:
             self._counts["errors_skipped"] += 1
-            self._skipped_by_kind[type(error).__name__] += 1
+            self._skipped_by_kind[getattr(error, "kind", type(error).__name__)] += 1
             if len(self._first_errors) < KEEP_ERRORS:
                 self._first_errors.append(str(error))
 

@@ -1,0 +1,52 @@
+"""Helpers shared by the benchmarks: the synthetic input files under ``benchmarks/out/``,
+a description of the machine, markdown tables."""
+import os
+import platform
+import sys
+from pathlib import Path
+
+import numba
+import numpy as np
+
+from ingest import synthetic
+
+__all__ = ["OUT", "synthetic_file", "machine", "markdown_table"]
+
+OUT = Path(__file__).resolve().parent / "out"  # git-ignored
+
+
+def synthetic_file(samples, seed=0):
+    """A text file of ``samples`` synthetic samples (``ingest.synthetic``) under ``benchmarks/out/``.
+
+    The file is written on first use (to a ``.partial`` file renamed when complete) and
+    reused afterwards: its name holds ``samples`` and ``seed``.
+    """
+    OUT.mkdir(exist_ok=True)
+    path = OUT / f"synthetic_{samples}_seed{seed}.txt"
+    if not path.exists():
+        partial = path.with_suffix(".partial")
+        print(f"writing {samples:,} synthetic samples to {path} ...", file=sys.stderr, flush=True)
+        synthetic.write(partial, samples, seed)
+        partial.replace(path)
+    return path
+
+
+def machine():
+    """Cores, CPU model and versions of what is measured, as a dict."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {"nproc": os.cpu_count(), "cpu": cpu, "python": platform.python_version(),
+            "numpy": np.__version__, "numba": numba.__version__}
+
+
+def markdown_table(header, rows):
+    """A markdown table (str): ``header`` is a list of column titles, ``rows`` lists of cells."""
+    cells = [[str(c) for c in header]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " |" for row in cells]
+    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(lines)

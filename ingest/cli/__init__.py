@@ -1,0 +1,1 @@
+"""Command-line tools: ``ingest`` (with subcommands) and ``ingest-bench``."""

@@ -1,0 +1,351 @@
+"""``ingest-bench`` (also ``ingest bench``): throughput of a reader over sample files.
+
+First a warm-up reader with the same options over the first input takes one batch, so
+that the numba kernels are compiled or loaded from the cache; its batch size is 8 (the
+real one with --no-split-group, as a whole group may not fit in 8).  Its time is reported
+as ``compile_seconds`` and excluded.  The timed run goes from ``startup()`` to the end of
+the last batch; MB/s counts the (decompressed) bytes parsed, per core divides by
+``--threads``; latency is the time between successive batches.
+"""
+import argparse
+import contextlib
+import json
+import os
+import re
+import resource
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from .. import synthetic
+from ..errors import ConfigError, IngestError, SourceError
+from ..formats import FileType
+from ..reader import DataReader
+from ..sources import expand_paths, open_unit, plan_units, read_into
+
+__all__ = ["add_arguments", "build_parser", "main", "run", "warm_up", "measure", "per_core",
+           "peak_rss_mb", "head_rows", "infer_features", "infer_label_count", "read_feature_file"]
+
+SNIFF_BYTES = 64 << 10
+WARM_UP_BATCH_SIZE = 8
+
+# The sparse, dense and labels fields of a text line: sample_id|group_id|sparse|dense|labels[|ts]
+_TEXT_LINE = re.compile(r"^[^|\n]*\|[^|\n]*\|([^|\n]*)\|([^|\n]*)\|([^|\r\n]*)", re.M)
+# ``name@values`` entries of a sparse or dense field
+_ENTRY = re.compile(r"(?:^|;)([^;@]+)@([^;]*)")
+
+
+# -- feature declarations -------------------------------------------------------------------
+def head_rows(path):
+    """The sparse, dense and labels fields of the complete lines in the first 64 KiB of ``path``.
+
+    Parameters
+    ----------
+    path : str
+        A file, directory, glob or URL; its first file is read (decompressed by extension).
+
+    Returns
+    -------
+    url : str
+        The file read.
+    rows : list of (str, str, str)
+        ``(sparse, dense, labels)`` per line, in file order.
+    """
+    unit = plan_units(expand_paths([path])[:1], splittable=False)[0]
+    buf = bytearray(SNIFF_BYTES)
+    view = memoryview(buf)
+    used = 0
+    with open_unit(unit) as f:
+        try:
+            while used < SNIFF_BYTES:
+                n = read_into(f, view[used:])
+                if not n:
+                    break
+                used += n
+        except OSError as exc:
+            raise SourceError(f"{unit.url}: cannot read: {exc}", source=unit.url) from exc
+    text = bytes(buf[:used]).decode("utf-8", "replace")
+    if used == SNIFF_BYTES:  # drop the line cut at the end of the window
+        text = text[:text.rfind("\n") + 1]
+    rows = _TEXT_LINE.findall(text)
+    if not rows:
+        raise ConfigError(f"{unit.url}: no text sample line (sample_id|group_id|sparse|dense|labels) in the "
+                          f"first {SNIFF_BYTES >> 10} KiB; declare the features with --features FILE")
+    return unit.url, rows
+
+
+def infer_features(url, rows):
+    """Features found in ``rows`` (from ``head_rows``): every sparse name, every dense name and width.
+
+    Returns
+    -------
+    list of (name, type, nvec)
+        Sparse names first, then dense ones, each in order of first appearance; ``nvec``
+        is None for sparse features.
+    """
+    sparse = dict.fromkeys(name for name, _ in _ENTRY.findall(";".join(r[0] for r in rows)))
+    dense = {}
+    for name, values in _ENTRY.findall(";".join(r[1] for r in rows)):
+        nvec = values.count(",") + 1
+        if dense.setdefault(name, nvec) != nvec:
+            raise ConfigError(f"{url}: dense feature {name!r} has {dense[name]} and {nvec} values in the "
+                              f"first lines; declare it with --features FILE")
+    both = sparse.keys() & dense.keys()
+    if both:
+        raise ConfigError(f"{url}: {sorted(both)} appear both as sparse and dense features; "
+                          f"declare the features with --features FILE")
+    return [(name, "sparse", None) for name in sparse] + [(name, "dense", n) for name, n in dense.items()]
+
+
+def infer_label_count(rows):
+    """Number of labels of the first row (from ``head_rows``)."""
+    labels = rows[0][2].strip()
+    return labels.count(",") + 1 if labels else 0
+
+
+def read_feature_file(path):
+    """Features listed in a text file, one per line: ``NAME sparse`` or ``NAME dense NVEC``.
+
+    Blank lines and ``#`` comments are ignored.  Returns a list of ``(name, type, nvec)``.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"--features {path}: cannot read: {exc}") from exc
+    features = []
+    for number, line in enumerate(lines, 1):
+        words = line.split("#", 1)[0].split()
+        if len(words) == 2 and words[1] == "sparse":
+            features.append((words[0], "sparse", None))
+        elif len(words) == 3 and words[1] == "dense" and words[2].isdigit():
+            features.append((words[0], "dense", int(words[2])))
+        elif words:
+            raise ConfigError(f"{path}:{number}: {line.strip()!r}: expected 'NAME sparse' or 'NAME dense NVEC'")
+    if not features:
+        raise ConfigError(f"--features {path}: no feature declared")
+    return features
+
+
+def _declarer(args, first_input):
+    """A function declaring the features and label count chosen by ``args`` on a reader."""
+    features = labels = None
+    if args.features == "auto" and args.synthetic is not None:
+        labels = synthetic.LABEL_COUNT
+    else:
+        if args.features != "auto":
+            features = read_feature_file(args.features)
+        if features is None or args.label_count == "auto":
+            url, rows = head_rows(first_input)
+            features = features or infer_features(url, rows)
+            labels = infer_label_count(rows)
+    if args.label_count != "auto":
+        labels = args.label_count
+
+    def declare(reader):
+        if features is None:
+            synthetic.declare(reader)
+        else:
+            for name, ftype, nvec in features:
+                reader.feature(name=name, type=ftype, nvec=nvec)
+        return reader.label_count(labels)
+
+    return declare
+
+
+# -- measuring ------------------------------------------------------------------------------
+def warm_up(reader):
+    """Start ``reader``, take one batch and shut it down; returns the seconds taken."""
+    t0 = time.perf_counter()
+    try:
+        reader.startup()
+        next(reader, None)
+    finally:
+        reader.shutdown()
+    return time.perf_counter() - t0
+
+
+def measure(reader):
+    """Read every batch of ``reader`` (not started yet) and time it.
+
+    Returns
+    -------
+    dict
+        ``samples`` (sum of ``batch.size``), ``bytes`` (``stats()["bytes"]``), ``batches``,
+        ``seconds`` (from ``startup()`` to the end), ``samples_per_s``, ``mb_per_s``,
+        ``batches_per_s``, ``p50_ms`` and ``p99_ms`` of the time between successive batches
+        (None with fewer than two batches), ``first_batch_ms`` (from ``startup()``) and
+        ``stats`` (``reader.stats()``).
+    """
+    stamps = []
+    samples = 0
+    t0 = time.perf_counter()
+    try:
+        reader.startup()
+        for batch in reader:
+            stamps.append(time.perf_counter())
+            samples += batch.size
+        seconds = time.perf_counter() - t0
+        stats = reader.stats()
+    finally:
+        reader.shutdown()
+    gaps = np.diff(stamps) * 1e3
+    p50, p99 = np.percentile(gaps, [50, 99]).tolist() if len(gaps) else (None, None)
+    return {
+        "samples": samples, "bytes": stats["bytes"], "batches": len(stamps), "seconds": seconds,
+        "samples_per_s": samples / seconds, "mb_per_s": stats["bytes"] / seconds / 1e6,
+        "batches_per_s": len(stamps) / seconds, "p50_ms": p50, "p99_ms": p99,
+        "first_batch_ms": (stamps[0] - t0) * 1e3 if stamps else None, "stats": stats,
+    }
+
+
+def per_core(result, threads):
+    """``threads`` and the samples/s and MB/s of ``result`` (from ``measure``) divided by it."""
+    return {"threads": threads, "samples_per_s_per_core": result["samples_per_s"] / threads,
+            "mb_per_s_per_core": result["mb_per_s"] / threads}
+
+
+def peak_rss_mb():
+    """Peak resident set size of this process so far, in MB (``getrusage``)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 1e6 if sys.platform == "darwin" else peak * 1024 / 1e6  # bytes on macOS, KiB on Linux
+
+
+def _reader(name, paths, args, declare):
+    reader = DataReader(name, paths=paths, file_type=args.format)
+    reader.batch_size(args.batch_size).threads(args.threads).epochs(args.epochs).split_group(args.split_group)
+    return declare(reader)
+
+
+def _bench(args, paths):
+    declare = _declarer(args, paths[0])
+    # whole groups (--no-split-group) may not fit in a warm-up batch of 8: keep the batch size then
+    warm_batch_size = WARM_UP_BATCH_SIZE if args.split_group else args.batch_size
+    compile_seconds = warm_up(_reader("ingest-bench-warm-up", paths[:1], args, declare)
+                              .batch_size(warm_batch_size))
+    timed = measure(_reader("ingest-bench", paths, args, declare))
+    stats = timed.pop("stats")
+    return {**timed, **per_core(timed, args.threads), "batch_size": args.batch_size,
+            "compile_seconds": compile_seconds, "peak_rss_mb": peak_rss_mb(), "stats": stats}
+
+
+def format_report(result):
+    """The human-readable report of a result of ``ingest-bench``: aligned ``label  value`` lines."""
+    r = result
+
+    def ms(value):
+        return "-" if value is None else f"{value:,.1f} ms"
+
+    def count(n, noun, plural):
+        return f"{n:,} {noun if n == 1 else plural}"
+
+    lines = [
+        ("samples", f"{r['samples']:,} in {count(r['batches'], 'batch', 'batches')} of {r['batch_size']:,}, "
+                    f"{count(r['threads'], 'thread', 'threads')}"),
+        ("bytes", f"{r['bytes']:,} ({r['bytes'] / 1e6:,.1f} MB)"),
+        ("seconds", f"{r['seconds']:.3f} (warm-up {r['compile_seconds']:.2f} s, excluded)"),
+        ("throughput", f"{r['samples_per_s']:,.0f} samples/s   {r['mb_per_s']:,.1f} MB/s   "
+                       f"{r['batches_per_s']:,.1f} batches/s"),
+        ("per core", f"{r['samples_per_s_per_core']:,.0f} samples/s   {r['mb_per_s_per_core']:,.1f} MB/s"),
+        ("latency", f"p50 {ms(r['p50_ms'])}   p99 {ms(r['p99_ms'])}   first batch {ms(r['first_batch_ms'])}"),
+        ("peak RSS", f"{r['peak_rss_mb']:,.0f} MB"),
+    ]
+    width = max(len(label) for label, _ in lines)
+    return "\n".join(f"{label:<{width}}  {value}" for label, value in lines)
+
+
+def run(args, prog="ingest-bench"):
+    """Run the benchmark described by parsed ``args`` and print its report; returns the exit code.
+
+    An ``IngestError`` is printed as one line ``<prog>: <message>`` on stderr (exit code 2).
+    """
+    try:
+        if bool(args.inputs) == (args.synthetic is not None):
+            raise ConfigError("expected INPUT files or --synthetic N (one of the two)")
+        with contextlib.ExitStack() as stack:
+            paths = args.inputs
+            if args.synthetic is not None:
+                if args.format != FileType.txt.value:
+                    raise ConfigError(f"--synthetic writes text samples, not --format {args.format}")
+                tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="ingest-bench-"))
+                paths = [os.path.join(tmp, "synthetic.txt")]
+                synthetic.write(paths[0], args.synthetic, args.seed)
+            result = _bench(args, paths)
+    except IngestError as exc:
+        print(f"{prog}: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
+    print(json.dumps(result) if args.json else format_report(result))
+    return 0
+
+
+# -- command line ---------------------------------------------------------------------------
+def _int_at_least(minimum):
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < minimum:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected an integer >= {minimum}")
+        return value
+
+    return parse
+
+
+def _auto_or(parse):
+    def parse_or_auto(text):
+        return "auto" if text == "auto" else parse(text)
+
+    return parse_or_auto
+
+
+def add_arguments(parser):
+    """Add the arguments of ``ingest-bench`` to ``parser`` (also used by ``ingest bench``)."""
+    parser.add_argument("inputs", nargs="*", metavar="INPUT",
+                        help="sample files, directories, globs or URLs, read in order")
+    parser.add_argument("--synthetic", type=_int_at_least(1), metavar="N",
+                        help="instead of INPUT, read N synthetic ads samples (ingest.synthetic) written to "
+                             "a temporary file, deleted at exit")
+    parser.add_argument("--seed", type=int, default=0, metavar="S", help="seed of --synthetic (default: 0)")
+    parser.add_argument("--format", choices=[t.value for t in FileType], default=FileType.txt.value,
+                        help="sample format (default: txt)")
+    parser.add_argument("--batch-size", type=_int_at_least(1), default=1024, metavar="N",
+                        help="samples per batch (default: 1024)")
+    parser.add_argument("--threads", type=_int_at_least(1), default=1, metavar="N",
+                        help="parse threads; per-core figures divide by it (default: 1)")
+    parser.add_argument("--epochs", type=_int_at_least(1), default=1, metavar="N",
+                        help="passes over the input (default: 1)")
+    parser.add_argument("--label-count", type=_auto_or(_int_at_least(0)), default="auto", metavar="auto|N",
+                        help="label columns; auto: as many as the first line has, 2 with --synthetic "
+                             "(default: auto)")
+    parser.add_argument("--features", default="auto", metavar="auto|FILE",
+                        help="features to declare; auto: every sparse and dense feature in the first 64 KiB "
+                             "of the first INPUT (dense width from its values), the synthetic ones with "
+                             "--synthetic; FILE: one per line, 'NAME sparse' or 'NAME dense NVEC' "
+                             "(default: auto)")
+    parser.add_argument("--split-group", action=argparse.BooleanOptionalAction, default=True,
+                        help="let a sample group span two batches; --no-split-group keeps groups whole "
+                             "(default: split)")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object (samples, bytes, batches, seconds, samples_per_s, "
+                             "mb_per_s, batches_per_s, p50_ms, p99_ms, threads, batch_size, compile_seconds, "
+                             "peak_rss_mb, stats, ...) instead of text")
+    return parser
+
+
+def build_parser(prog="ingest-bench"):
+    """The argument parser of ``ingest-bench``."""
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.replace("``", ""),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    return add_arguments(parser)
+
+
+def main(argv=None):
+    """Entry point of ``ingest-bench``; returns the exit code."""
+    return run(build_parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

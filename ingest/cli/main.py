@@ -1,0 +1,30 @@
+"""``ingest``: the command line of ``ingest``, one subcommand per tool (FORMATS.md section 9)."""
+import argparse
+import functools
+import sys
+
+from . import bench
+
+__all__ = ["build_parser", "main"]
+
+
+def build_parser():
+    """The argument parser of ``ingest`` and its subcommands."""
+    parser = argparse.ArgumentParser(prog="ingest", description=__doc__.replace("``", ""))
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    bench_parser = commands.add_parser(
+        "bench", help="throughput of a reader over sample files (same as ingest-bench)",
+        description=bench.__doc__.replace("``", ""), formatter_class=argparse.RawDescriptionHelpFormatter)
+    bench.add_arguments(bench_parser)
+    bench_parser.set_defaults(run=functools.partial(bench.run, prog="ingest bench"))
+    return parser
+
+
+def main(argv=None):
+    """Entry point of ``ingest``; returns the exit code of the subcommand."""
+    args = build_parser().parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""Shared fixtures and helpers: paths to sample files, readers, flattening batches to samples."""
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, settings
+
+import ingest
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "samples"
+XDL = ROOT.parent / "shared" / "data" / "xdl"
+
+settings.register_profile("default", max_examples=200, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+settings.register_profile("thorough", max_examples=5000, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+def make_reader(paths, sparse=(), dense=None, label_count=1, **options):
+    """A started-later reader with the given features; ``options`` are method -> argument."""
+    reader = ingest.DataReader("test", paths=[str(p) for p in paths]).label_count(label_count)
+    for name in sparse:
+        reader.feature(name=name, type=ingest.features.sparse, serialized=True)
+    for name, nvec in (dense or {}).items():
+        reader.feature(name=name, type=ingest.features.dense, nvec=nvec)
+    for method, arg in options.items():
+        getattr(reader, method)(*arg) if isinstance(arg, tuple) else getattr(reader, method)(arg)
+    return reader
+
+
+def read_samples(reader):
+    """Start the reader and flatten every batch into per-sample dicts (padding left out)."""
+    reader.startup()
+    out = []
+    with reader:
+        for batch in reader:
+            batch.validate()
+            out.extend(flatten(batch))
+    return out
+
+
+def flatten(batch):
+    samples = []
+    sids = batch.sample_ids
+    for r in range(batch.size):
+        s = {"sid": bytes(sids[r]), "labels": batch.labels[r].tolist(), "ts": int(batch.timestamps[r]),
+             "sparse": {}, "dense": {}}
+        for name in batch:
+            feat = batch[name]
+            if isinstance(feat, ingest.SparseFeature):
+                a, b = feat.offsets[r], feat.offsets[r + 1]
+                ids = feat.ids[a:b]
+                keys = ids[:, 1].tolist() if ids.ndim == 2 else ids.tolist()
+                s["sparse"][name] = list(zip(keys, feat.values[a:b].tolist()))
+            else:
+                s["dense"][name] = feat[r].tolist()
+        samples.append(s)
+    return samples
+
+
+def as_plain(samples):
+    """Twin samples (numpy floats) in the same plain form as ``flatten``."""
+    out = []
+    for s in samples:
+        out.append({"sid": s["sid"], "labels": [float(v) for v in s["labels"]], "ts": s["ts"],
+                     "sparse": {n: [(k, float(v)) for k, v in p] for n, p in s["sparse"].items()},
+                     "dense": {n: [float(v) for v in vals] for n, vals in s["dense"].items()}})
+    return out
+
+
+def key_of(sample):
+    """A hashable form of a sample, for multiset comparisons."""
+    return (sample["sid"], tuple(sample["labels"]), sample["ts"],
+            tuple((n, tuple(p)) for n, p in sorted(sample["sparse"].items())),
+            tuple((n, tuple(v)) for n, v in sorted(sample["dense"].items())))
+
+
+@pytest.fixture(scope="session")
+def synthetic_file(tmp_path_factory):
+    """3000 synthetic ads samples (about 4 MB)."""
+    from ingest import synthetic
+    path = tmp_path_factory.mktemp("synthetic") / "ads.txt"
+    synthetic.write(path, 3000, seed=1)
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _no_thread_left_behind():
+    import threading
+    yield
+    alive = [t.name for t in threading.enumerate() if t.name.startswith("ingest-")]
+    for _ in range(100):
+        if not alive:
+            break
+        import time
+        time.sleep(0.05)
+        alive = [t.name for t in threading.enumerate() if t.name.startswith("ingest-")]
+    assert not alive, f"threads left running: {alive}"
+
+
+np.set_printoptions(linewidth=120)

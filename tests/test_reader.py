@@ -1,0 +1,408 @@
+"""DataReader end to end on real sample files: values, errors, batching rules, sharding, threads."""
+import gzip
+import threading
+import zlib
+from collections import Counter
+
+import numpy as np
+import pytest
+import zstandard
+
+import ingest
+from conftest import SAMPLES, XDL, as_plain, flatten, key_of, make_reader, read_samples
+
+import naive
+
+
+# -- golden batches of real files ------------------------------------------------------------------
+def test_xdl_sample_gives_golden_batches():
+    reader = make_reader([XDL / "sample.txt"], label_count=2, batch_size=3)
+    reader.feature(name="ufav3", type=ingest.features.sparse)  # serialized=False: (hkey, key) pairs
+    reader.feature(name="a", type=ingest.features.dense, nvec=3)
+    reader.feature(name="upv14", type=ingest.features.sparse, serialized=True)
+    reader.startup()
+    first, second = reader.read_all()
+    assert first.size == 3 and second.size == 1
+    assert first.sample_ids.tolist() == [b"skey1", b"skey2", b"skey1"]
+    assert first["ufav3"].ids.tolist() == [[0, 201]] * 3
+    np.testing.assert_array_equal(first["ufav3"].values, np.float32([0.1] * 3))
+    assert first["ufav3"].offsets.tolist() == [0, 1, 2, 3]
+    assert first["upv14"].ids.tolist() == [101, 102, 101] * 3
+    np.testing.assert_array_equal(first["upv14"].values, np.float32([0.1, 0.2, 0.3] * 3))
+    assert first["upv14"].offsets.tolist() == [0, 3, 6, 9]
+    assert first["upv14"].segments.tolist() == [3, 6, 9]
+    assert first["upv14"].segments.dtype == np.int32
+    np.testing.assert_array_equal(first["a"], np.float32([[0.01, 0.02, 0.03]] * 3))
+    np.testing.assert_array_equal(first.labels, np.float32([[1, 0]] * 3))
+    assert first.timestamps.tolist() == [150000000, 150000001, 150000000]
+    # the short last batch is padded to 3 rows: empty sparse rows, zero dense rows and labels
+    assert second.sample_ids.tolist() == [b"skey2"]
+    assert second.rows == 3
+    assert second["upv14"].offsets.tolist() == [0, 3, 3, 3]
+    np.testing.assert_array_equal(second["a"], np.float32([[0.01, 0.02, 0.03], [0, 0, 0], [0, 0, 0]]))
+    np.testing.assert_array_equal(second.labels, np.float32([[1, 0], [0, 0], [0, 0]]))
+    assert second.timestamps.tolist() == [150000001, 0, 0]
+    for batch in (first, second):
+        assert batch.validate()
+
+
+def test_tdm_reads_5000_samples_in_51_groups():
+    reader = make_reader([XDL / "tdm.dat"], sparse=["train_unit_id", "item_10"], batch_size=1024)
+    samples = read_samples(reader)
+    stats = reader.stats()
+    assert (stats["samples"], stats["groups"], stats["batches"]) == (5000, 51, 5)
+    assert samples[0]["sid"] == b"1_0"
+    assert samples[0]["sparse"]["train_unit_id"] == [(3827899, 1.0)]
+    assert [k for k, _ in samples[0]["sparse"]["item_10"]] == [0] * 13 + [
+        2268318, 2333346, 2576651, 3830808, 4365585, 4606018, 230380]
+    assert len(samples[0]["sparse"]["item_10"]) == 20
+    assert all(s["labels"] == [1.0] for s in samples)
+    assert all(s["ts"] == 0 for s in samples)  # the timestamp field is empty in tdm.dat
+
+
+@pytest.mark.parametrize("path", [XDL / "sample.txt", XDL / "sample2.txt", XDL / "tdm.dat",
+                                  XDL / "tdm_serving_sample.dat", SAMPLES / "xdl_example.txt",
+                                  SAMPLES / "edge_cases.txt", SAMPLES / "ads.txt"])
+def test_real_files_read_as_the_twin_reads_them(path):
+    data = path.read_bytes()
+    sparse, dense = set(), {}
+    for line in data.split(b"\n"):
+        fields = line.rstrip(b"\r").split(b"|")
+        if len(fields) >= 5:
+            sparse |= {e.split(b"@")[0].decode() for e in fields[2].split(b";") if b"@" in e}
+            for e in fields[3].split(b";"):
+                if b"@" in e:
+                    name, vals = e.split(b"@", 1)
+                    dense[name.decode()] = len(vals.split(b","))
+    want, errors = naive.parse_text(data, {n: 0 for n in sorted(sparse)}, {n: (w, None) for n, w in dense.items()}, 1)
+    assert errors == []
+    got = read_samples(make_reader([path], sparse=sorted(sparse), dense=dense, batch_size=7))
+    assert got == as_plain(want)
+
+
+def test_edge_cases_file_values():
+    got = read_samples(make_reader([SAMPLES / "edge_cases.txt"], sparse=["s", "t"], dense={"d": 2},
+                                   batch_size=100, pad=False))
+    by_id = {s["sid"]: s for s in got}
+    assert [s["sid"] for s in got] == [b"a1", b"a2", b"a3", b"b1", b"b2", b"c1"]  # blank lines skipped
+    assert by_id[b"a1"]["sparse"] == {"s": [(1, 1.0), (2, 1.0)], "t": [(3, 0.5)]}  # CRLF line
+    assert by_id[b"a2"]["sparse"]["s"] == [(4, 1.0), (5, 1.0)]  # a repeated name concatenates
+    assert by_id[b"a3"]["sparse"]["s"] == [(-2 ** 63, 1.0), (2 ** 63 - 1, 1.0)]
+    assert by_id[b"a3"]["ts"] == 0  # five fields: no timestamp
+    assert by_id[b"b1"]["sparse"] == {"s": [], "t": []} and by_id[b"b1"]["labels"] == [1.0]
+    assert by_id[b"b2"]["sparse"]["t"] == [(7, -0.25), (8, float("inf"))]
+    assert by_id[b"c1"]["sparse"]["s"] == [(7, 1.0)] and by_id[b"c1"]["ts"] == 103  # no final newline
+    assert by_id[b"b2"]["dense"]["d"] == [9.0, 10.0]
+
+
+def test_groups_follow_consecutive_group_ids():
+    reader = make_reader([SAMPLES / "edge_cases.txt"], sparse=["s"], batch_size=100)
+    read_samples(reader)
+    # g1 (a1, a2), '' (a3 alone), g2 (b1, b2), g3 (c1)
+    assert reader.stats()["groups"] == 4
+
+
+# -- errors -----------------------------------------------------------------------------------------
+def _expected_errors():
+    rows = []
+    for line in (SAMPLES / "malformed_errors.txt").read_text().splitlines():
+        if line.startswith("#"):
+            continue
+        number, kind, field, column, offset, *text = line.split(" ", 5)
+        rows.append((int(number), kind, field, int(column), int(offset), text[0] if text else ""))
+    return rows
+
+
+def _malformed_reader(**options):
+    return make_reader([SAMPLES / "malformed.txt"], sparse=["s"], dense={"d": 2}, batch_size=4, **options)
+
+
+def test_every_malformed_line_is_skipped_with_a_located_error():
+    reader = _malformed_reader(on_error="skip")
+    with pytest.warns(RuntimeWarning, match="skipped 13 bad lines"):
+        got = read_samples(reader)
+    assert [s["sid"] for s in got] == [b"ok1", b"ok15"]
+    stats = reader.stats()
+    assert stats["errors_skipped"] == 13
+    expected = _expected_errors()
+    assert Counter(stats["errors_by_kind"]) == Counter(kind for _, kind, *_ in expected)
+    for message, (number, kind, field, column, offset, text) in zip(stats["first_errors"], expected):
+        assert f"malformed.txt:{number}, byte {offset}, column {column}, field {field}" in message
+        assert repr(text) in message
+
+
+@pytest.mark.parametrize("number,kind,field,column,offset,text", _expected_errors())
+def test_malformed_line_raises_its_error_after_the_samples_before_it(tmp_path, number, kind, field, column,
+                                                                     offset, text):
+    lines = (SAMPLES / "malformed.txt").read_bytes().split(b"\n")
+    path = tmp_path / "one_bad.txt"
+    path.write_bytes(b"\n".join([lines[0]] + [lines[number - 1]] + [lines[14]]) + b"\n")
+    reader = make_reader([path], sparse=["s"], dense={"d": 2}, batch_size=4)
+    reader.startup()
+    batch = next(reader)
+    assert batch.sample_ids.tolist() == [b"ok1"]  # what came before the bad line is delivered
+    with pytest.raises(ingest.TextParseError) as info:
+        next(reader)
+    err = info.value
+    assert (err.line, err.kind, err.field, err.column, err.text) == (2, kind, field, column, text)
+    assert err.offset == len(lines[0]) + 1 + (offset - sum(len(x) + 1 for x in lines[:number - 1]))
+    assert err.source.endswith("one_bad.txt")
+    assert "^" in err.render()
+    assert isinstance(err, ingest.IngestError)
+    with pytest.raises(StopIteration):
+        next(reader)
+
+
+def test_missing_path_is_a_source_error(tmp_path):
+    reader = make_reader([tmp_path / "nope.txt"], sparse=["s"])
+    with pytest.raises(ingest.SourceError, match="nope.txt"):
+        reader.startup()
+
+
+@pytest.mark.parametrize("call", [
+    lambda r: r.batch_size(0), lambda r: r.threads(-1), lambda r: r.on_error("ignore"),
+    lambda r: r.shard(3, 3), lambda r: r.feature(name="x", type="dense"),
+    lambda r: r.feature(name="x", type="dense", nvec=3, mask="10"),
+    lambda r: r.feature(name="x", type="sparse", mask="1"), lambda r: r.feature(name="a|b", type="sparse"),
+    lambda r: r.feature(name="x", type="embedding"), lambda r: r.z("lz4"),
+])
+def test_bad_options_are_config_errors_that_name_the_argument(call):
+    reader = ingest.DataReader("r", paths=["x"])
+    with pytest.raises(ingest.ConfigError) as info:
+        call(reader)
+    assert isinstance(info.value, ValueError)
+
+
+# -- batching rules -----------------------------------------------------------------------------------
+def _grouped_file(tmp_path, sizes):
+    lines = []
+    for g, size in enumerate(sizes):
+        lines += [f"s{g}_{i}|g{g}|f@{g}|x@1|1|{g}" for i in range(size)]
+    path = tmp_path / "groups.txt"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_split_group_true_cuts_groups_at_the_batch_boundary(tmp_path):
+    reader = make_reader([_grouped_file(tmp_path, [3, 3, 3])], sparse=["f"], batch_size=4, pad=False)
+    reader.startup()
+    assert [b.size for b in reader] == [4, 4, 1]
+
+
+def test_split_group_false_moves_whole_group(tmp_path):
+    reader = make_reader([_grouped_file(tmp_path, [3, 3, 2, 4])], sparse=["f"], batch_size=4,
+                         split_group=False, pad=False)
+    reader.startup()
+    batches = reader.read_all()
+    assert [b.size for b in batches] == [3, 3, 2, 4]
+    assert [b.sample_ids.tolist()[0] for b in batches] == [b"s0_0", b"s1_0", b"s2_0", b"s3_0"]
+
+
+def test_split_group_false_group_larger_than_batch_raises_or_skips(tmp_path):
+    path = _grouped_file(tmp_path, [2, 5, 2])
+    reader = make_reader([path], sparse=["f"], batch_size=4, split_group=False)
+    reader.startup()
+    assert next(reader).size == 2
+    with pytest.raises(ingest.GroupTooLargeError, match="5 samples is larger than batch_size=4"):
+        next(reader)
+    reader = make_reader([path], sparse=["f"], batch_size=4, split_group=False, on_error="skip", pad=False)
+    with pytest.warns(RuntimeWarning):
+        got = read_samples(reader)
+    assert [s["sid"] for s in got] == [b"s0_0", b"s0_1", b"s2_0", b"s2_1"]
+    assert reader.stats()["errors_by_kind"] == {"GroupTooLargeError": 1}
+
+
+def test_drop_last_drops_the_short_batch_and_pad_off_keeps_it_short(tmp_path):
+    path = _grouped_file(tmp_path, [5])
+    reader = make_reader([path], sparse=["f"], batch_size=2, drop_last=True)
+    reader.startup()
+    assert [b.size for b in reader] == [2, 2]
+    reader = make_reader([path], sparse=["f"], batch_size=2, pad=False)
+    reader.startup()
+    batches = reader.read_all()
+    assert [(b.size, b.rows) for b in batches] == [(2, 2), (2, 2), (1, 1)]
+
+
+def test_cutoff_keeps_first_or_last_values_and_mask_selects_dense_columns(tmp_path):
+    path = tmp_path / "cut.txt"
+    path.write_text("a|g|f@1,2,3,4;h@5,6,7|v@1,2,3,4|1|\n")
+    reader = ingest.DataReader("r", paths=[str(path)])
+    reader.feature(name="f", type="sparse", serialized=True, cutoff=2)
+    reader.feature(name="h", type="sparse", serialized=True, cutoff=-2)
+    reader.feature(name="v", type="dense", nvec=4, mask="1010")
+    reader.startup()
+    (batch,) = reader.read_all()
+    assert batch["f"].ids.tolist() == [1, 2]
+    assert batch["h"].ids.tolist() == [6, 7]
+    assert batch["v"][0].tolist() == [1.0, 3.0]
+    assert batch["v"].shape == (1024, 2)
+
+
+def test_epochs_repeat_the_input(tmp_path):
+    path = _grouped_file(tmp_path, [2, 1])
+    got = read_samples(make_reader([path], sparse=["f"], epochs=3, batch_size=4))
+    assert [s["sid"] for s in got] == [b"s0_0", b"s0_1", b"s1_0"] * 3
+
+
+# -- parallelism, sharding, byte ranges ------------------------------------------------------------------
+def _all_features(reader):
+    from ingest import synthetic
+    return synthetic.declare(reader, serialized=True)
+
+
+def _synthetic_samples(path, **options):
+    reader = _all_features(ingest.DataReader("s", paths=[str(path)]))
+    for method, arg in options.items():
+        getattr(reader, method)(*arg) if isinstance(arg, tuple) else getattr(reader, method)(arg)
+    return read_samples(reader)
+
+
+def test_byte_ranges_read_exactly_what_the_whole_file_reads(synthetic_file):
+    whole = _synthetic_samples(synthetic_file)
+    ranged = _synthetic_samples(synthetic_file, unit_bytes=50_000, deterministic=True, threads=2)
+    assert ranged == whole
+    assert len(whole) == 3000
+
+
+def test_byte_ranges_never_cut_a_group(synthetic_file):
+    reader = _all_features(ingest.DataReader("s", paths=[str(synthetic_file)])).unit_bytes(50_000)
+    read_samples(reader)
+    whole = _all_features(ingest.DataReader("s", paths=[str(synthetic_file)]))
+    read_samples(whole)
+    assert reader.stats()["units"] > 50
+    assert reader.stats()["groups"] == whole.stats()["groups"]
+
+
+def test_shards_cover_the_input_exactly_once(synthetic_file, tmp_path):
+    other = tmp_path / "small.txt"
+    other.write_bytes((SAMPLES / "xdl_example.txt").read_bytes())
+    whole = _synthetic_samples(synthetic_file)
+    parts = [_synthetic_samples(synthetic_file, unit_bytes=100_000, shard=(i, 3)) for i in range(3)]
+    assert all(parts)
+    assert Counter(key_of(s) for p in parts for s in p) == Counter(key_of(s) for s in whole)
+
+
+def test_two_threads_give_the_same_samples_as_one(synthetic_file):
+    one = _synthetic_samples(synthetic_file, unit_bytes=200_000)
+    two = _synthetic_samples(synthetic_file, unit_bytes=200_000, threads=2)
+    assert Counter(key_of(s) for s in two) == Counter(key_of(s) for s in one)
+    ordered = _synthetic_samples(synthetic_file, unit_bytes=200_000, threads=2, deterministic=True)
+    assert ordered == one
+
+
+def test_group_alignment_matches_a_line_by_line_scan(synthetic_file):
+    from ingest.formats.text import group_start_at_or_after
+    data = synthetic_file.read_bytes()
+    starts, prev, pos = [], None, 0
+    for line in data.split(b"\n")[:-1]:
+        gid = line.split(b"|")[1]
+        if gid != prev:
+            starts.append(pos)
+        prev, pos = gid, pos + len(line) + 1
+    starts.append(len(data))
+    rng = np.random.default_rng(0)
+    with open(synthetic_file, "rb") as f:
+        for offset in [0, 1, len(data) - 1, len(data)] + rng.integers(0, len(data), 40).tolist():
+            want = next(s for s in starts if s >= offset)
+            assert group_start_at_or_after(f, offset, len(data)) == want
+
+
+# -- sources -----------------------------------------------------------------------------------------------
+def test_compressed_files_read_like_the_plain_file(tmp_path):
+    plain = (SAMPLES / "edge_cases.txt").read_bytes()
+    (tmp_path / "e.txt.gz").write_bytes(gzip.compress(plain))
+    (tmp_path / "e.txt.zst").write_bytes(zstandard.ZstdCompressor().compress(plain))
+    (tmp_path / "e.txt.zlib").write_bytes(zlib.compress(plain[:100]) + zlib.compress(plain[100:]))
+    (tmp_path / "forced.bin").write_bytes(gzip.compress(plain))
+    want = read_samples(make_reader([SAMPLES / "edge_cases.txt"], sparse=["s", "t"]))
+    for name in ("e.txt.gz", "e.txt.zst", "e.txt.zlib"):
+        assert read_samples(make_reader([tmp_path / name], sparse=["s", "t"])) == want
+    assert read_samples(make_reader([tmp_path / "forced.bin"], sparse=["s", "t"], z="gzip")) == want
+
+
+def test_xdl_zlib_stream_decompresses():
+    import fsspec
+    with fsspec.open(str(XDL / "zlib_test_data"), "rb", compression="zlib") as f:
+        assert f.read() == b"abcdefghijklmnopqrstuvwxyz1234567890" * 10
+
+
+def test_directories_and_globs_expand_sorted(tmp_path):
+    for name in ("b.txt", "a.txt", "_SUCCESS", ".hidden"):
+        (tmp_path / name).write_text(f"{name}|g|f@1|x@1|1|1\n")
+    got = read_samples(make_reader([tmp_path], sparse=["f"]))
+    assert [s["sid"] for s in got] == [b"a.txt", b"b.txt"]
+    got = read_samples(make_reader([tmp_path / "*.txt", tmp_path / "a.txt"], sparse=["f"]))
+    assert [s["sid"] for s in got] == [b"a.txt", b"b.txt", b"a.txt"]
+
+
+# -- lifecycle and batch API ---------------------------------------------------------------------------------
+def test_shutdown_after_one_batch_stops_every_thread(synthetic_file):
+    reader = _all_features(ingest.DataReader("s", paths=[str(synthetic_file)])).threads(2).batch_size(16)
+    reader.epochs(0).unit_bytes(100_000).prefetch(1).startup()
+    next(reader)
+    reader.shutdown()
+    assert not [t for t in threading.enumerate() if t.name.startswith("ingest-")]
+    with pytest.raises(ingest.ReaderClosedError):
+        for _ in range(1000):
+            next(reader)
+
+
+def test_options_are_fixed_after_startup():
+    reader = make_reader([SAMPLES / "edge_cases.txt"], sparse=["s"])
+    reader.startup()
+    with pytest.raises(ingest.ConfigError, match="fixed once startup"):
+        reader.batch_size(3)
+    reader.shutdown()
+
+
+def test_batch_arrays_are_contiguous_and_shared_through_dlpack():
+    reader = make_reader([XDL / "sample.txt"], sparse=["upv14"], dense={"a": 3}, label_count=2)
+    reader.startup()
+    (batch,) = reader.read_all()
+    arrays = batch.arrays()
+    assert set(arrays) == {"labels", "timestamps", "upv14.ids", "upv14.values", "upv14.offsets", "a"}
+    for name, capsule in batch.to_dlpack().items():
+        class _Holder:  # np.from_dlpack takes an object with __dlpack__
+            def __dlpack__(self, stream=None, **_):
+                return capsule
+
+            def __dlpack_device__(self):
+                return arrays[name].__dlpack_device__()
+        view = np.from_dlpack(_Holder())
+        assert np.shares_memory(view, arrays[name])
+        assert arrays[name].flags.c_contiguous
+
+
+def test_validate_catches_a_broken_batch():
+    reader = make_reader([XDL / "sample.txt"], sparse=["upv14"], label_count=2)
+    reader.startup()
+    (batch,) = reader.read_all()
+    batch["upv14"].offsets[2] = 100
+    with pytest.raises(ingest.InvalidBatchError, match="upv14"):
+        batch.validate()
+
+
+def test_synthetic_generator_matches_python_formatting():
+    from ingest import synthetic
+
+    def fmt4(v):
+        sign = "-" if v < 0 else ""
+        return f"{sign}{abs(v) // 10000}.{abs(v) % 10000:04d}"
+
+    lines = []
+    for first_group, a in synthetic.generate_arrays(300, seed=3):
+        for i in range(len(a["group"])):
+            g = a["group"][i]
+            gid = first_group + g
+            sparse = [f"uid@{a['uid'][g]}", f"age@{a['age'][g]}", f"gender@{a['gender'][g]}",
+                      "clk_hist@" + ",".join(f"{k}:{c}" for k, c in zip(a["clk_keys"][g], a["clk_cnt"][g])),
+                      "cate_pref@" + ",".join(f"{k}:{fmt4(w)}" for k, w in zip(a["pref_keys"][g], a["pref_w"][g])),
+                      f"item@{a['item'][i]}", f"cate@{a['cate'][i]}", f"shop@{a['shop'][i]}",
+                      f"brand@{a['brand'][i]}", "title@" + ",".join(map(str, a["title"][i])),
+                      "tags@" + ",".join(f"{k}:{fmt4(w)}" for k, w in zip(a["tags"][i], a["tag_w"][i]))]
+            dense = ["user_emb@" + ",".join(map(fmt4, a["user_emb"][g])), "ad_ctx@" + ",".join(map(fmt4, a["ad_ctx"][i]))]
+            lines.append(f"pv{gid}_{a['pos_in_group'][i]}|pv{gid}|{';'.join(sparse)}|{';'.join(dense)}|"
+                         f"{a['clk'][i]}.0,{a['conv'][i]}.0|{a['ts'][i]}\n")
+    assert b"".join(synthetic.generate(300, seed=3)) == "".join(lines).encode()
+    sizes = Counter(line.split("|")[1] for line in lines)
+    assert max(sizes.values()) <= 40
