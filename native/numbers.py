@@ -159,6 +159,36 @@ def scan_float(buf, i, end):
     return (-v if neg else v), OK
 
 
+_ZEROS8 = np.uint64(0x3030303030303030)
+_HIGH_NIBBLES = np.uint64(0xF0F0F0F0F0F0F0F0)
+_SIXES = np.uint64(0x0606060606060606)
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _load8(buf, k):
+    """Bytes ``buf[k:k+8]`` as a little-endian uint64 (first byte lowest)."""
+    v = np.uint64(0)
+    for j in range(8):
+        v |= np.uint64(buf[_u(k + j)]) << np.uint64(8 * j)
+    return v
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _all_digits(v):
+    # every byte in 0x30..0x39: high nibble 3, and adding 6 does not carry out of the low nibble
+    return ((v & _HIGH_NIBBLES) == _ZEROS8) and (((v + _SIXES) & _HIGH_NIBBLES) == _ZEROS8)
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _eight_digits_value(v):
+    """Value of eight ASCII digits packed by ``_load8``: pairs, then quads, then all eight."""
+    d = v - _ZEROS8
+    d = (d * np.uint64(10) + (d >> np.uint64(8))) & np.uint64(0x00FF00FF00FF00FF)
+    d = (d * np.uint64(100) + (d >> np.uint64(16))) & np.uint64(0x0000FFFF0000FFFF)
+    d = (d * np.uint64(10000) + (d >> np.uint64(32))) & np.uint64(0xFFFFFFFF)
+    return np.int64(d)
+
+
 @njit(nogil=True, cache=True, inline="always")
 def scan_int64_prefix(buf, i, end):
     """Parse the longest ``[+-]digits`` prefix of ``buf[i:end]`` in one pass.
@@ -173,6 +203,12 @@ def scan_int64_prefix(buf, i, end):
         k += 1
     d0 = k
     acc = np.int64(0)
+    while k + 8 <= end:  # eight digits at a time (SWAR), the common case of long ids
+        eight = _load8(buf, k)
+        if not _all_digits(eight):
+            break
+        acc = acc * 100000000 + _eight_digits_value(eight)
+        k += 8
     while k < end:
         d = np.int64(buf[_u(k)]) - 48
         if d < 0 or d > 9:

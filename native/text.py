@@ -367,28 +367,24 @@ def parse_text_chunk(buf, start, end, final, stop_on_error, label_count, max_gro
 
 @njit(nogil=True, cache=True)
 def count_sparse(tok_feat, row_tok, nrows, cutoff, offsets):
-    """Fill ``offsets`` (int64 ``[F, nrows + 1]``) for ``fill_sparse``, keeping ``cutoff`` values per row.
+    """Fill ``offsets`` (int64 ``[F, nrows + 1]``, zeroed) for ``fill_sparse``, keeping ``cutoff`` values per row.
 
     Offsets are absolute positions into one feature-major array: feature ``f`` row ``r``
     is ``offsets[f, r]:offsets[f, r + 1]`` and ``offsets[f, nrows] == offsets[f + 1, 0]``.
     """
     nfeat = offsets.shape[0]
-    count = np.zeros(nfeat, dtype=np.int64)
     for r in range(nrows):
-        count[:] = 0
         for t in range(row_tok[r], row_tok[r + 1]):
-            count[tok_feat[t]] += 1
-        for f in range(nfeat):
-            c = count[f]
-            lim = abs(cutoff[f])
-            if lim > 0 and c > lim:
-                c = lim
-            offsets[f, r + 1] = c
+            offsets[tok_feat[t], r + 1] += 1
     base = 0
     for f in range(nfeat):
+        lim = abs(cutoff[f])
         offsets[f, 0] = base
         for r in range(nrows):
-            offsets[f, r + 1] += offsets[f, r]
+            c = offsets[f, r + 1]
+            if lim > 0 and c > lim:
+                c = lim
+            offsets[f, r + 1] = offsets[f, r] + c
         base = offsets[f, nrows]
 
 
@@ -400,13 +396,28 @@ def fill_sparse(tok_feat, tok_key, tok_val, row_tok, nrows, cutoff, offsets, key
     input order.
     """
     nfeat = offsets.shape[0]
-    count = np.zeros(nfeat, dtype=np.int64)
+    any_cut = False
+    for f in range(nfeat):
+        any_cut |= cutoff[f] != 0
+    cursor = np.empty(nfeat, dtype=np.int64)
     seen = np.zeros(nfeat, dtype=np.int64)
+    count = np.zeros(nfeat, dtype=np.int64)
     for r in range(nrows):
         t0 = row_tok[r]
         t1 = row_tok[r + 1]
-        count[:] = 0
-        seen[:] = 0
+        if not any_cut:
+            for f in range(nfeat):
+                cursor[f] = offsets[f, r]
+            for t in range(t0, t1):
+                f = tok_feat[t]
+                o = cursor[f]
+                keys[o] = tok_key[t]
+                values[o] = tok_val[t]
+                cursor[f] = o + 1
+            continue
+        for f in range(nfeat):
+            seen[f] = 0
+            count[f] = 0
         for t in range(t0, t1):
             count[tok_feat[t]] += 1
         for t in range(t0, t1):
@@ -414,17 +425,19 @@ def fill_sparse(tok_feat, tok_key, tok_val, row_tok, nrows, cutoff, offsets, key
             i = seen[f]
             seen[f] += 1
             cut = cutoff[f]
+            kept = offsets[f, r + 1] - offsets[f, r]
             if cut > 0:
                 if i >= cut:
                     continue
                 j = i
             elif cut < 0:
-                skip = count[f] + cut
-                if i < skip:
+                # kept == min(count, -cut): the first count - kept values of the row are dropped
+                j = i - (count[f] - kept)
+                if j < 0:
                     continue
-                j = i - max(skip, 0)
             else:
                 j = i
             o = offsets[f, r] + j
             keys[o] = tok_key[t]
             values[o] = tok_val[t]
+
