@@ -39,8 +39,8 @@ def bench(path, samples, threads, runs):
     wrong = [r["samples"] for r in timed if r["samples"] != samples]
     if wrong:
         raise SystemExit(f"bench_text: read {wrong[0]} samples, expected {samples}")
-    medians = {key: statistics.median(r[key] for r in timed)
-               for key in ("seconds", "mb_per_s", "samples_per_s", "p50_ms", "p99_ms")}
+    columns = {key: [r[key] for r in timed] for key in ("seconds", "mb_per_s", "samples_per_s", "p50_ms", "p99_ms")}
+    medians = {key: None if None in values else statistics.median(values) for key, values in columns.items()}
     return {**medians, **per_core(medians, threads), "runs": timed}
 
 
