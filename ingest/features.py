@@ -87,7 +87,3 @@ class Schema:
         self.sparse = tuple(s for s in self.specs if s.type is FeatureType.sparse)
         self.dense = tuple(s for s in self.specs if s.type is FeatureType.dense)
 
-    @property
-    def tables(self):
-        """Number of tables the declared features use (1 + the highest ``table``)."""
-        return 1 + max((s.table for s in self.specs), default=0)

@@ -190,6 +190,19 @@ def _eight_digits_value(v):
 
 
 @njit(nogil=True, cache=True, inline="always")
+def _accumulate_digits(buf, k, end, acc):
+    """Append the decimal digits from ``k`` on to ``acc`` (wrapping past 18 digits: callers count
+    digits and fall back to the careful scanners); returns ``(acc, first non-digit position)``."""
+    while k < end:
+        d = np.int64(buf[_u(k)]) - 48
+        if d < 0 or d > 9:
+            break
+        acc = acc * 10 + d
+        k += 1
+    return acc, k
+
+
+@njit(nogil=True, cache=True, inline="always")
 def scan_int64_prefix(buf, i, end):
     """Parse the longest ``[+-]digits`` prefix of ``buf[i:end]`` in one pass.
 
@@ -209,12 +222,7 @@ def scan_int64_prefix(buf, i, end):
             break
         acc = acc * 100000000 + _eight_digits_value(eight)
         k += 8
-    while k < end:
-        d = np.int64(buf[_u(k)]) - 48
-        if d < 0 or d > 9:
-            break
-        acc = acc * 10 + d
-        k += 1
+    acc, k = _accumulate_digits(buf, k, end, acc)
     nd = k - d0
     if nd == 0:
         return acc, k, BAD
@@ -239,23 +247,13 @@ def scan_float_until(buf, i, end, delim1, delim2):
         k += 1
     mant = np.int64(0)
     d0 = k
-    while k < end:
-        d = np.int64(buf[_u(k)]) - 48
-        if d < 0 or d > 9:
-            break
-        mant = mant * 10 + d
-        k += 1
+    mant, k = _accumulate_digits(buf, k, end, mant)
     nd = k - d0
     frac = 0
     if k < end and buf[_u(k)] == 46:
         k += 1
         f0 = k
-        while k < end:
-            d = np.int64(buf[_u(k)]) - 48
-            if d < 0 or d > 9:
-                break
-            mant = mant * 10 + d
-            k += 1
+        mant, k = _accumulate_digits(buf, k, end, mant)
         frac = k - f0
         nd += frac
     if 0 < nd <= 15 and (k == end or buf[_u(k)] == delim1 or buf[_u(k)] == delim2):

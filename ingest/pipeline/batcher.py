@@ -109,9 +109,11 @@ def cut_batches(blocks, builder, *, split_group=True, drop_last=False, on_skip=N
                         pieces, filled = [], 0
                         continue
                     g_end = int(ends[np.searchsorted(ends, r, side="right")])
+                    first_id = blk.sid_bytes[blk.sid_offsets[r]:blk.sid_offsets[r + 1]].tobytes()
                     err = GroupTooLargeError(
-                        f"sample group of {g_end - r} samples is larger than batch_size={size}",
-                        source=blk.source, offset=blk.start, text="",
+                        f"sample group of {g_end - r} samples is larger than batch_size={size}; "
+                        f"its first sample id, in the chunk that starts at the byte offset given, is",
+                        source=blk.source, offset=blk.start, text=first_id.decode("utf-8", "replace"),
                         expected="groups of at most batch_size samples with split_group(False)")
                     if on_skip is None:
                         raise err
