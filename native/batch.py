@@ -1,5 +1,4 @@
 """Kernels that build batches from blocks: row-range copies, padding, fixed-width ids."""
-import numpy as np
 from numba import njit
 
 

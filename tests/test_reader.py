@@ -9,7 +9,7 @@ import pytest
 import zstandard
 
 import ingest
-from conftest import SAMPLES, XDL, as_plain, flatten, key_of, make_reader, read_samples
+from conftest import SAMPLES, XDL, as_plain, key_of, make_reader, read_samples
 
 import naive
 
