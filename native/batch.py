@@ -1,4 +1,4 @@
-"""Kernels that build batches from blocks: row-range copies, padding, fixed-width ids."""
+"""Kernels that build batches from blocks: row-range copies of sparse features, fixed-width sample ids."""
 from numba import njit
 
 
