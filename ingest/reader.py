@@ -185,13 +185,14 @@ class DataReader:
         if not self._specs and self._label_count == 0:
             raise ConfigError(f"reader {self.name!r}: nothing to read, declare a feature or label_count >= 1")
         on_skip = self._stats.skipped if self._policy == "skip" else None
-        fmt = formats.make_format(self._file_type, self.schema, max_group_size=self._max_group_size,
+        schema = self.schema
+        fmt = formats.make_format(self._file_type, schema, max_group_size=self._max_group_size,
                                   on_skip=on_skip)
         files = expand_paths(self._paths)
         units = plan_units(files, compression=self._compression, splittable=fmt.splittable,
                            task_num=self._task[1], unit_bytes=self._unit_bytes)
         mine = units[self._task[0]::self._task[1]]
-        builder = BatchBuilder(self.schema, self._batch_size, self._pad)
+        builder = BatchBuilder(schema, self._batch_size, self._pad)
         self._pipeline = Pipeline(mine, self._epochs, fmt, builder, threads=self._threads,
                                   deterministic=self._deterministic, split_group=self._split_group,
                                   drop_last=self._drop_last, on_skip=on_skip, stats=self._stats,

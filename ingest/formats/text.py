@@ -59,11 +59,6 @@ def _reason(code, spec, label_count, text):
     raise AssertionError(f"unknown error code {code}")
 
 
-def _shorten(data, limit=80):
-    text = bytes(data).decode("utf-8", errors="replace")
-    return text if len(text) <= limit else text[:limit - 3] + "..."
-
-
 class _Scratch:
     """Reusable kernel outputs of one worker, grown when a chunk does not fit."""
 
@@ -325,9 +320,9 @@ class TextFormat:
         spec = None
         if feat >= 0:
             spec = (self.sparse if field == K.F_SPARSE else self.dense)[feat]
-        text = _shorten(buf[bad_s:bad_e])
-        reason, expected = _reason(code, spec, self.schema.label_count,
-                                   buf[bad_s:bad_e].tobytes().decode("utf-8", "replace"))
+        bad = buf[bad_s:bad_e].tobytes().decode("utf-8", errors="replace")
+        text = bad if len(bad) <= 80 else bad[:77] + "..."
+        reason, expected = _reason(code, spec, self.schema.label_count, bad)
         context = buf[line_start:filled].tobytes().split(b"\n", 1)[0].rstrip(b"\r")
         context = context.decode("utf-8", errors="replace")
         offset = base + bad_s

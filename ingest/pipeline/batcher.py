@@ -68,8 +68,7 @@ class BatchBuilder:
             features[spec.name] = SparseFeature(spec.name, ids, values[vb:vb + c], offsets[f])
         for spec, arr in zip(schema.dense, dense):
             features[spec.name] = arr
-        sid_bytes = np.concatenate(sid_parts) if len(sid_parts) != 1 else sid_parts[0].copy()
-        return Batch(n, labels, timestamps, sid_bytes, sid_offsets, features)
+        return Batch(n, labels, timestamps, np.concatenate(sid_parts), sid_offsets, features)
 
 
 def cut_batches(blocks, builder, *, split_group=True, drop_last=False, on_skip=None):
