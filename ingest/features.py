@@ -78,7 +78,11 @@ def make_feature(name, type, table=0, nvec=None, serialized=False, dsl=None, cut
 
 
 class Schema:
-    """The declared features of a reader, in declaration order, and the label width."""
+    """The declared features of a reader, in declaration order, and the label width.
+
+    ``tables`` is one more than the highest declared ``table``: table 0 holds one row per
+    sample, tables 1.. are the aux tables of structured compression (FORMATS.md section 2).
+    """
 
     def __init__(self, specs, label_count):
         self.specs = tuple(specs)
@@ -86,4 +90,13 @@ class Schema:
         self.by_name = {s.name: s for s in self.specs}
         self.sparse = tuple(s for s in self.specs if s.type is FeatureType.sparse)
         self.dense = tuple(s for s in self.specs if s.type is FeatureType.dense)
+        self.tables = max((s.table for s in self.specs), default=0) + 1
+
+    def sparse_in(self, table):
+        """Sparse features of one table, in declaration order."""
+        return tuple(s for s in self.sparse if s.table == table)
+
+    def dense_in(self, table):
+        """Dense features of one table, in declaration order."""
+        return tuple(s for s in self.dense if s.table == table)
 

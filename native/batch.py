@@ -1,36 +1,107 @@
-"""Kernels that build batches from blocks: row-range copies of sparse features, fixed-width sample ids."""
+"""Kernels that build batches from blocks: row-range copies, aux-table ranges, indicators."""
 from numba import njit
 
 
 @njit(nogil=True, cache=True)
-def copy_sparse_rows(src_offsets, src_keys, src_hkeys, src_values, r0, r1, row0,
-                     pair, key_base, value_base, dst_offsets, dst_keys, dst_pairs, dst_values):
-    """Append rows ``r0:r1`` of every sparse feature of a block to a batch at row ``row0``.
+def copy_sparse_ranges(src_offsets, src_keys, src_hkeys, src_values, lo, hi, nranges, row0,
+                       pair, key_base, value_base, dst_offsets, dst_keys, dst_pairs, dst_values):
+    """Append rows ``lo[g]:hi[g]`` (g < nranges) of every sparse feature of a table at row ``row0``.
 
     ``dst_offsets[f]`` (int64 ``[R + 1]``) holds row offsets local to feature ``f``;
     ``dst_offsets[f, row0]`` must already be set.  Feature ``f`` writes its values at
     ``value_base[f] + local offset``, and its ids at ``key_base[f] + local offset`` either
     into ``dst_pairs`` as ``(hkey, key)`` when ``pair[f]`` or into ``dst_keys``.
-    ``src_hkeys`` of length 0 means all high words are 0.
+    ``src_hkeys`` of length 0 means all high words are 0.  Returns the next free row.
     """
     has_hkeys = len(src_hkeys) > 0
-    for f in range(src_offsets.shape[0]):
-        s0 = src_offsets[f, r0]
-        s1 = src_offsets[f, r1]
-        cur = dst_offsets[f, row0]
-        vb = value_base[f] + cur
-        kb = key_base[f] + cur
-        for i in range(s1 - s0):
-            dst_values[vb + i] = src_values[s0 + i]
-        if pair[f]:
+    row = row0
+    for g in range(nranges):
+        r0 = lo[g]
+        r1 = hi[g]
+        for f in range(src_offsets.shape[0]):
+            s0 = src_offsets[f, r0]
+            s1 = src_offsets[f, r1]
+            cur = dst_offsets[f, row]
+            vb = value_base[f] + cur
+            kb = key_base[f] + cur
             for i in range(s1 - s0):
-                dst_pairs[kb + i, 0] = src_hkeys[s0 + i] if has_hkeys else 0
-                dst_pairs[kb + i, 1] = src_keys[s0 + i]
-        else:
-            for i in range(s1 - s0):
-                dst_keys[kb + i] = src_keys[s0 + i]
-        for r in range(r0, r1):
-            dst_offsets[f, row0 + r - r0 + 1] = cur + src_offsets[f, r + 1] - s0
+                dst_values[vb + i] = src_values[s0 + i]
+            if pair[f]:
+                for i in range(s1 - s0):
+                    dst_pairs[kb + i, 0] = src_hkeys[s0 + i] if has_hkeys else 0
+                    dst_pairs[kb + i, 1] = src_keys[s0 + i]
+            else:
+                for i in range(s1 - s0):
+                    dst_keys[kb + i] = src_keys[s0 + i]
+            for r in range(r0, r1):
+                dst_offsets[f, row + r - r0 + 1] = cur + src_offsets[f, r + 1] - s0
+        row += r1 - r0
+    return row
+
+
+@njit(nogil=True, cache=True)
+def copy_dense_ranges(src, lo, hi, nranges, dst, row0):
+    """Append rows ``lo[g]:hi[g]`` of a dense matrix at row ``row0`` of ``dst``; returns the next row."""
+    row = row0
+    for g in range(nranges):
+        for r in range(lo[g], hi[g]):
+            for c in range(src.shape[1]):
+                dst[row, c] = src[r, c]
+            row += 1
+    return row
+
+
+@njit(nogil=True, cache=True)
+def group_ranges(group_offsets, r0, r1, lo, hi):
+    """Cut rows ``r0:r1`` of table 0 at group starts into ``lo``/``hi``; returns the number of ranges."""
+    g = 0
+    lo_g = r0
+    # first group start after r0
+    k = 0
+    while k < len(group_offsets) and group_offsets[k] <= r0:
+        k += 1
+    while k < len(group_offsets) and group_offsets[k] < r1:
+        lo[g] = lo_g
+        hi[g] = group_offsets[k]
+        g += 1
+        lo_g = group_offsets[k]
+        k += 1
+    lo[g] = lo_g
+    hi[g] = r1
+    return g + 1
+
+
+@njit(nogil=True, cache=True)
+def refer_ranges(refer, lo, hi, nranges, next_lo, next_hi):
+    """For each range of rows, the contiguous range of next-table rows its rows refer to."""
+    for g in range(nranges):
+        m = refer[lo[g]]
+        x = m
+        for r in range(lo[g] + 1, hi[g]):
+            v = refer[r]
+            if v < m:
+                m = v
+            if v > x:
+                x = v
+        next_lo[g] = m
+        next_hi[g] = x + 1
+
+
+@njit(nogil=True, cache=True)
+def write_indicators(refer, lo, hi, next_lo, next_hi, nranges, out, row0, packed0):
+    """Indicators of rows ``lo[g]:hi[g]``: packed next-table rows before the range's + refer - min refer.
+
+    ``row0`` is the first output row, ``packed0`` the next-table rows already packed in
+    the batch.  Returns ``(next row, next packed)``.
+    """
+    row = row0
+    packed = packed0
+    for g in range(nranges):
+        for r in range(lo[g], hi[g]):
+            out[row] = packed + refer[r] - next_lo[g]
+            row += 1
+        packed += next_hi[g] - next_lo[g]
+    return row, packed
 
 
 @njit(nogil=True, cache=True)

@@ -2,8 +2,8 @@
 
 ``parse_text_chunk`` reads whole lines of one chunk of one work unit into scratch arrays:
 a token stream of the declared sparse features in input order, dense rows, labels,
-timestamps, sample-id bytes and group starts.  ``count_sparse`` and ``fill_sparse`` then turn the token
-stream into feature-major CSR arrays owned by a block.
+timestamps, sample-id bytes and group starts.  ``columns.count_rows`` and ``columns.fill_rows``
+then turn the token stream into feature-major CSR arrays owned by a block.
 
 Chunks end at group boundaries: unless ``final`` is set, the group that was still open
 when the bytes ran out is held back (``consumed`` points at its first line) so that it is
@@ -363,81 +363,3 @@ def parse_text_chunk(buf, start, end, final, stop_on_error, label_count, max_gro
             ngroups -= 1
         return DONE, end, line, nrows, ngroups, ntok, nsid, nerr
     return DONE, c_pos, c_line, c_rows, c_groups, c_tok, c_sid, c_err
-
-
-@njit(nogil=True, cache=True)
-def count_sparse(tok_feat, row_tok, nrows, cutoff, offsets):
-    """Fill ``offsets`` (int64 ``[F, nrows + 1]``, zeroed) for ``fill_sparse``, keeping ``cutoff`` values per row.
-
-    Offsets are absolute positions into one feature-major array: feature ``f`` row ``r``
-    is ``offsets[f, r]:offsets[f, r + 1]`` and ``offsets[f, nrows] == offsets[f + 1, 0]``.
-    """
-    nfeat = offsets.shape[0]
-    for r in range(nrows):
-        for t in range(row_tok[r], row_tok[r + 1]):
-            offsets[tok_feat[t], r + 1] += 1
-    base = 0
-    for f in range(nfeat):
-        lim = abs(cutoff[f])
-        offsets[f, 0] = base
-        for r in range(nrows):
-            c = offsets[f, r + 1]
-            if lim > 0 and c > lim:
-                c = lim
-            offsets[f, r + 1] = offsets[f, r] + c
-        base = offsets[f, nrows]
-
-
-@njit(nogil=True, cache=True)
-def fill_sparse(tok_feat, tok_key, tok_val, row_tok, nrows, cutoff, offsets, keys, values):
-    """Scatter the token stream into feature-major ``keys``/``values`` laid out by ``count_sparse``.
-
-    A positive cutoff keeps the first values of a row, a negative one the last, both in
-    input order.
-    """
-    nfeat = offsets.shape[0]
-    any_cut = False
-    for f in range(nfeat):
-        any_cut |= cutoff[f] != 0
-    cursor = np.empty(nfeat, dtype=np.int64)
-    seen = np.zeros(nfeat, dtype=np.int64)
-    count = np.zeros(nfeat, dtype=np.int64)
-    for r in range(nrows):
-        t0 = row_tok[r]
-        t1 = row_tok[r + 1]
-        if not any_cut:
-            for f in range(nfeat):
-                cursor[f] = offsets[f, r]
-            for t in range(t0, t1):
-                f = tok_feat[t]
-                o = cursor[f]
-                keys[o] = tok_key[t]
-                values[o] = tok_val[t]
-                cursor[f] = o + 1
-            continue
-        for f in range(nfeat):
-            seen[f] = 0
-            count[f] = 0
-        for t in range(t0, t1):
-            count[tok_feat[t]] += 1
-        for t in range(t0, t1):
-            f = tok_feat[t]
-            i = seen[f]
-            seen[f] += 1
-            cut = cutoff[f]
-            kept = offsets[f, r + 1] - offsets[f, r]
-            if cut > 0:
-                if i >= cut:
-                    continue
-                j = i
-            elif cut < 0:
-                # kept == min(count, -cut): the first count - kept values of the row are dropped
-                j = i - (count[f] - kept)
-                if j < 0:
-                    continue
-            else:
-                j = i
-            o = offsets[f, r] + j
-            keys[o] = tok_key[t]
-            values[o] = tok_val[t]
-

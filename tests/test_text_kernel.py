@@ -136,10 +136,10 @@ def _kernel_samples(tmp_path, data, sparse, dense, label_count, max_group_size, 
                  "sparse": {}, "dense": {}, "labels": blk.labels[r].tolist(),
                  "ts": int(blk.timestamps[r]), "new_group": r in starts}
             for f, spec in enumerate(specs[:len(sparse)]):
-                a, b = blk.sp_offsets[f, r], blk.sp_offsets[f, r + 1]
+                a, b = blk.tables[0].sp_offsets[f, r], blk.tables[0].sp_offsets[f, r + 1]
                 s["sparse"][spec.name] = list(zip(blk.sp_keys[a:b].tolist(), blk.sp_values[a:b].tolist()))
             for d, spec in enumerate(specs[len(sparse):]):
-                s["dense"][spec.name] = blk.dense[d][r].tolist()
+                s["dense"][spec.name] = blk.tables[0].dense[d][r].tolist()
             samples.append(s)
     return samples, [(e.line, e.kind, e.field) for e in errors]
 

@@ -9,7 +9,8 @@ import numpy as np
 from .._native import text as K
 from .._native.names import build_name_table
 from ..errors import TextParseError
-from ..pipeline.block import Block
+from .._native.columns import count_rows, fill_rows
+from ..pipeline.block import Block, Table, empty_aux_tables
 from ..sources import open_unit, read_into
 
 __all__ = ["TextFormat", "group_start_at_or_after", "count_lines_before"]
@@ -24,6 +25,7 @@ _KIND = {getattr(K, name): name for name in (
     "BAD_TIMESTAMP")}
 
 _ALIGN_WINDOW = 1 << 16
+_NONE = np.empty(0, np.int64)
 
 
 def _reason(code, spec, label_count, text):
@@ -199,9 +201,9 @@ class TextFormat:
         self.on_skip = on_skip
         self.chunk_bytes = chunk_bytes
         # text carries table 0 only: features of aux tables stay empty
-        self.sparse = [s for s in schema.sparse if s.table == 0]
-        self.sparse_index = np.array([i for i, s in enumerate(schema.sparse) if s.table == 0], np.int64)
-        self.dense = list(schema.dense)
+        self.sparse = list(schema.sparse_in(0))
+        self.feat_map = np.arange(len(self.sparse), dtype=np.int64)
+        self.dense = list(schema.dense_in(0))
         self.sp_table = build_name_table([s.name for s in self.sparse])
         self.dn_table = build_name_table([s.name for s in self.dense])
         self.cutoff = np.array([s.cutoff for s in self.sparse], np.int64)
@@ -292,26 +294,22 @@ class TextFormat:
                 return
 
     def _block(self, s, nrows, ngroups, ntok, nsid, unit, start, end):
-        nfeat = len(self.schema.sparse)
-        offsets = np.zeros((nfeat, nrows + 1), np.int64)
-        own = offsets[self.sparse_index] if len(self.sparse_index) != nfeat else offsets
-        K.count_sparse(s.tok_feat, s.row_tok, nrows, self.cutoff, own)
-        total = int(own[-1, -1]) if len(own) else 0
+        offsets = np.zeros((len(self.sparse), nrows + 1), np.int64)
+        tok0, tok1 = s.row_tok[:nrows], s.row_tok[1:nrows + 1]
+        total = count_rows(s.tok_feat, tok0, tok1, nrows, self.feat_map, self.cutoff, 0, offsets)
         keys = np.empty(total, np.int64)
         values = np.empty(total, np.float32)
-        K.fill_sparse(s.tok_feat, s.tok_key, s.tok_val, s.row_tok, nrows, self.cutoff, own, keys, values)
-        if own is not offsets:  # aux-table features: empty rows at the end of the arrays
-            offsets[self.sparse_index] = own
-            aux = np.setdiff1d(np.arange(nfeat), self.sparse_index)
-            offsets[aux] = total
+        fill_rows(s.tok_feat, s.tok_key, _NONE, s.tok_val, tok0, tok1, nrows, self.feat_map, self.cutoff,
+                  offsets, keys, _NONE, values)
         dense = tuple(s.dense[:nrows, b:b + w].copy()  # a copy: the scratch is reused
                       for b, w in zip(self.dn_out_base, self.dn_out_width))
         group_offsets = np.empty(ngroups + 1, np.int64)
         group_offsets[:ngroups] = s.group_start[:ngroups]
         group_offsets[ngroups] = nrows
-        return Block(nrows=nrows, group_offsets=group_offsets, sp_offsets=offsets, sp_keys=keys,
-                     sp_hkeys=None, sp_values=values, dense=dense,
-                     labels=s.labels[:nrows].copy(), timestamps=s.timestamps[:nrows].copy(),
+        refer0, aux = empty_aux_tables(self.schema, group_offsets, total)
+        main = Table(nrows, offsets, dense, refer0)
+        return Block(tables=(main, *aux), group_offsets=group_offsets, sp_keys=keys, sp_hkeys=None,
+                     sp_values=values, labels=s.labels[:nrows].copy(), timestamps=s.timestamps[:nrows].copy(),
                      sid_bytes=s.sid_bytes[:nsid].copy(), sid_offsets=s.sid_off[:nrows + 1].copy(),
                      source=unit.url, start=start, end=end)
 

@@ -1,7 +1,8 @@
 """Cutting the block stream into batches (FORMATS.md section 3 batching rules)."""
 import numpy as np
 
-from .._native.batch import copy_sparse_rows
+from .._native.batch import (copy_dense_ranges, copy_sparse_ranges, group_ranges, refer_ranges,
+                             write_indicators)
 from ..batch import Batch, SparseFeature
 from ..errors import GroupTooLargeError
 
@@ -11,64 +12,117 @@ _NO_HKEYS = np.empty(0, np.int64)
 
 
 class BatchBuilder:
-    """Builds one Batch from pieces ``(block, r0, r1)`` of consecutive rows."""
+    """Builds one Batch from pieces ``(block, r0, r1)`` of consecutive rows of table 0.
+
+    For data with aux tables each piece also takes, per group, the contiguous range of
+    aux rows its rows refer to (FORMATS.md section 3), and ``batch.indicators[k]`` maps
+    every row of table k to its row of table k + 1 in the batch.
+    """
 
     def __init__(self, schema, batch_size, pad):
         self.schema = schema
         self.batch_size = batch_size
         self.pad = pad
-        self.pair = np.array([not s.serialized for s in schema.sparse], np.bool_)
+        self.tables = schema.tables
+        self.sparse = [schema.sparse_in(t) for t in range(self.tables)]
+        self.dense = [schema.dense_in(t) for t in range(self.tables)]
+        self.pair = [np.array([not s.serialized for s in specs], np.bool_) for specs in self.sparse]
+
+    def _ranges(self, blk, r0, r1):
+        """Per table, ``(lo, hi, m)``: the rows of that table the piece takes, one range per group."""
+        if self.tables == 1:
+            return [(np.array([r0], np.int64), np.array([r1], np.int64), 1)]
+        lo = np.empty(r1 - r0, np.int64)
+        hi = np.empty(r1 - r0, np.int64)
+        m = group_ranges(blk.group_offsets, r0, r1, lo, hi)
+        plan = [(lo, hi, m)]
+        for k in range(self.tables - 1):
+            next_lo = np.empty(m, np.int64)
+            next_hi = np.empty(m, np.int64)
+            refer_ranges(blk.tables[k].refer, lo, hi, m, next_lo, next_hi)
+            plan.append((next_lo, next_hi, m))
+            lo, hi = next_lo, next_hi
+        return plan
 
     def build(self, pieces):
         n = sum(r1 - r0 for _, r0, r1 in pieces)
-        rows = self.batch_size if self.pad else n
-        schema = self.schema
-        nfeat = len(schema.sparse)
-        counts = np.zeros(nfeat, np.int64)
-        for blk, r0, r1 in pieces:
-            counts += blk.sp_offsets[:, r1] - blk.sp_offsets[:, r0]
-        value_base = np.cumsum(counts) - counts
-        pair_counts = np.where(self.pair, counts, 0)
-        key_counts = counts - pair_counts
-        key_base = np.where(self.pair, np.cumsum(pair_counts) - pair_counts, np.cumsum(key_counts) - key_counts)
-        offsets = np.zeros((nfeat, rows + 1), np.int64)
-        keys = np.empty(int(key_counts.sum()), np.int64)
-        pairs = np.empty((int(pair_counts.sum()), 2), np.int64)
-        values = np.empty(int(counts.sum()), np.float32)
-        dense = [np.empty((rows, s.width), np.float32) for s in schema.dense]
-        labels = np.empty((rows, schema.label_count), np.float32)
-        timestamps = np.empty(rows, np.int64)
+        rows0 = self.batch_size if self.pad else n
+        padded = rows0 > n
+        plans = [self._ranges(blk, r0, r1) for blk, r0, r1 in pieces]
+        rows = [rows0]
+        for t in range(1, self.tables):  # aux rows, plus the empty row padded rows point at
+            rows.append(sum(int((hi[:m] - lo[:m]).sum()) for lo, hi, m in (p[t] for p in plans)) + padded)
+        found = {}
+        for t in range(self.tables):
+            found.update(self._table(t, pieces, plans, rows[t]))
+        features = {s.name: found[s.name] for s in self.schema.specs}
+        indicators = []
+        for k in range(self.tables - 1):
+            ind = np.empty(rows[k], np.int32)
+            row = packed = 0
+            for (blk, _, _), plan in zip(pieces, plans):
+                lo, hi, m = plan[k]
+                next_lo, next_hi, _ = plan[k + 1]
+                row, packed = write_indicators(blk.tables[k].refer, lo, hi, next_lo, next_hi, m, ind, row, packed)
+            ind[row:] = rows[k + 1] - 1
+            indicators.append(ind)
+        labels = np.empty((rows0, self.schema.label_count), np.float32)
+        timestamps = np.empty(rows0, np.int64)
         sid_parts = []
         sid_offsets = np.empty(n + 1, np.int64)
         sid_offsets[0] = 0
         row = 0
         for blk, r0, r1 in pieces:
             k = r1 - r0
-            hkeys = blk.sp_hkeys if blk.sp_hkeys is not None else _NO_HKEYS
-            copy_sparse_rows(blk.sp_offsets, blk.sp_keys, hkeys, blk.sp_values, r0, r1, row,
-                             self.pair, key_base, value_base, offsets, keys, pairs, values)
-            for out, src in zip(dense, blk.dense):
-                out[row:row + k] = src[r0:r1]
             labels[row:row + k] = blk.labels[r0:r1]
             timestamps[row:row + k] = blk.timestamps[r0:r1]
             a, b = blk.sid_offsets[r0], blk.sid_offsets[r1]
             sid_parts.append(blk.sid_bytes[a:b])
             sid_offsets[row + 1:row + k + 1] = blk.sid_offsets[r0 + 1:r1 + 1] - a + sid_offsets[row]
             row += k
-        if rows > n:  # padding: empty sparse rows, zero dense rows, labels and timestamps
-            offsets[:, n + 1:] = offsets[:, n:n + 1]
-            for out in dense:
-                out[n:] = 0
-            labels[n:] = 0
-            timestamps[n:] = 0
-        features = {}
-        for f, spec in enumerate(schema.sparse):
+        labels[n:] = 0
+        timestamps[n:] = 0
+        return Batch(n, labels, timestamps, np.concatenate(sid_parts), sid_offsets, features, indicators)
+
+    def _table(self, t, pieces, plans, rows):
+        """The features of table ``t`` over ``rows`` rows: sparse CSR and dense matrices by name."""
+        specs = self.sparse[t]
+        pair = self.pair[t]
+        counts = np.zeros(len(specs), np.int64)
+        for (blk, _, _), plan in zip(pieces, plans):
+            lo, hi, m = plan[t]
+            off = blk.tables[t].sp_offsets
+            counts += (off[:, hi[:m]] - off[:, lo[:m]]).sum(axis=1)
+        value_base = np.cumsum(counts) - counts
+        pair_counts = np.where(pair, counts, 0)
+        key_counts = counts - pair_counts
+        key_base = np.where(pair, np.cumsum(pair_counts) - pair_counts, np.cumsum(key_counts) - key_counts)
+        offsets = np.zeros((len(specs), rows + 1), np.int64)
+        keys = np.empty(int(key_counts.sum()), np.int64)
+        pairs = np.empty((int(pair_counts.sum()), 2), np.int64)
+        values = np.empty(int(counts.sum()), np.float32)
+        dense = [np.empty((rows, s.width), np.float32) for s in self.dense[t]]
+        row = 0
+        for (blk, _, _), plan in zip(pieces, plans):
+            lo, hi, m = plan[t]
+            tab = blk.tables[t]
+            hkeys = blk.sp_hkeys if blk.sp_hkeys is not None else _NO_HKEYS
+            for out, src in zip(dense, tab.dense):
+                copy_dense_ranges(src, lo, hi, m, out, row)
+            row = copy_sparse_ranges(tab.sp_offsets, blk.sp_keys, hkeys, blk.sp_values, lo, hi, m, row,
+                                     pair, key_base, value_base, offsets, keys, pairs, values)
+        # padding and the aux padding row: empty sparse rows, zero dense rows
+        offsets[:, row + 1:] = offsets[:, row:row + 1]
+        for out in dense:
+            out[row:] = 0
+        out = {}
+        for f, spec in enumerate(specs):
             kb, vb, c = int(key_base[f]), int(value_base[f]), int(counts[f])
-            ids = pairs[kb:kb + c] if self.pair[f] else keys[kb:kb + c]
-            features[spec.name] = SparseFeature(spec.name, ids, values[vb:vb + c], offsets[f])
-        for spec, arr in zip(schema.dense, dense):
-            features[spec.name] = arr
-        return Batch(n, labels, timestamps, np.concatenate(sid_parts), sid_offsets, features)
+            ids = pairs[kb:kb + c] if pair[f] else keys[kb:kb + c]
+            out[spec.name] = SparseFeature(spec.name, ids, values[vb:vb + c], offsets[f])
+        for spec, arr in zip(self.dense[t], dense):
+            out[spec.name] = arr
+        return out
 
 
 def cut_batches(blocks, builder, *, split_group=True, drop_last=False, on_skip=None):

@@ -3,7 +3,30 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Block"]
+__all__ = ["Block", "Table", "empty_aux_tables"]
+
+
+@dataclass(eq=False)
+class Table:
+    """The rows of one table of a block: one per sample for table 0, aux lines for tables 1..
+
+    Attributes
+    ----------
+    nrows : int
+    sp_offsets : int64 [F_t, nrows + 1]
+        Per sparse feature of this table (schema order), absolute positions into the
+        block's ``sp_keys``/``sp_values``: feature ``f`` row ``r`` is
+        ``sp_offsets[f, r]:sp_offsets[f, r + 1]``.
+    dense : tuple of float32 [nrows, width]
+        One array per dense feature of this table (schema order), masked already.
+    refer : int64 [nrows] or None
+        Row of the next table (in this block) each row refers to; None for the last table.
+    """
+
+    nrows: int
+    sp_offsets: np.ndarray
+    dense: tuple
+    refer: object = None
 
 
 @dataclass(eq=False)
@@ -12,19 +35,15 @@ class Block:
 
     Attributes
     ----------
-    nrows : int
-        Samples (rows of table 0).
+    tables : tuple of Table
+        One per table of the schema; ``tables[0]`` has one row per sample.
     group_offsets : int64 [G + 1]
-        First row of each group, then ``nrows``.  Groups never span blocks.
-    sp_offsets : int64 [F, nrows + 1]
-        Per declared sparse feature (schema order), absolute positions into ``sp_keys``
-        and ``sp_values``: feature ``f`` row ``r`` is ``sp_offsets[f, r]:sp_offsets[f, r + 1]``.
+        First sample (row of table 0) of each group, then ``nrows``.  Groups never span
+        blocks, and the rows of other tables a group refers to are in the same block.
     sp_keys : int64 [T]
     sp_hkeys : int64 [T] or None
-        High 64 bits of 128-bit ids; None when all are 0 (text input).
+        High 64 bits of 128-bit ids; None when all are 0.
     sp_values : float32 [T]
-    dense : tuple of float32 [nrows, width]
-        One array per declared dense feature (schema order), masked already.
     labels : float32 [nrows, label_count]
     timestamps : int64 [nrows]
     sid_bytes : uint8 [S], sid_offsets : int64 [nrows + 1]
@@ -35,13 +54,11 @@ class Block:
         Byte range of the source this block was parsed from.
     """
 
-    nrows: int
+    tables: tuple
     group_offsets: np.ndarray
-    sp_offsets: np.ndarray
     sp_keys: np.ndarray
     sp_hkeys: object
     sp_values: np.ndarray
-    dense: tuple
     labels: np.ndarray
     timestamps: np.ndarray
     sid_bytes: np.ndarray
@@ -51,5 +68,29 @@ class Block:
     end: int = 0
 
     @property
+    def nrows(self):
+        return self.tables[0].nrows
+
+    @property
     def nbytes(self):
         return self.end - self.start
+
+
+def empty_aux_tables(schema, group_offsets, end):
+    """Tables 1.. for data without aux lines (text, ``spb``): one empty line per group.
+
+    Every sample of a group refers to its group's line, so indicators stay valid and
+    aux features come out empty (sparse) or zero (dense), as in XDL.  ``end`` is the
+    position in the block's sparse arrays that the empty rows point at.
+    """
+    groups = len(group_offsets) - 1
+    tables = []
+    for t in range(1, schema.tables):
+        offsets = np.full((len(schema.sparse_in(t)), groups + 1), end, np.int64)
+        dense = tuple(np.zeros((groups, s.width), np.float32) for s in schema.dense_in(t))
+        refer = np.arange(groups, dtype=np.int64) if t < schema.tables - 1 else None
+        tables.append(Table(groups, offsets, dense, refer))
+    refer0 = None
+    if schema.tables > 1:
+        refer0 = np.repeat(np.arange(groups, dtype=np.int64), np.diff(group_offsets))
+    return refer0, tables

@@ -1,0 +1,102 @@
+"""Token streams to feature-major CSR columns, shared by every format's kernels.
+
+A parse kernel emits one token per sparse value (feature, key, high key, value), the
+tokens of a row contiguous, and says where each row's tokens are (``tok0[r]:tok1[r]``).
+``count_rows`` lays out the columns of one table, ``fill_rows`` scatters the tokens.
+"""
+import numpy as np
+from numba import njit
+
+
+@njit(nogil=True, cache=True)
+def count_rows(tok_feat, tok0, tok1, nrows, feat_map, cutoff, base, offsets):
+    """Fill ``offsets`` (int64 ``[F, nrows + 1]``, zeroed) for ``fill_rows``.
+
+    ``feat_map[tok_feat[t]]`` is the column of a token in ``offsets`` (-1: not in this
+    table).  Offsets are absolute positions from ``base`` into one feature-major array:
+    feature ``f`` row ``r`` is ``offsets[f, r]:offsets[f, r + 1]`` and
+    ``offsets[f, nrows] == offsets[f + 1, 0]``.  A row keeps at most ``abs(cutoff[f])``
+    values of feature ``f`` when that is not 0.  Returns the end position.
+    """
+    nfeat = offsets.shape[0]
+    for r in range(nrows):
+        for t in range(tok0[r], tok1[r]):
+            f = feat_map[tok_feat[t]]
+            if f >= 0:
+                offsets[f, r + 1] += 1
+    for f in range(nfeat):
+        lim = abs(cutoff[f])
+        offsets[f, 0] = base
+        for r in range(nrows):
+            c = offsets[f, r + 1]
+            if lim > 0 and c > lim:
+                c = lim
+            offsets[f, r + 1] = offsets[f, r] + c
+        base = offsets[f, nrows]
+    return base
+
+
+@njit(nogil=True, cache=True)
+def fill_rows(tok_feat, tok_key, tok_hkey, tok_val, tok0, tok1, nrows, feat_map, cutoff, offsets,
+              keys, hkeys, values):
+    """Scatter tokens into ``keys``/``hkeys``/``values`` laid out by ``count_rows``.
+
+    A positive cutoff keeps the first values of a row, a negative one the last, both in
+    input order.  ``hkeys`` (or ``tok_hkey``) of length 0 means no high keys are kept.
+    """
+    nfeat = offsets.shape[0]
+    with_h = len(hkeys) > 0 and len(tok_hkey) > 0
+    any_cut = False
+    for f in range(nfeat):
+        any_cut |= cutoff[f] != 0
+    cursor = np.empty(nfeat, dtype=np.int64)
+    seen = np.zeros(nfeat, dtype=np.int64)
+    count = np.zeros(nfeat, dtype=np.int64)
+    for r in range(nrows):
+        t0 = tok0[r]
+        t1 = tok1[r]
+        if not any_cut:
+            for f in range(nfeat):
+                cursor[f] = offsets[f, r]
+            for t in range(t0, t1):
+                f = feat_map[tok_feat[t]]
+                if f < 0:
+                    continue
+                o = cursor[f]
+                keys[o] = tok_key[t]
+                values[o] = tok_val[t]
+                if with_h:
+                    hkeys[o] = tok_hkey[t]
+                cursor[f] = o + 1
+            continue
+        for f in range(nfeat):
+            seen[f] = 0
+            count[f] = 0
+        for t in range(t0, t1):
+            f = feat_map[tok_feat[t]]
+            if f >= 0:
+                count[f] += 1
+        for t in range(t0, t1):
+            f = feat_map[tok_feat[t]]
+            if f < 0:
+                continue
+            i = seen[f]
+            seen[f] += 1
+            cut = cutoff[f]
+            kept = offsets[f, r + 1] - offsets[f, r]
+            if cut > 0:
+                if i >= cut:
+                    continue
+                j = i
+            elif cut < 0:
+                # kept == min(count, -cut): the first count - kept values of the row are dropped
+                j = i - (count[f] - kept)
+                if j < 0:
+                    continue
+            else:
+                j = i
+            o = offsets[f, r] + j
+            keys[o] = tok_key[t]
+            values[o] = tok_val[t]
+            if with_h:
+                hkeys[o] = tok_hkey[t]
