@@ -31,4 +31,5 @@ def make_format(ftype, schema, **options):
     if ftype is FileType.txt:
         from .text import TextFormat
         return TextFormat(schema, **options)
-    raise ConfigError(f"file_type={ftype.value!r} is not available in this version (protobuf: issue 3)")
+    from .protobuf import ProtobufFormat
+    return ProtobufFormat(schema, simple=ftype is FileType.spb, **options)

@@ -1,0 +1,268 @@
+"""Front end of the protobuf sample formats ``pb`` and ``spb``: framing, scratch, errors.
+
+Records are read into a reusable buffer; ``decode_chunk`` takes the whole records in it
+and the partial one at the end is kept for the next read.  Per chunk the Python work is
+O(tables): a kernel call, the column layout and a Block.
+"""
+import numpy as np
+
+from .._native import protobuf as K
+from .._native.columns import count_rows, fill_rows
+from .._native.names import build_name_table
+from ..errors import DataError
+from ..pipeline.block import Block, Table
+from ..sources import open_unit, read_into
+
+__all__ = ["ProtobufFormat", "ProtobufDecodeError", "DEFAULT_MAX_RECORD_BYTES"]
+
+DEFAULT_MAX_RECORD_BYTES = 64 << 20
+
+_KIND = {getattr(K, name): name for name in (
+    "TRUNCATED", "TOO_LONG", "MALFORMED", "WRONG_WIRE_TYPE", "MISSING_REQUIRED", "MISSING_KEY",
+    "TYPE_MISMATCH", "DENSE_VALUES", "DENSE_WIDTH", "DENSE_REPEATED", "TOO_FEW_LABELS", "LINE_COUNT",
+    "SAMPLE_ID_COUNT", "BAD_REFER", "BAD_TIMESTAMP", "BAD_ENUM")}
+
+_SIMPLE_FIELDS = {1: "sample_id", 2: "label", 3: "feature_line"}
+
+
+class ProtobufDecodeError(DataError):
+    """A record of a ``pb``/``spb`` file that is cut short, too long or does not decode."""
+
+
+class _Scratch:
+    """Reusable kernel outputs of one worker, grown when one record does not fit."""
+
+    def __init__(self, rows, tokens, sid_bytes, tables, dense_width, label_count):
+        self.tok_feat = np.empty(tokens, np.int32)
+        self.tok_key = np.empty(tokens, np.int64)
+        self.tok_hkey = np.empty(tokens, np.int64)
+        self.tok_val = np.empty(tokens, np.float32)
+        self.line_tok0 = np.empty((tables, rows), np.int64)
+        self.line_tok1 = np.empty((tables, rows), np.int64)
+        self.refer = np.empty((tables, rows), np.int64)
+        self.tab_rows = np.zeros(tables, np.int64)
+        self.dense = np.empty((tables, rows, dense_width), np.float32)
+        self.labels = np.empty((rows, label_count), np.float32)
+        self.timestamps = np.empty(rows, np.int64)
+        self.sid_bytes = np.empty(sid_bytes, np.uint8)
+        self.sid_off = np.empty(rows + 1, np.int64)
+        self.group_start = np.empty(rows + 1, np.int64)
+        self.errors = np.empty((64, K.ERROR_COLUMNS), np.int64)
+        self.st = np.zeros(K.STATE_SLOTS, np.int64)
+
+    def grown(self):
+        return _Scratch(2 * len(self.timestamps), 2 * len(self.tok_key), 2 * len(self.sid_bytes),
+                        len(self.tab_rows), self.dense.shape[2], self.labels.shape[1])
+
+    def outputs(self):
+        return (self.tok_feat, self.tok_key, self.tok_hkey, self.tok_val, self.line_tok0, self.line_tok1,
+                self.refer, self.tab_rows, self.dense, self.labels, self.timestamps, self.sid_bytes,
+                self.sid_off, self.group_start, self.errors, self.st)
+
+
+class ProtobufFormat:
+    """Parses ``pb`` (``simple=False``) or ``spb`` work units into Blocks for one schema.
+
+    Parameters
+    ----------
+    schema : ingest.features.Schema
+    simple : bool
+        Records are ``SampleSimple`` (``spb``) rather than ``SampleGroup`` (``pb``).
+    on_skip : callable or None
+        Receives each ``ProtobufDecodeError`` of a skipped record; None means raise the first.
+    chunk_bytes : int
+        Size of the read buffer (grown when one record does not fit).
+    max_record_bytes : int
+        Longest record accepted; a longer length prefix is an error (the file is corrupt
+        or not of this format), and the rest of the unit cannot be framed.
+    """
+
+    splittable = False
+
+    def __init__(self, schema, simple=False, on_skip=None, chunk_bytes=4 << 20,
+                 max_record_bytes=DEFAULT_MAX_RECORD_BYTES, max_group_size=None):
+        del max_group_size  # a pb group is one record
+        self.schema = schema
+        self.simple = simple
+        self.on_skip = on_skip
+        self.chunk_bytes = chunk_bytes
+        self.max_record_bytes = max_record_bytes
+        self.message = "SampleSimple" if simple else "SampleGroup"
+        specs = schema.specs
+        self.names = build_name_table([s.name for s in specs])
+        sparse_pos = {s.name: i for i, s in enumerate(schema.sparse)}
+        dense_pos = {s.name: i for i, s in enumerate(schema.dense)}
+        self.feat_kind = np.array([K.SPARSE if s.name in sparse_pos else K.DENSE for s in specs], np.int64)
+        self.feat_index = np.array([sparse_pos.get(s.name, dense_pos.get(s.name)) for s in specs], np.int64)
+        self.feat_table = np.array([s.table for s in specs], np.int64)
+        self.feat_name = [s.name for s in specs]
+        dense = schema.dense
+        self.dn_nvec = np.array([s.nvec for s in dense], np.int64)
+        widths = np.array([s.width for s in dense], np.int64)
+        self.dn_col = np.concatenate([[0], np.cumsum(widths)[:-1]]).astype(np.int64)
+        self.dn_elem_base = np.concatenate([[0], np.cumsum(self.dn_nvec)[:-1]]).astype(np.int64)
+        cols = [np.where(s.kept_elements >= 0, s.kept_elements + base, -1) for s, base in zip(dense, self.dn_col)]
+        self.dn_elem_col = np.concatenate(cols).astype(np.int64) if cols else np.empty(0, np.int64)
+        self.dense_width = int(widths.sum())
+        self.dense_by_table = [[(int(self.dn_col[i]), s.width) for i, s in enumerate(dense) if s.table == t]
+                               for t in range(schema.tables)]
+        self.feat_map = []
+        self.cutoff = []
+        for t in range(schema.tables):
+            local = {s.name: j for j, s in enumerate(schema.sparse_in(t))}
+            self.feat_map.append(np.array([local.get(s.name, -1) for s in schema.sparse], np.int64))
+            self.cutoff.append(np.array([s.cutoff for s in schema.sparse_in(t)], np.int64))
+
+    def _new_scratch(self):
+        rows = max(1024, self.chunk_bytes // 64)
+        return _Scratch(rows, self.chunk_bytes // 6, self.chunk_bytes // 8 + 4096, self.schema.tables,
+                        self.dense_width, self.schema.label_count)
+
+    def read_unit(self, unit, stop=None):
+        """Yield the Blocks of one work unit; skipped errors go to ``on_skip``, others raise."""
+        f = open_unit(unit)
+        try:
+            yield from self._read(f, unit, stop)
+        finally:
+            f.close()
+
+    def _read(self, f, unit, stop):
+        scratch = self._new_scratch()
+        buf = np.empty(self.chunk_bytes, np.uint8)
+        filled = 0
+        base = 0       # source offset of buf[0]
+        records = 0    # records of this unit before buf[0]
+        eof = False
+        while True:
+            while not eof and filled < len(buf):
+                n = read_into(f, memoryview(buf)[filled:])
+                if n == 0:
+                    eof = True
+                filled += n
+            if filled == 0:
+                return
+            status, consumed, nrec, nerr = K.decode_chunk(
+                buf, filled, eof, self.simple, self.max_record_bytes, self.on_skip is None,
+                self.schema.label_count, *self.names, self.feat_kind, self.feat_index, self.feat_table,
+                self.dn_nvec, self.dn_elem_base, self.dn_elem_col, *scratch.outputs())
+            errors = [self._error(buf, filled, scratch.errors[k], unit, base, records) for k in range(nerr)]
+            if scratch.st[K.S_NROWS]:
+                yield self._block(scratch, unit, base, base + consumed)
+            if status == K.STOPPED_AT_ERROR or (status == K.UNFRAMED and self.on_skip is None):
+                raise errors[-1]
+            for err in errors:
+                self.on_skip(err)
+            if status == K.UNFRAMED:
+                return  # no length prefix to trust: the rest of the unit is lost (reported above)
+            if consumed == 0 and not eof:
+                if status == K.FULL:
+                    scratch = scratch.grown()
+                else:  # one record larger than the buffer
+                    need = int(np.frombuffer(buf[:4].tobytes(), "<u4")[0]) + 4
+                    bigger = np.empty(max(2 * len(buf), need), np.uint8)
+                    bigger[:filled] = buf[:filled]
+                    buf = bigger
+                continue
+            if consumed == 0 and status == K.FULL:
+                scratch = scratch.grown()
+                continue
+            buf[:filled - consumed] = buf[consumed:filled]
+            filled -= consumed
+            base += consumed
+            records += nrec
+            if eof and filled == 0:
+                return
+            if stop is not None and stop.is_set():
+                return
+
+    def _block(self, s, unit, start, end):
+        schema = self.schema
+        st = s.st
+        ntok = int(st[K.S_NTOK])
+        nrows = int(st[K.S_NROWS])
+        ngroups = int(st[K.S_NGROUPS])
+        offsets = []
+        total = 0
+        for t in range(schema.tables):
+            rows_t = int(s.tab_rows[t])
+            off = np.zeros((len(schema.sparse_in(t)), rows_t + 1), np.int64)
+            total = count_rows(s.tok_feat, s.line_tok0[t, :rows_t], s.line_tok1[t, :rows_t], rows_t,
+                               self.feat_map[t], self.cutoff[t], total, off)
+            offsets.append(off)
+        keys = np.empty(total, np.int64)
+        values = np.empty(total, np.float32)
+        hkeys = np.empty(total if st[K.S_ANY_HKEY] else 0, np.int64)
+        tables = []
+        for t in range(schema.tables):
+            rows_t = int(s.tab_rows[t])
+            fill_rows(s.tok_feat[:ntok], s.tok_key, s.tok_hkey, s.tok_val, s.line_tok0[t, :rows_t],
+                      s.line_tok1[t, :rows_t], rows_t, self.feat_map[t], self.cutoff[t], offsets[t], keys, hkeys,
+                      values)
+            dense = tuple(s.dense[t, :rows_t, b:b + w].copy() for b, w in self.dense_by_table[t])
+            refer = s.refer[t, :rows_t].copy() if t < schema.tables - 1 else None
+            tables.append(Table(rows_t, offsets[t], dense, refer))
+        group_offsets = np.empty(ngroups + 1, np.int64)
+        group_offsets[:ngroups] = s.group_start[:ngroups]
+        group_offsets[ngroups] = nrows
+        nsid = int(st[K.S_NSID])
+        return Block(tables=tuple(tables), group_offsets=group_offsets, sp_keys=keys,
+                     sp_hkeys=hkeys if len(hkeys) else None, sp_values=values,
+                     labels=s.labels[:nrows].copy(), timestamps=s.timestamps[:nrows].copy(),
+                     sid_bytes=s.sid_bytes[:nsid].copy(), sid_offsets=s.sid_off[:nrows + 1].copy(),
+                     source=unit.url, start=start, end=end)
+
+    def _error(self, buf, filled, row, unit, base, records):
+        code, record, record_pos, pos, table, line, feat, got = (int(v) for v in row)
+        feature = self.feat_name[feat] if feat >= 0 else None
+        reason, expected = self._reason(code, table, line, feature, got)
+        where = unit.url if unit.compression is None else f"{unit.url} (decompressed)"
+        text = buf[pos:min(pos + 16, filled)].tobytes().hex(" ")
+        if table >= 0 and not self.simple:
+            field = f"feature_tables[{table}]" + (f".feature_lines[{line}]" if line >= 0 else "")
+        else:
+            field = "feature_line" if self.simple and table >= 0 else None
+        return ProtobufDecodeError(reason, source=where, offset=base + pos, record=records + record,
+                                   expected=expected, text=text, field=field, feature=feature,
+                                   kind=_KIND[code])
+
+    def _reason(self, code, table, line, feature, got):
+        """(reason, expected) for an error code of the decoder."""
+        msg = self.message
+        if code == K.TRUNCATED:
+            return (f"record cut short by the end of the data ({got} bytes present), bytes",
+                    "a 4-byte little-endian length, then that many bytes")
+        if code == K.TOO_LONG:
+            return (f"record length {got} is above max_record_bytes={self.max_record_bytes}; the length bytes are",
+                    f"a length-prefixed {msg} (is this a {'spb' if self.simple else 'pb'} file?)")
+        if code == K.MALFORMED:
+            return "bytes that are not protobuf wire format", f"a serialized {msg}"
+        if code == K.WRONG_WIRE_TYPE:
+            return f"field of wire type {got}", f"the wire type of {msg}'s field"
+        if code == K.MISSING_REQUIRED:
+            what = f"SampleSimple.{_SIMPLE_FIELDS[got]}" if self.simple and table < 0 else "Feature.type"
+            return f"required field {what} is missing", f"{what} present"
+        if code == K.MISSING_KEY:
+            return "sparse FeatureValue without key", "FeatureValue.key in every sparse value"
+        if code == K.TYPE_MISMATCH:
+            stored = "kSparse" if got == 1 else "kDense"
+            return f"feature stored as {stored}", "the type it was declared with"
+        if code == K.DENSE_VALUES:
+            return f"dense feature with {got} FeatureValues", "exactly one FeatureValue holding the vector"
+        if code == K.DENSE_WIDTH:
+            nvec = self.schema.by_name[feature].nvec
+            return f"dense vector of {got} floats", f"{nvec} floats (nvec of {feature!r})"
+        if code == K.DENSE_REPEATED:
+            return "dense feature repeated in one line", "each dense feature at most once per line"
+        if code == K.TOO_FEW_LABELS:
+            return f"{got} labels", f"at least label_count={self.schema.label_count} labels"
+        if code == K.LINE_COUNT:
+            return f"table 0 has {got} lines", "one table-0 line per sample (per Label in labels)"
+        if code == K.SAMPLE_ID_COUNT:
+            return f"{got} sample ids", "no sample ids or one per sample"
+        if code == K.BAD_REFER:
+            return (f"refer {got} out of range", f"the index of a line of table {table + 1} of the same group")
+        if code == K.BAD_TIMESTAMP:
+            return "extension 'timestamp' is not an integer", "a base-10 int64"
+        if code == K.BAD_ENUM:
+            return f"feature type {got}", "kSparse (1) or kDense (2)"
+        raise AssertionError(f"unknown error code {code}")

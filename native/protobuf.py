@@ -1,0 +1,734 @@
+"""Kernels of the protobuf sample formats (FORMATS.md section 2): wire-format decoding.
+
+``decode_chunk`` walks length-prefixed records (``SampleGroup`` for ``pb``, ``SampleSimple``
+for ``spb``) straight from the bytes, with no protobuf object: per table it records the
+lines (their token range, ``refer``, dense row), per sample the labels, timestamp and
+sample id, and one token per sparse value of a declared feature.  ``columns.count_rows``
+and ``columns.fill_rows`` then lay the tokens out as CSR columns, as for text.
+
+It decodes as any protobuf parser does: fields in any order, repeated scalars packed or
+not, unknown fields (groups included) skipped, the last value of a repeated optional
+scalar kept.  A record that breaks the wire format or the schema's rules is rolled back
+whole and reported in the error table; the next record is found by its length prefix.
+"""
+import numpy as np
+from numba import njit
+
+from .index import _u
+from .names import lookup_name
+from .numbers import OK, scan_int64
+
+# status of decode_chunk
+DONE = 0
+FULL = 1              # scratch full: a block of what was decoded, then call again
+STOPPED_AT_ERROR = 2  # stop_on_error and a bad record: records before it were kept
+UNFRAMED = 3          # a record length that cannot be trusted: the rest of the input is lost
+
+# error codes
+TRUNCATED = 1
+TOO_LONG = 2
+MALFORMED = 3
+WRONG_WIRE_TYPE = 4
+MISSING_REQUIRED = 5
+MISSING_KEY = 6
+TYPE_MISMATCH = 7
+DENSE_VALUES = 8
+DENSE_WIDTH = 9
+DENSE_REPEATED = 10
+TOO_FEW_LABELS = 11
+LINE_COUNT = 12
+SAMPLE_ID_COUNT = 13
+BAD_REFER = 14
+BAD_TIMESTAMP = 15
+BAD_ENUM = 16
+
+# columns of the error table
+E_CODE = 0
+E_RECORD = 1      # record index within the chunk
+E_RECORD_POS = 2  # buffer position of the record's length prefix
+E_POS = 3         # buffer position of the offending bytes
+E_TABLE = 4
+E_LINE = 5        # line within the group's table
+E_FEATURE = 6     # declared feature (index in the name table) or -1
+E_GOT = 7         # the count or value found
+ERROR_COLUMNS = 8
+
+# slots of the state array shared by the decoding functions
+S_NTOK = 0
+S_NSID = 1
+S_NROWS = 2
+S_NGROUPS = 3
+S_ANY_HKEY = 4
+S_POS = 5
+S_TABLE = 6
+S_LINE = 7
+S_FEATURE = 8
+S_GOT = 9
+STATE_SLOTS = 10
+
+# kinds of declared features
+SPARSE = 0
+DENSE = 1
+
+_TIMESTAMP = np.frombuffer(b"timestamp", np.uint8).copy()
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _varint(buf, p, end):
+    """``(value, next p)``; next p is -1 when the varint runs past ``end`` or over 10 bytes."""
+    if p < end:
+        b = buf[_u(p)]
+        if b < 0x80:
+            return np.uint64(b), p + 1
+    x = np.uint64(0)
+    shift = np.uint64(0)
+    while p < end and shift < 64:
+        b = buf[_u(p)]
+        p += 1
+        x |= np.uint64(b & 0x7F) << shift
+        if b < 0x80:
+            return x, p
+        shift += np.uint64(7)
+    return x, -1
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _u32(buf, p):
+    return (np.uint32(buf[_u(p)]) | (np.uint32(buf[_u(p + 1)]) << np.uint32(8))
+            | (np.uint32(buf[_u(p + 2)]) << np.uint32(16)) | (np.uint32(buf[_u(p + 3)]) << np.uint32(24)))
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _f32(buf, p, bits):
+    """The little-endian float32 at ``buf[p:p+4]`` (``bits`` is a uint32 [1] viewed as float32 by the caller)."""
+    bits[0] = _u32(buf, p)
+    return bits.view(np.float32)[0]
+
+
+@njit(nogil=True, cache=True)
+def _skip(buf, p, end, wt, field):
+    """Position after the value of a field of wire type ``wt``, or -1 when malformed."""
+    if wt == 0:
+        _, p = _varint(buf, p, end)
+        return p
+    if wt == 1:
+        return p + 8 if p + 8 <= end else -1
+    if wt == 2:
+        n, p = _varint(buf, p, end)
+        if p < 0 or n > np.uint64(end - p):
+            return -1
+        return p + np.int64(n)
+    if wt == 5:
+        return p + 4 if p + 4 <= end else -1
+    if wt == 3:  # a group: skip fields up to its end-group tag (nested groups included)
+        depth = 1
+        stack_field = field
+        while p < end:
+            tag, p = _varint(buf, p, end)
+            if p < 0:
+                return -1
+            f = np.int64(tag >> np.uint64(3))
+            w = np.int64(tag & np.uint64(7))
+            if w == 4:
+                depth -= 1
+                if depth == 0:
+                    return p if f == stack_field else -1
+                continue
+            if w == 3:
+                depth += 1
+                continue
+            p = _skip(buf, p, end, w, f)
+            if p < 0:
+                return -1
+        return -1
+    return -1
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _len_field(buf, p, end):
+    """``(start, stop)`` of a length-delimited value at ``p``; start is -1 when malformed."""
+    n, p = _varint(buf, p, end)
+    if p < 0 or n > np.uint64(end - p):
+        return -1, -1
+    return p, p + np.int64(n)
+
+
+@njit(nogil=True, cache=True)
+def _fail(st, code, pos, table, line, feature, got):
+    st[S_POS] = pos
+    st[S_TABLE] = table
+    st[S_LINE] = line
+    st[S_FEATURE] = feature
+    st[S_GOT] = got
+    return code
+
+
+@njit(nogil=True, cache=True)
+def _floats(buf, p, end, wt, out, count, limit, bits):
+    """Read one ``repeated float`` occurrence (packed or not) into ``out[count:limit]``.
+
+    Returns ``(new count, next p)``; next p is -1 when malformed.  Floats past ``limit``
+    are counted, not stored.
+    """
+    if wt == 5:
+        if p + 4 > end:
+            return count, -1
+        if count < limit:
+            out[count] = _f32(buf, p, bits)
+        return count + 1, p + 4
+    a, b = _len_field(buf, p, end)
+    if a < 0 or (b - a) % 4 != 0:
+        return count, -1
+    for q in range(a, b, 4):
+        if count < limit:
+            out[count] = _f32(buf, q, bits)
+        count += 1
+    return count, b
+
+
+@njit(nogil=True, cache=True)
+def _decode_label(buf, a, b, out, count, bits, st):
+    """A ``Label`` message into ``out``; returns the values seen so far or -(error code)."""
+    p = a
+    while p < b:
+        tag, p = _varint(buf, p, b)
+        if p < 0:
+            return -_fail(st, MALFORMED, a, 0, -1, -1, 0)
+        field = np.int64(tag >> np.uint64(3))
+        wt = np.int64(tag & np.uint64(7))
+        if field == 1:
+            if wt != 5 and wt != 2:
+                return -_fail(st, WRONG_WIRE_TYPE, p, 0, -1, -1, wt)
+            count, p = _floats(buf, p, b, wt, out, count, len(out), bits)
+        else:
+            p = _skip(buf, p, b, wt, field)
+        if p < 0:
+            return -_fail(st, MALFORMED, a, 0, -1, -1, 0)
+    return count
+
+
+@njit(nogil=True, cache=True)
+def _decode_feature(buf, a, b, table, line, row, slots, names, name_off, feat_kind, feat_index, feat_table,
+                    dn_nvec, dn_elem_base, dn_elem_col, tok_feat, tok_key, tok_hkey, tok_val, dense_row,
+                    dn_seen, vec, bits, st):
+    """One ``Feature`` of a line of ``table``; emits its tokens or dense row.  Returns 0 or an error code."""
+    # first pass: type and name, which may come after the values
+    ftype = np.int64(-1)
+    na = -1
+    nb = -1
+    nvals = 0
+    p = a
+    while p < b:
+        fpos = p
+        tag, p = _varint(buf, p, b)
+        if p < 0:
+            return _fail(st, MALFORMED, fpos, table, line, -1, 0)
+        field = np.int64(tag >> np.uint64(3))
+        wt = np.int64(tag & np.uint64(7))
+        if field == 1:
+            if wt != 0:
+                return _fail(st, WRONG_WIRE_TYPE, fpos, table, line, -1, wt)
+            v, p = _varint(buf, p, b)
+            ftype = np.int64(v)
+        elif field == 2:
+            if wt != 2:
+                return _fail(st, WRONG_WIRE_TYPE, fpos, table, line, -1, wt)
+            na, nb = _len_field(buf, p, b)
+            p = nb
+        elif field == 3:
+            if wt != 2:
+                return _fail(st, WRONG_WIRE_TYPE, fpos, table, line, -1, wt)
+            p = _skip(buf, p, b, wt, field)
+            nvals += 1
+        else:
+            p = _skip(buf, p, b, wt, field)
+        if p < 0:
+            return _fail(st, MALFORMED, fpos, table, line, -1, 0)
+    if ftype == -1:
+        return _fail(st, MISSING_REQUIRED, a, table, line, -1, 1)
+    if ftype != 1 and ftype != 2:
+        return _fail(st, BAD_ENUM, a, table, line, -1, ftype)
+    if na < 0:
+        return 0  # no name: cannot be a declared feature
+    code = lookup_name(buf, na, nb, slots, names, name_off)
+    if code < 0 or feat_table[code] != table:
+        return 0
+    kind = feat_kind[code]
+    if (kind == SPARSE) != (ftype == 1):
+        return _fail(st, TYPE_MISMATCH, na, table, line, code, ftype)
+    f = feat_index[code]
+    if kind == DENSE:
+        if nvals != 1:
+            return _fail(st, DENSE_VALUES, a, table, line, code, nvals)
+        if dn_seen[f]:
+            return _fail(st, DENSE_REPEATED, na, table, line, code, 0)
+        dn_seen[f] = True
+    # second pass: the values
+    p = a
+    while p < b:
+        tag, p = _varint(buf, p, b)
+        field = np.int64(tag >> np.uint64(3))
+        wt = np.int64(tag & np.uint64(7))
+        if field != 3:
+            p = _skip(buf, p, b, wt, field)
+            continue
+        va, vb = _len_field(buf, p, b)
+        p = vb
+        key = np.int64(0)
+        hkey = np.int64(0)
+        value = np.float32(1.0)
+        has_key = False
+        nvec = 0
+        q = va
+        while q < vb:
+            fpos = q
+            tag, q = _varint(buf, q, vb)
+            if q < 0:
+                return _fail(st, MALFORMED, fpos, table, line, code, 0)
+            vfield = np.int64(tag >> np.uint64(3))
+            vwt = np.int64(tag & np.uint64(7))
+            if vfield == 1 or vfield == 4:
+                if vwt != 0:
+                    return _fail(st, WRONG_WIRE_TYPE, fpos, table, line, code, vwt)
+                v, q = _varint(buf, q, vb)
+                if vfield == 1:
+                    key = np.int64(v)
+                    has_key = True
+                else:
+                    hkey = np.int64(v)
+            elif vfield == 2:
+                if vwt != 5:
+                    return _fail(st, WRONG_WIRE_TYPE, fpos, table, line, code, vwt)
+                if q + 4 > vb:
+                    return _fail(st, MALFORMED, fpos, table, line, code, 0)
+                value = _f32(buf, q, bits)
+                q += 4
+            elif vfield == 3:
+                if vwt != 5 and vwt != 2:
+                    return _fail(st, WRONG_WIRE_TYPE, fpos, table, line, code, vwt)
+                if kind == DENSE:
+                    nvec, q = _floats(buf, q, vb, vwt, vec, nvec, len(vec), bits)
+                else:
+                    q = _skip(buf, q, vb, vwt, vfield)
+            else:
+                q = _skip(buf, q, vb, vwt, vfield)
+            if q < 0:
+                return _fail(st, MALFORMED, fpos, table, line, code, 0)
+        if kind == DENSE:
+            width = dn_nvec[f]
+            if nvec != width:
+                return _fail(st, DENSE_WIDTH, va, table, line, code, nvec)
+            base = dn_elem_base[f]
+            for j in range(width):
+                col = dn_elem_col[base + j]
+                if col >= 0:
+                    dense_row[col] = vec[j]
+        else:
+            if not has_key:
+                return _fail(st, MISSING_KEY, va, table, line, code, 0)
+            t = st[S_NTOK]
+            tok_feat[t] = f
+            tok_key[t] = key
+            tok_hkey[t] = hkey
+            tok_val[t] = value
+            st[S_NTOK] = t + 1
+            if hkey != 0:
+                st[S_ANY_HKEY] = 1
+    return 0
+
+
+@njit(nogil=True, cache=True)
+def _decode_line(buf, a, b, table, line, row, slots, names, name_off, feat_kind, feat_index, feat_table,
+                 dn_nvec, dn_elem_base, dn_elem_col, tok_feat, tok_key, tok_hkey, tok_val, line_tok1,
+                 refer, dense, dn_seen, vec, bits, st):
+    """A ``FeatureLine`` into row ``row`` of ``table`` (its start token, refer and dense row already set)."""
+    p = a
+    while p < b:
+        fpos = p
+        tag, p = _varint(buf, p, b)
+        if p < 0:
+            return _fail(st, MALFORMED, fpos, table, line, -1, 0)
+        field = np.int64(tag >> np.uint64(3))
+        wt = np.int64(tag & np.uint64(7))
+        if field == 1:
+            if wt != 2:
+                return _fail(st, WRONG_WIRE_TYPE, fpos, table, line, -1, wt)
+            fa, fb = _len_field(buf, p, b)
+            if fa < 0:
+                return _fail(st, MALFORMED, fpos, table, line, -1, 0)
+            err = _decode_feature(buf, fa, fb, table, line, row, slots, names, name_off, feat_kind, feat_index,
+                                  feat_table, dn_nvec, dn_elem_base, dn_elem_col, tok_feat, tok_key, tok_hkey,
+                                  tok_val, dense[table, row], dn_seen, vec, bits, st)
+            if err:
+                return err
+            p = fb
+        elif field == 2:
+            if wt != 0:
+                return _fail(st, WRONG_WIRE_TYPE, fpos, table, line, -1, wt)
+            v, p = _varint(buf, p, b)
+            refer[table, row] = np.int64(np.int32(np.int64(v)))  # int32 on the wire
+        elif field == 3:
+            if wt != 0 and wt != 2:
+                return _fail(st, WRONG_WIRE_TYPE, fpos, table, line, -1, wt)
+            p = _skip(buf, p, b, wt, field)
+        else:
+            p = _skip(buf, p, b, wt, field)
+        if p < 0:
+            return _fail(st, MALFORMED, fpos, table, line, -1, 0)
+    line_tok1[table, row] = st[S_NTOK]
+    return 0
+
+
+@njit(nogil=True, cache=True)
+def _start_line(table, row, line_tok0, line_tok1, refer, dense, dn_seen, st):
+    line_tok0[table, row] = st[S_NTOK]
+    line_tok1[table, row] = st[S_NTOK]
+    refer[table, row] = 0
+    dense[table, row, :] = 0.0
+    dn_seen[:] = False
+
+
+@njit(nogil=True, cache=True)
+def _timestamp(buf, a, b, st):
+    """The ``timestamp`` entry of an ``Extensions`` message: ``(value, error code)``; 0 when absent."""
+    ts = np.int64(0)
+    p = a
+    while p < b:
+        fpos = p
+        tag, p = _varint(buf, p, b)
+        if p < 0:
+            return ts, _fail(st, MALFORMED, fpos, 0, -1, -1, 0)
+        field = np.int64(tag >> np.uint64(3))
+        wt = np.int64(tag & np.uint64(7))
+        if field != 1 or wt != 2:
+            p = _skip(buf, p, b, wt, field)
+            if p < 0:
+                return ts, _fail(st, MALFORMED, fpos, 0, -1, -1, 0)
+            continue
+        ea, eb = _len_field(buf, p, b)
+        if ea < 0:
+            return ts, _fail(st, MALFORMED, fpos, 0, -1, -1, 0)
+        p = eb
+        ka = kb = va = vb = -1
+        q = ea
+        while q < eb:
+            tag, q = _varint(buf, q, eb)
+            if q < 0:
+                return ts, _fail(st, MALFORMED, fpos, 0, -1, -1, 0)
+            f = np.int64(tag >> np.uint64(3))
+            w = np.int64(tag & np.uint64(7))
+            if (f == 1 or f == 2) and w == 2:
+                s0, s1 = _len_field(buf, q, eb)
+                if s0 < 0:
+                    return ts, _fail(st, MALFORMED, fpos, 0, -1, -1, 0)
+                if f == 1:
+                    ka, kb = s0, s1
+                else:
+                    va, vb = s0, s1
+                q = s1
+            else:
+                q = _skip(buf, q, eb, w, f)
+                if q < 0:
+                    return ts, _fail(st, MALFORMED, fpos, 0, -1, -1, 0)
+        if ka >= 0 and kb - ka == len(_TIMESTAMP):
+            same = True
+            for k in range(kb - ka):
+                if buf[_u(ka + k)] != _TIMESTAMP[k]:
+                    same = False
+            if same:
+                if va < 0:
+                    ts = np.int64(0)
+                else:
+                    v, status = scan_int64(buf, va, vb)
+                    if status != OK:
+                        return ts, _fail(st, BAD_TIMESTAMP, va, 0, -1, -1, 0)
+                    ts = v
+    return ts, 0
+
+
+@njit(nogil=True, cache=True)
+def _finish_group(n, lines0, tab_rows, ntables, line_tok0, line_tok1, refer, dense, dn_seen, group_start,
+                  st, pos):
+    """Checks after a group's fields: aux tables it lacks get one empty line, refers become block rows."""
+    for k in range(1, ntables):
+        if tab_rows[k] == lines0[k]:
+            row = tab_rows[k]
+            _start_line(k, row, line_tok0, line_tok1, refer, dense, dn_seen, st)
+            tab_rows[k] = row + 1
+            for r in range(lines0[k - 1], tab_rows[k - 1]):
+                refer[k - 1, r] = 0
+    for k in range(ntables - 1):
+        m = tab_rows[k + 1] - lines0[k + 1]
+        for r in range(lines0[k], tab_rows[k]):
+            v = refer[k, r]
+            if v < 0 or v >= m:
+                return _fail(st, BAD_REFER, pos, k, r - lines0[k], -1, v)
+            refer[k, r] = lines0[k + 1] + v
+    g = st[S_NGROUPS]
+    group_start[g] = st[S_NROWS]
+    st[S_NGROUPS] = g + 1
+    st[S_NROWS] += n
+    return 0
+
+
+@njit(nogil=True, cache=True)
+def _decode_group(buf, a, b, ntables, label_count, slots, names, name_off, feat_kind, feat_index, feat_table,
+                  dn_nvec, dn_elem_base, dn_elem_col, tok_feat, tok_key, tok_hkey, tok_val, line_tok0, line_tok1,
+                  refer, tab_rows, dense, labels, timestamps, sid_bytes, sid_off, group_start, dn_seen, vec,
+                  bits, lines0, st):
+    """A ``SampleGroup`` record.  Returns 0 or an error code (the caller rolls the record back)."""
+    row0 = st[S_NROWS]
+    nlabels = 0
+    nsid = 0
+    next_table = 0
+    next_ext = 0
+    for k in range(ntables):
+        lines0[k] = tab_rows[k]
+    p = a
+    while p < b:
+        fpos = p
+        tag, p = _varint(buf, p, b)
+        if p < 0:
+            return _fail(st, MALFORMED, fpos, 0, -1, -1, 0)
+        field = np.int64(tag >> np.uint64(3))
+        wt = np.int64(tag & np.uint64(7))
+        if field < 1 or field > 5:
+            p = _skip(buf, p, b, wt, field)
+            if p < 0:
+                return _fail(st, MALFORMED, fpos, 0, -1, -1, 0)
+            continue
+        if wt != 2:
+            return _fail(st, WRONG_WIRE_TYPE, fpos, 0, -1, -1, wt)
+        fa, fb = _len_field(buf, p, b)
+        if fa < 0:
+            return _fail(st, MALFORMED, fpos, 0, -1, -1, 0)
+        p = fb
+        if field == 1:
+            s = st[S_NSID]
+            for k in range(fb - fa):
+                sid_bytes[s + k] = buf[_u(fa + k)]
+            st[S_NSID] = s + fb - fa
+            nsid += 1
+            sid_off[row0 + nsid] = st[S_NSID]
+        elif field == 2:
+            row = row0 + nlabels
+            labels[row, :] = 0.0
+            got = _decode_label(buf, fa, fb, labels[row], 0, bits, st)
+            if got < 0:
+                return -got
+            if got < label_count:
+                return _fail(st, TOO_FEW_LABELS, fpos, 0, nlabels, -1, got)
+            nlabels += 1
+        elif field == 3:
+            k = next_table
+            next_table += 1
+            if k >= ntables:
+                continue
+            q = fa
+            while q < fb:
+                lpos = q
+                tag, q = _varint(buf, q, fb)
+                if q < 0:
+                    return _fail(st, MALFORMED, lpos, k, -1, -1, 0)
+                lf = np.int64(tag >> np.uint64(3))
+                lw = np.int64(tag & np.uint64(7))
+                if lf != 1:
+                    q = _skip(buf, q, fb, lw, lf)
+                    if q < 0:
+                        return _fail(st, MALFORMED, lpos, k, -1, -1, 0)
+                    continue
+                if lw != 2:
+                    return _fail(st, WRONG_WIRE_TYPE, lpos, k, -1, -1, lw)
+                la, lb = _len_field(buf, q, fb)
+                if la < 0:
+                    return _fail(st, MALFORMED, lpos, k, -1, -1, 0)
+                row = tab_rows[k]
+                _start_line(k, row, line_tok0, line_tok1, refer, dense, dn_seen, st)
+                err = _decode_line(buf, la, lb, k, row - lines0[k], row, slots, names, name_off, feat_kind,
+                                   feat_index, feat_table, dn_nvec, dn_elem_base, dn_elem_col, tok_feat, tok_key,
+                                   tok_hkey, tok_val, line_tok1, refer, dense, dn_seen, vec, bits, st)
+                if err:
+                    return err
+                tab_rows[k] = row + 1
+                q = lb
+        elif field == 5:
+            ts, err = _timestamp(buf, fa, fb, st)
+            if err:
+                return err
+            timestamps[row0 + next_ext] = ts
+            next_ext += 1
+        # field 4 (props) is not used
+    n = nlabels
+    if tab_rows[0] - lines0[0] != n:
+        return _fail(st, LINE_COUNT, a, 0, -1, -1, tab_rows[0] - lines0[0])
+    if nsid != 0 and nsid != n:
+        return _fail(st, SAMPLE_ID_COUNT, a, 0, -1, -1, nsid)
+    if nsid == 0:
+        for r in range(n):
+            sid_off[row0 + r + 1] = st[S_NSID]
+    for r in range(next_ext, n):
+        timestamps[row0 + r] = 0
+    if n == 0:
+        return -1  # an empty group: nothing to deliver, rolled back quietly
+    return _finish_group(n, lines0, tab_rows, ntables, line_tok0, line_tok1, refer, dense, dn_seen, group_start,
+                         st, a)
+
+
+@njit(nogil=True, cache=True)
+def _decode_simple(buf, a, b, ntables, label_count, slots, names, name_off, feat_kind, feat_index, feat_table,
+                   dn_nvec, dn_elem_base, dn_elem_col, tok_feat, tok_key, tok_hkey, tok_val, line_tok0, line_tok1,
+                   refer, tab_rows, dense, labels, timestamps, sid_bytes, sid_off, group_start, dn_seen, vec,
+                   bits, lines0, st):
+    """A ``SampleSimple`` record: one sample, a group of its own."""
+    row = st[S_NROWS]
+    line = tab_rows[0]
+    for k in range(ntables):
+        lines0[k] = tab_rows[k]
+    sid0 = st[S_NSID]
+    nlabels = 0
+    seen = 0  # bit j: required field j + 1 was present
+    labels[row, :] = 0.0
+    _start_line(0, line, line_tok0, line_tok1, refer, dense, dn_seen, st)
+    p = a
+    while p < b:
+        fpos = p
+        tag, p = _varint(buf, p, b)
+        if p < 0:
+            return _fail(st, MALFORMED, fpos, 0, -1, -1, 0)
+        field = np.int64(tag >> np.uint64(3))
+        wt = np.int64(tag & np.uint64(7))
+        if field < 1 or field > 3:
+            p = _skip(buf, p, b, wt, field)
+            if p < 0:
+                return _fail(st, MALFORMED, fpos, 0, -1, -1, 0)
+            continue
+        if wt != 2:
+            return _fail(st, WRONG_WIRE_TYPE, fpos, 0, -1, -1, wt)
+        fa, fb = _len_field(buf, p, b)
+        if fa < 0:
+            return _fail(st, MALFORMED, fpos, 0, -1, -1, 0)
+        p = fb
+        seen |= 1 << (field - 1)
+        if field == 1:  # a string: the last occurrence wins
+            for k in range(fb - fa):
+                sid_bytes[sid0 + k] = buf[_u(fa + k)]
+            st[S_NSID] = sid0 + fb - fa
+        elif field == 2:  # messages merge: label values append
+            nlabels = _decode_label(buf, fa, fb, labels[row], nlabels, bits, st)
+            if nlabels < 0:
+                return -nlabels
+        else:
+            # the tokens of earlier occurrences are still the line's, so resume from them
+            err = _decode_line(buf, fa, fb, 0, 0, line, slots, names, name_off, feat_kind, feat_index, feat_table,
+                               dn_nvec, dn_elem_base, dn_elem_col, tok_feat, tok_key, tok_hkey, tok_val, line_tok1,
+                               refer, dense, dn_seen, vec, bits, st)
+            if err:
+                return err
+    if seen != 7:
+        missing = 1 if not seen & 1 else (2 if not seen & 2 else 3)
+        return _fail(st, MISSING_REQUIRED, a, 0, -1, -1, missing)
+    if nlabels < label_count:
+        return _fail(st, TOO_FEW_LABELS, a, 0, 0, -1, nlabels)
+    tab_rows[0] = line + 1
+    sid_off[row + 1] = st[S_NSID]
+    timestamps[row] = 0
+    return _finish_group(1, lines0, tab_rows, ntables, line_tok0, line_tok1, refer, dense, dn_seen, group_start,
+                         st, a)
+
+
+@njit(nogil=True, cache=True)
+def decode_chunk(buf, end, final, simple, max_record, stop_on_error, label_count,
+                 slots, names, name_off, feat_kind, feat_index, feat_table, dn_nvec, dn_elem_base, dn_elem_col,
+                 tok_feat, tok_key, tok_hkey, tok_val, line_tok0, line_tok1, refer, tab_rows, dense, labels,
+                 timestamps, sid_bytes, sid_off, group_start, errors, st):
+    """Decode the whole records in ``buf[:end]``.
+
+    Returns ``(status, consumed, records, nerr)``; counts of rows, groups, tokens and
+    sample-id bytes are in ``st``, lines per table in ``tab_rows``.  Unless ``final``, a
+    record cut by ``end`` is left for the next call (``consumed`` points at it).  A record
+    is only started when the scratch can hold the most it could produce, so the decoding
+    functions need no bounds checks; when it cannot, the status is FULL.
+    """
+    ntables = tab_rows.shape[0]
+    for k in range(ntables):
+        tab_rows[k] = 0
+    for k in range(STATE_SLOTS):
+        st[k] = 0
+    sid_off[0] = 0
+    bits = np.zeros(1, np.uint32)
+    vec = np.empty(max(1, dn_nvec.max() if len(dn_nvec) else 1), np.float32)
+    dn_seen = np.zeros(len(dn_nvec), np.bool_)
+    lines0 = np.zeros(ntables, np.int64)
+    saved = np.zeros(ntables, np.int64)
+    pos = 0
+    records = 0
+    nerr = 0
+    while True:
+        if pos + 4 > end:
+            if final and pos < end:
+                _error_row(errors, nerr, TRUNCATED, records, pos, pos, -1, -1, -1, end - pos)
+                return UNFRAMED, end, records, nerr + 1
+            return DONE, pos, records, nerr
+        length = np.int64(_u32(buf, pos))
+        if length > max_record:
+            _error_row(errors, nerr, TOO_LONG, records, pos, pos, -1, -1, -1, length)
+            return UNFRAMED, end, records, nerr + 1
+        a = pos + 4
+        b = a + length
+        if b > end:
+            if final:
+                _error_row(errors, nerr, TRUNCATED, records, pos, pos, -1, -1, -1, end - a)
+                return UNFRAMED, end, records, nerr + 1
+            return DONE, pos, records, nerr
+        # worst case of one record: a token per 4 bytes, a line or label per 2 bytes
+        if (st[S_NTOK] + length // 4 + 1 > len(tok_feat) or st[S_NSID] + length > len(sid_bytes)
+                or st[S_NROWS] + length // 2 + 2 > len(timestamps) or st[S_NGROUPS] + 2 > len(group_start)
+                or nerr + 2 > len(errors)):
+            return FULL, pos, records, nerr
+        full = False
+        for k in range(ntables):
+            if tab_rows[k] + length // 2 + 2 > line_tok0.shape[1]:
+                full = True
+        if full:
+            return FULL, pos, records, nerr
+        ntok = st[S_NTOK]
+        nsid = st[S_NSID]
+        any_h = st[S_ANY_HKEY]
+        for k in range(ntables):
+            saved[k] = tab_rows[k]
+        if simple:
+            err = _decode_simple(buf, a, b, ntables, label_count, slots, names, name_off, feat_kind, feat_index,
+                                 feat_table, dn_nvec, dn_elem_base, dn_elem_col, tok_feat, tok_key, tok_hkey, tok_val,
+                                 line_tok0, line_tok1, refer, tab_rows, dense, labels, timestamps, sid_bytes, sid_off,
+                                 group_start, dn_seen, vec, bits, lines0, st)
+        else:
+            err = _decode_group(buf, a, b, ntables, label_count, slots, names, name_off, feat_kind, feat_index,
+                                feat_table, dn_nvec, dn_elem_base, dn_elem_col, tok_feat, tok_key, tok_hkey, tok_val,
+                                line_tok0, line_tok1, refer, tab_rows, dense, labels, timestamps, sid_bytes, sid_off,
+                                group_start, dn_seen, vec, bits, lines0, st)
+        if err != 0:
+            st[S_NTOK] = ntok
+            st[S_NSID] = nsid
+            st[S_ANY_HKEY] = any_h
+            for k in range(ntables):
+                tab_rows[k] = saved[k]
+            if err > 0:
+                _error_row(errors, nerr, err, records, pos, st[S_POS], st[S_TABLE], st[S_LINE], st[S_FEATURE],
+                           st[S_GOT])
+                nerr += 1
+                if stop_on_error:
+                    return STOPPED_AT_ERROR, pos, records, nerr
+        pos = b
+        records += 1
+
+
+@njit(nogil=True, cache=True)
+def _error_row(errors, k, code, record, record_pos, pos, table, line, feature, got):
+    errors[k, E_CODE] = code
+    errors[k, E_RECORD] = record
+    errors[k, E_RECORD_POS] = record_pos
+    errors[k, E_POS] = pos
+    errors[k, E_TABLE] = table
+    errors[k, E_LINE] = line
+    errors[k, E_FEATURE] = feature
+    errors[k, E_GOT] = got
