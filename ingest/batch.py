@@ -63,7 +63,8 @@ class Batch:
     owned by the batch.
     """
 
-    def __init__(self, size, labels, timestamps, sid_bytes, sid_offsets, features, indicators=()):
+    def __init__(self, size, labels, timestamps, sid_bytes, sid_offsets, features, indicators=(), tables=None,
+                 table_rows=None):
         self.size = size
         self.labels = labels
         self.timestamps = timestamps
@@ -71,6 +72,8 @@ class Batch:
         self.sid_offsets = sid_offsets
         self._features = features
         self.indicators = list(indicators)
+        self._tables = tables or {}
+        self.table_rows = list(table_rows) if table_rows is not None else [len(labels)]
         self._sample_ids = None
 
     def __len__(self):
@@ -91,6 +94,11 @@ class Batch:
     def keys(self):
         return self._features.keys()
 
+    def table_of(self, name):
+        """The table whose rows feature ``name`` is laid over (0: one row per sample)."""
+        self[name]
+        return self._tables.get(name, 0)
+
     @property
     def rows(self):
         """Rows of table 0 (``batch_size`` when padded, else ``size``)."""
@@ -98,7 +106,10 @@ class Batch:
 
     @property
     def sample_ids(self):
-        """The ``size`` sample ids as a numpy bytes array (dtype ``S``)."""
+        """The ``size`` sample ids as a numpy bytes array (dtype ``S``).
+
+        numpy's ``S`` dtype drops trailing NUL bytes; ``sample_id(r)`` gives the exact bytes.
+        """
         if self._sample_ids is None:
             n = len(self.sid_offsets) - 1
             width = int(np.diff(self.sid_offsets).max()) if n else 0
@@ -106,6 +117,10 @@ class Batch:
             fixed_width_rows(self.sid_bytes, self.sid_offsets, out)
             self._sample_ids = out.view(f"S{max(width, 1)}").reshape(n)
         return self._sample_ids
+
+    def sample_id(self, r):
+        """The exact bytes of sample ``r``'s id."""
+        return self.sid_bytes[self.sid_offsets[r]:self.sid_offsets[r + 1]].tobytes()
 
     def arrays(self):
         """Every array of the batch by a flat name (``labels``, ``f.ids``, ``indicators.0``...)."""
@@ -152,7 +167,11 @@ class Batch:
         so = self.sid_offsets
         check(len(so) == self.size + 1 and so[0] == 0 and so[-1] == len(self.sid_bytes)
               and np.all(np.diff(so) >= 0), "sample id offsets cover the id bytes")
+        tr = self.table_rows
         for name, feat in self._features.items():
+            want = tr[self.table_of(name)]
+            got = feat.rows if isinstance(feat, SparseFeature) else len(feat)
+            check(got == want, f"{name}: {got} rows, table {self.table_of(name)} has {want}")
             if isinstance(feat, SparseFeature):
                 o = feat.offsets
                 check(o.dtype == np.int64 and o.ndim == 1 and o[0] == 0, f"{name}: offsets int64, start at 0")
@@ -169,8 +188,11 @@ class Batch:
                 check(feat.dtype == np.float32 and feat.ndim == 2, f"{name}: dense float32 [R, width]")
                 arrays = [feat]
             check(all(a.flags.c_contiguous for a in arrays), f"{name}: C-contiguous")
+        tr = self.table_rows
+        check(tr[0] == rows and len(self.indicators) == len(tr) - 1, "one indicator array per aux table")
         for k, ind in enumerate(self.indicators):
-            check(ind.dtype == np.int32 and ind.ndim == 1, f"indicators[{k}] int32")
+            check(ind.dtype == np.int32 and ind.shape == (tr[k],), f"indicators[{k}] int32 [R_{k}]")
+            check(len(ind) == 0 or (ind.min() >= 0 and ind.max() < tr[k + 1]), f"indicators[{k}] within table {k + 1}")
         return True
 
     def __repr__(self):

@@ -626,7 +626,7 @@ def _decode_simple(buf, a, b, ntables, label_count, slots, names, name_off, feat
                 return err
     if seen != 7:
         missing = 1 if not seen & 1 else (2 if not seen & 2 else 3)
-        return _fail(st, MISSING_REQUIRED, a, 0, -1, -1, missing)
+        return _fail(st, MISSING_REQUIRED, a, -1, -1, -1, missing)
     if nlabels < label_count:
         return _fail(st, TOO_FEW_LABELS, a, 0, 0, -1, nlabels)
     tab_rows[0] = line + 1

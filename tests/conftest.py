@@ -43,20 +43,30 @@ def read_samples(reader):
 
 
 def flatten(batch):
+    """Per-sample dicts of a batch; aux-table features are reached through the indicators.
+
+    A sparse id is its key, or ``(hkey, key)`` when the high word is not 0.
+    """
     samples = []
-    sids = batch.sample_ids
     for r in range(batch.size):
-        s = {"sid": bytes(sids[r]), "labels": batch.labels[r].tolist(), "ts": int(batch.timestamps[r]),
+        s = {"sid": batch.sample_id(r), "labels": batch.labels[r].tolist(), "ts": int(batch.timestamps[r]),
              "sparse": {}, "dense": {}}
+        rows = [r]
+        for ind in batch.indicators:
+            rows.append(int(ind[rows[-1]]))
         for name in batch:
             feat = batch[name]
+            row = rows[batch.table_of(name)]
             if isinstance(feat, ingest.SparseFeature):
-                a, b = feat.offsets[r], feat.offsets[r + 1]
+                a, b = feat.offsets[row], feat.offsets[row + 1]
                 ids = feat.ids[a:b]
-                keys = ids[:, 1].tolist() if ids.ndim == 2 else ids.tolist()
+                if ids.ndim == 2:
+                    keys = [int(k) if h == 0 else (int(h), int(k)) for h, k in ids.tolist()]
+                else:
+                    keys = ids.tolist()
                 s["sparse"][name] = list(zip(keys, feat.values[a:b].tolist()))
             else:
-                s["dense"][name] = feat[r].tolist()
+                s["dense"][name] = feat[row].tolist()
         samples.append(s)
     return samples
 

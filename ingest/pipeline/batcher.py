@@ -27,6 +27,7 @@ class BatchBuilder:
         self.sparse = [schema.sparse_in(t) for t in range(self.tables)]
         self.dense = [schema.dense_in(t) for t in range(self.tables)]
         self.pair = [np.array([not s.serialized for s in specs], np.bool_) for specs in self.sparse]
+        self.table_of = {s.name: s.table for s in schema.specs}
 
     def _ranges(self, blk, r0, r1):
         """Per table, ``(lo, hi, m)``: the rows of that table the piece takes, one range per group."""
@@ -82,7 +83,8 @@ class BatchBuilder:
             row += k
         labels[n:] = 0
         timestamps[n:] = 0
-        return Batch(n, labels, timestamps, np.concatenate(sid_parts), sid_offsets, features, indicators)
+        return Batch(n, labels, timestamps, np.concatenate(sid_parts), sid_offsets, features, indicators,
+                     tables=self.table_of, table_rows=rows)
 
     def _table(self, t, pieces, plans, rows):
         """The features of table ``t`` over ``rows`` rows: sparse CSR and dense matrices by name."""

@@ -1,0 +1,338 @@
+"""The pb/spb decoder against the protobuf library, and its errors."""
+import ast
+import random
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+import ingest
+from ingest import sample_pb2 as pb
+from ingest.features import Schema, make_feature
+from ingest.formats.protobuf import ProtobufDecodeError, ProtobufFormat
+from ingest.pipeline.batcher import BatchBuilder, cut_batches
+from ingest.sources.files import WorkUnit
+
+from conftest import ROOT, as_plain, flatten
+from pbwire import encode, expected_samples, frame, length_delimited, tag, varint
+
+SPARSE = {"a": 0, "b": 1, "c": 2}
+DENSE_NVEC = {"d": 3, "e": 2}
+DENSE_TABLE = {"d": 0, "e": 1}
+
+
+def test_generated_code_matches_schema(tmp_path):
+    """ingest/sample_pb2.py is what protoc makes of schemas/sample.proto (run scripts/gen-protos after edits)."""
+    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{ROOT / 'schemas'}", f"--python_out={tmp_path}",
+                    str(ROOT / "schemas" / "sample.proto")], check=True)
+    tree = ast.parse((tmp_path / "sample_pb2.py").read_text())
+    fresh = next(node.args[0].value for node in ast.walk(tree)
+                 if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "AddSerializedFile")
+    assert fresh == pb.DESCRIPTOR.serialized_pb
+
+
+# -- generated messages --------------------------------------------------------------------------
+
+_int64 = st.one_of(st.integers(-2 ** 63, 2 ** 63 - 1), st.integers(-3, 300))
+_f32 = st.floats(width=32, allow_nan=False, allow_infinity=False)
+
+
+@st.composite
+def _feature(draw, name):
+    feat = pb.Feature(name=name)
+    if name in DENSE_NVEC or (name == "zz" and draw(st.booleans())):
+        feat.type = pb.kDense
+        nvec = DENSE_NVEC.get(name, 2)
+        feat.values.add().vector.extend(draw(st.lists(_f32, min_size=nvec, max_size=nvec)))
+    else:
+        feat.type = pb.kSparse
+        for _ in range(draw(st.integers(0, 3))):
+            v = feat.values.add(key=draw(_int64))
+            if draw(st.booleans()):
+                v.value = draw(_f32)
+            if draw(st.integers(0, 3)) == 0:
+                v.hkey = draw(_int64)
+    return feat
+
+
+@st.composite
+def _line(draw, names, refer_to):
+    line = pb.FeatureLine()
+    chosen = draw(st.lists(st.sampled_from(names), max_size=4))
+    dense_done = set()
+    for name in chosen:
+        if name in DENSE_NVEC:
+            if name in dense_done:
+                continue
+            dense_done.add(name)
+        line.features.append(draw(_feature(name)))
+    if refer_to:
+        line.refer = draw(st.integers(0, refer_to - 1))
+    if draw(st.integers(0, 4)) == 0:
+        line.reserve.extend(draw(st.lists(st.integers(-5, 5), max_size=3)))
+    return line
+
+
+@st.composite
+def _group(draw, label_count):
+    n = draw(st.integers(0, 4))
+    g = pb.SampleGroup()
+    if draw(st.booleans()):
+        g.sample_ids.extend(draw(st.lists(st.text(max_size=5), min_size=n, max_size=n)))
+    for _ in range(n):
+        g.labels.add().values.extend(draw(st.lists(_f32, min_size=label_count, max_size=label_count + 2)))
+    ntables = draw(st.integers(1, 3))
+    sizes = [n] + [draw(st.integers(0, 3)) for _ in range(ntables - 1)]
+    names = [["a", "d", "zz", "b"], ["b", "e", "zz"], ["c", "zz"]]
+    for k in range(ntables):
+        nxt = sizes[k + 1] if k + 1 < ntables else 0
+        table = g.feature_tables.add()
+        for _ in range(sizes[k]):
+            table.feature_lines.append(draw(_line(names[k], nxt)))
+    if draw(st.booleans()):
+        for _ in range(n):
+            ext = g.extensions.add()
+            if draw(st.integers(0, 3)):
+                ext.extension["timestamp"] = str(draw(st.integers(-2 ** 40, 2 ** 40)))
+            if draw(st.booleans()):
+                ext.extension["other"] = "x"
+    if draw(st.integers(0, 3)) == 0:
+        g.props.add().values.append(1.0)
+    return g
+
+
+@st.composite
+def _simple(draw, label_count):
+    s = pb.SampleSimple(sample_id=draw(st.text(max_size=5)))
+    s.label.values.extend(draw(st.lists(_f32, min_size=label_count, max_size=label_count + 1)))
+    s.feature_line.CopyFrom(draw(_line(["a", "d", "zz"], 0)))
+    return s
+
+
+def _schema(label_count, tables, cutoff, mask):
+    specs = [make_feature(n, "sparse", table=t, cutoff=cutoff.get(n, 0)) for n, t in SPARSE.items() if t < tables]
+    specs += [make_feature(n, "dense", nvec=DENSE_NVEC[n], table=DENSE_TABLE[n], mask=mask if n == "d" else None)
+              for n in DENSE_NVEC if DENSE_TABLE[n] < tables]
+    return Schema(specs, label_count)
+
+
+def _decode(tmp_path, data, schema, simple, chunk_bytes, batch_size=3, pad=False, split_group=True, errors=None):
+    path = tmp_path / ("x.spb" if simple else "x.pb")
+    path.write_bytes(data)
+    fmt = ProtobufFormat(schema, simple=simple, chunk_bytes=chunk_bytes,
+                         on_skip=errors.append if errors is not None else None)
+    blocks = fmt.read_unit(WorkUnit(0, str(path), 0, None, len(data), None))
+    out = []
+    for batch in cut_batches(blocks, BatchBuilder(schema, batch_size, pad), split_group=split_group):
+        batch.validate()
+        out.extend(flatten(batch))
+    return out
+
+
+def _expected(records, schema, simple, mask):
+    sparse = {s.name: s.table for s in schema.sparse}
+    dense = {s.name: (s.nvec, s.mask, s.table) for s in schema.dense}
+    cutoff = {s.name: s.cutoff for s in schema.sparse}
+    return as_plain(expected_samples(records, simple, sparse, dense, schema.label_count, cutoff))
+
+
+def _plain_f32(samples):
+    """Round every float through float32, as the decoder stores them."""
+    f = lambda v: float(np.float32(v))  # noqa: E731
+    for s in samples:
+        s["labels"] = [f(v) for v in s["labels"]]
+        s["sparse"] = {n: [(k, f(v)) for k, v in p] for n, p in s["sparse"].items()}
+        s["dense"] = {n: [f(v) for v in vals] for n, vals in s["dense"].items()}
+    return samples
+
+
+@given(data=st.data(), label_count=st.integers(0, 2), tables=st.integers(1, 3), simple=st.booleans(),
+       seed=st.integers(0, 2 ** 32), chunk_bytes=st.sampled_from([16, 200, 1 << 16]),
+       batch=st.tuples(st.integers(1, 6), st.booleans(), st.booleans()),
+       mask=st.sampled_from([None, "101"]), cut=st.integers(-2, 2))
+def test_decoder_matches_protobuf(tmp_path, data, label_count, tables, simple, seed, chunk_bytes, batch, mask, cut):
+    """Whatever the encoding variant, the kernel delivers what the protobuf library parses."""
+    rng = random.Random(seed)
+    make = _simple(label_count) if simple else _group(label_count)
+    messages = data.draw(st.lists(make, max_size=5))
+    encoded = [encode(m, rng) for m in messages]
+    parsed = [(pb.SampleSimple if simple else pb.SampleGroup).FromString(e) for e in encoded]
+    schema = _schema(label_count, tables, {"a": cut}, mask)
+    batch_size, pad, split_group = batch
+    if not split_group:
+        batch_size = max(batch_size, 4)  # groups have up to 4 samples
+    got = _decode(tmp_path, frame(encoded), schema, simple, chunk_bytes, batch_size, pad, split_group)
+    want = _plain_f32(_expected(parsed, schema, simple, mask))
+    assert got == want
+
+
+def test_hkeys_come_out_as_pairs(tmp_path):
+    g = pb.SampleGroup()
+    g.labels.add().values.append(1)
+    f = g.feature_tables.add().feature_lines.add().features.add(type=pb.kSparse, name="a")
+    f.values.add(key=-1, hkey=2 ** 63 - 1)
+    f.values.add(key=5)
+    schema = Schema([make_feature("a", "sparse")], 1)
+    path = tmp_path / "h.pb"
+    path.write_bytes(frame([g.SerializeToString()]))
+    reader = ingest.DataReader("h", [str(path)], file_type="pb").feature("a", "sparse")
+    [batch] = reader.startup().read_all()
+    assert batch["a"].ids.tolist() == [[2 ** 63 - 1, -1], [0, 5]]
+    assert schema.tables == 1
+
+
+# -- golden multi-table batches (FORMATS.md section 3) ---------------------------------------------
+
+def _aux_group(refers, aux_keys, main_key0=0):
+    g = pb.SampleGroup()
+    t0, t1 = g.feature_tables.add(), g.feature_tables.add()
+    for i, r in enumerate(refers):
+        g.labels.add().values.append(float(i))
+        g.sample_ids.append(f"s{main_key0 + i}")
+        line = t0.feature_lines.add(refer=r)
+        line.features.add(type=pb.kSparse, name="item").values.add(key=main_key0 + i)
+    for key in aux_keys:
+        t1.feature_lines.add().features.add(type=pb.kSparse, name="user").values.add(key=key)
+    return g
+
+
+def _aux_reader(tmp_path, groups, batch_size, **options):
+    path = tmp_path / "aux.pb"
+    path.write_bytes(frame([g.SerializeToString() for g in groups]))
+    reader = ingest.DataReader("aux", [str(path)], file_type=ingest.parsers.pb).batch_size(batch_size)
+    reader.feature("item", "sparse", serialized=True).feature("user", "sparse", table=1, serialized=True)
+    for method, arg in options.items():
+        getattr(reader, method)(arg)
+    return reader.startup().read_all()
+
+
+def test_xdl_worked_case_padding(tmp_path):
+    """B=8: a group of 3 (refer 0,0,1; aux U0,U1) then one of 2 (refer 0,0; aux V0)."""
+    [batch] = _aux_reader(tmp_path, [_aux_group([0, 0, 1], [100, 101]), _aux_group([0, 0], [200], 10)], 8)
+    batch.validate()
+    assert batch.size == 5 and batch.rows == 8
+    assert batch["user"].ids.tolist() == [100, 101, 200]
+    assert batch["user"].offsets.tolist() == [0, 1, 2, 3, 3]  # aux rows U0, U1, V0 and the padding row
+    assert batch.indicators[0].tolist() == [0, 0, 1, 2, 2, 3, 3, 3]
+    assert batch.table_rows == [8, 4]
+
+
+def test_xdl_worked_case_split_group(tmp_path):
+    """B=2 over one group of 4 samples with refer [0,0,1,1]: two batches, one aux row each."""
+    batches = _aux_reader(tmp_path, [_aux_group([0, 0, 1, 1], [100, 101])], 2)
+    assert len(batches) == 2
+    for batch, user in zip(batches, [100, 101]):
+        batch.validate()
+        assert batch["user"].ids.tolist() == [user]
+        assert batch.indicators[0].tolist() == [0, 0]
+
+
+def test_split_group_tail_refers_to_later_aux_lines(tmp_path):
+    """A group cut at a batch boundary: the tail's indicators subtract its min refer (the FIX)."""
+    groups = [_aux_group([0], [7]), _aux_group([0, 1, 2, 2, 1], [100, 101, 102], 10)]
+    batches = _aux_reader(tmp_path, groups, 3, pad=False)
+    assert [b.size for b in batches] == [3, 3]
+    first, second = batches
+    assert first["user"].ids.tolist() == [7, 100, 101] and first.indicators[0].tolist() == [0, 1, 2]
+    assert second["user"].ids.tolist() == [101, 102] and second.indicators[0].tolist() == [1, 1, 0]
+    flat = [s for b in batches for s in flatten(b)]
+    assert [s["sparse"]["user"] for s in flat] == [[(k, 1.0)] for k in [7, 100, 101, 102, 102, 101]]
+
+
+def test_split_group_false_moves_whole_groups(tmp_path):
+    groups = [_aux_group([0, 0], [1]), _aux_group([0, 1, 1], [2, 3], 10)]
+    batches = _aux_reader(tmp_path, groups, 4, split_group=False, pad=False)
+    assert [b.size for b in batches] == [2, 3]
+    assert batches[1]["user"].ids.tolist() == [2, 3] and batches[1].indicators[0].tolist() == [0, 1, 1]
+
+
+def test_text_with_aux_schema_gives_empty_aux_features():
+    from conftest import SAMPLES
+    reader = ingest.DataReader("t", [str(SAMPLES / "xdl_example.txt")]).label_count(1).batch_size(4)
+    reader.feature("user_id", "sparse", table=1)
+    for batch in reader.startup().read_all():
+        batch.validate()
+        assert len(batch["user_id"].ids) == 0
+        assert batch.indicators[0].max() < batch.table_rows[1]
+
+
+# -- errors ----------------------------------------------------------------------------------------
+
+def _one_sample(key=1, name="a"):
+    g = pb.SampleGroup()
+    g.labels.add().values.append(1.0)
+    g.feature_tables.add().feature_lines.add().features.add(type=pb.kSparse, name=name).values.add(key=key)
+    return g.SerializeToString()
+
+
+def _record_with_feature(feature_bytes):
+    line = length_delimited(1, feature_bytes)
+    table = length_delimited(1, line)
+    return length_delimited(2, length_delimited(1, struct.pack("<f", 1.0))) + length_delimited(3, table)
+
+
+BAD_RECORDS = {
+    "MISSING_REQUIRED": _record_with_feature(length_delimited(2, b"a")),
+    "MISSING_KEY": _record_with_feature(tag(1, 0) + varint(1) + length_delimited(2, b"a")
+                                        + length_delimited(3, tag(2, 5) + struct.pack("<f", 2.0))),
+    "WRONG_WIRE_TYPE": tag(2, 0) + varint(5),
+    "MALFORMED": length_delimited(2, b"") + tag(3, 2) + varint(50) + b"xx",
+    "TYPE_MISMATCH": _record_with_feature(tag(1, 0) + varint(2) + length_delimited(2, b"a")
+                                          + length_delimited(3, length_delimited(3, struct.pack("<f", 1.0)))),
+    "BAD_ENUM": _record_with_feature(tag(1, 0) + varint(7) + length_delimited(2, b"a")),
+    "LINE_COUNT": length_delimited(2, b"") + length_delimited(2, b"") + length_delimited(3, length_delimited(1, b"")),
+    "BAD_REFER": pb.SampleGroup(labels=[pb.Label()], feature_tables=[
+        pb.FeatureTable(feature_lines=[pb.FeatureLine(refer=3)]),
+        pb.FeatureTable(feature_lines=[pb.FeatureLine()])]).SerializeToString(),
+    "SAMPLE_ID_COUNT": pb.SampleGroup(sample_ids=["x", "y"], labels=[pb.Label()], feature_tables=[
+        pb.FeatureTable(feature_lines=[pb.FeatureLine()])]).SerializeToString(),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_RECORDS))
+def test_bad_record_is_located_and_skipped_alone(tmp_path, kind):
+    records = [_one_sample(1), BAD_RECORDS[kind], _one_sample(3)]
+    data = frame(records)
+    schema = Schema([make_feature("a", "sparse"), make_feature("u", "sparse", table=1)], 0)
+    errors = []
+    got = _decode(tmp_path, data, schema, False, 1 << 16, errors=errors)
+    assert [s["sparse"]["a"] for s in got] == [[(1, 1.0)], [(3, 1.0)]]
+    [err] = errors
+    assert isinstance(err, ProtobufDecodeError) and err.kind == kind
+    assert err.record == 1
+    start = 4 + len(records[0])
+    assert start <= err.offset < start + 4 + len(records[1])
+    assert str(tmp_path / "x.pb") in str(err) and "record 1" in str(err)
+    with pytest.raises(ProtobufDecodeError) as raised:
+        _decode(tmp_path, data, schema, False, 1 << 16)
+    assert raised.value.kind == kind
+
+
+@pytest.mark.parametrize("tail,kind", [(b"\x05\x00", "TRUNCATED"), (b"\x10\x00\x00\x00abc", "TRUNCATED"),
+                                       (b"\xff\xff\xff\x7f", "TOO_LONG")])
+def test_unframed_tail(tmp_path, tail, kind):
+    """A cut or oversized final record is an error (XDL ignored it); the records before it are delivered."""
+    data = frame([_one_sample(1), _one_sample(2)]) + tail
+    schema = Schema([make_feature("a", "sparse")], 0)
+    errors = []
+    got = _decode(tmp_path, data, schema, False, 64, errors=errors)
+    assert [s["sparse"]["a"] for s in got] == [[(1, 1.0)], [(2, 1.0)]]
+    [err] = errors
+    assert err.kind == kind and err.record == 2 and err.offset == len(data) - len(tail)
+
+
+def test_dense_width_and_spb_required(tmp_path):
+    g = pb.SampleGroup()
+    g.labels.add()
+    g.feature_tables.add().feature_lines.add().features.add(type=pb.kDense, name="d").values.add().vector.extend([1, 2])
+    schema = Schema([make_feature("d", "dense", nvec=3)], 0)
+    errors = []
+    assert _decode(tmp_path, frame([g.SerializeToString()]), schema, False, 1 << 16, errors=errors) == []
+    assert errors[0].kind == "DENSE_WIDTH" and errors[0].feature == "d" and "3 floats" in str(errors[0])
+    errors = []
+    simple = pb.SampleSimple(sample_id="x", label=pb.Label(values=[1]))  # no feature_line
+    assert _decode(tmp_path, frame([simple.SerializePartialToString()]), schema, True, 1 << 16, errors=errors) == []
+    assert errors[0].kind == "MISSING_REQUIRED" and "SampleSimple.feature_line" in str(errors[0])
