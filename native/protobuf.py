@@ -732,3 +732,165 @@ def _error_row(errors, k, code, record, record_pos, pos, table, line, feature, g
     errors[k, E_LINE] = line
     errors[k, E_FEATURE] = feature
     errors[k, E_GOT] = got
+
+
+@njit(nogil=True, cache=True)
+def _scan_line(buf, a, b, table, slots, names, name_off, known_kind, known_table, found):
+    """First feature of a FeatureLine not in the table (or known with another table or type).
+
+    Writes ``(kind, name start, name end, table, width)`` into ``found`` and returns True
+    when there is one; kind 1 sparse, 2 dense, 3 a conflict with the known feature.
+    """
+    p = a
+    while p < b:
+        tag, p = _varint(buf, p, b)
+        if p < 0:
+            return False
+        field = np.int64(tag >> np.uint64(3))
+        wt = np.int64(tag & np.uint64(7))
+        if field != 1 or wt != 2:
+            p = _skip(buf, p, b, wt, field)
+            if p < 0:
+                return False
+            continue
+        fa, fb = _len_field(buf, p, b)
+        if fa < 0:
+            return False
+        p = fb
+        ftype = np.int64(0)
+        na = nb = -1
+        width = 0
+        q = fa
+        while q < fb:
+            tag, q = _varint(buf, q, fb)
+            if q < 0:
+                return False
+            f = np.int64(tag >> np.uint64(3))
+            w = np.int64(tag & np.uint64(7))
+            if f == 1 and w == 0:
+                v, q = _varint(buf, q, fb)
+                ftype = np.int64(v)
+            elif f == 2 and w == 2:
+                na, nb = _len_field(buf, q, fb)
+                q = nb
+            elif f == 3 and w == 2 and width == 0:
+                va, vb = _len_field(buf, q, fb)
+                if va < 0:
+                    return False
+                q = vb
+                r = va
+                while r < vb:  # count the vector's floats
+                    tag, r = _varint(buf, r, vb)
+                    if r < 0:
+                        return False
+                    vf = np.int64(tag >> np.uint64(3))
+                    vw = np.int64(tag & np.uint64(7))
+                    if vf == 3 and vw == 5:
+                        width += 1
+                    elif vf == 3 and vw == 2:
+                        sa, sb = _len_field(buf, r, vb)
+                        if sa < 0:
+                            return False
+                        width += (sb - sa) // 4
+                    r = _skip(buf, r, vb, vw, vf) if not (vf == 3 and vw == 5) else r + 4
+                    if r < 0:
+                        return False
+            else:
+                q = _skip(buf, q, fb, w, f)
+            if q < 0:
+                return False
+        if na < 0 or (ftype != 1 and ftype != 2):
+            continue
+        kind = 1 if ftype == 1 else 2
+        code = lookup_name(buf, na, nb, slots, names, name_off)
+        if code >= 0 and known_table[code] == table and known_kind[code] == kind:
+            continue
+        found[0] = 3 if code >= 0 else kind
+        found[1] = na
+        found[2] = nb
+        found[3] = table
+        found[4] = width
+        return True
+    return False
+
+
+@njit(nogil=True, cache=True)
+def scan_record_names(buf, start, end, simple, slots, names, name_off, known_kind, known_table, labels_seen, found):
+    """Walk the whole records of ``buf[start:end]`` for the first feature the table does not know.
+
+    Returns the position of the record holding it (``found`` says what it is, see
+    ``_scan_line``), or the position after the last whole record when there is none
+    (``found[0] == 0``).  ``labels_seen[0]``/``[1]`` keep the fewest and most label values
+    of a sample.  Malformed records are passed over: reading them reports them.
+    """
+    found[0] = 0
+    p = start
+    while p + 4 <= end:
+        length = np.int64(_u32(buf, p))
+        a = p + 4
+        b = a + length
+        if b > end:
+            return p
+        q = a
+        table = 0
+        while q < b:
+            tag, q = _varint(buf, q, b)
+            if q < 0:
+                break
+            field = np.int64(tag >> np.uint64(3))
+            wt = np.int64(tag & np.uint64(7))
+            if wt != 2:
+                q = _skip(buf, q, b, wt, field)
+                if q < 0:
+                    break
+                continue
+            fa, fb = _len_field(buf, q, b)
+            if fa < 0:
+                break
+            q = fb
+            if field == 2:  # labels (SampleGroup) or label (SampleSimple)
+                n = 0
+                r = fa
+                while r < fb:
+                    tag, r = _varint(buf, r, fb)
+                    if r < 0:
+                        break
+                    lf = np.int64(tag >> np.uint64(3))
+                    lw = np.int64(tag & np.uint64(7))
+                    if lf == 1 and lw == 5:
+                        n += 1
+                    elif lf == 1 and lw == 2:
+                        sa, sb = _len_field(buf, r, fb)
+                        n += (sb - sa) // 4
+                    r = r + 4 if (lf == 1 and lw == 5) else _skip(buf, r, fb, lw, lf)
+                    if r < 0:
+                        break
+                if n < labels_seen[0]:
+                    labels_seen[0] = n
+                if n > labels_seen[1]:
+                    labels_seen[1] = n
+            elif field == 3 and simple:
+                if _scan_line(buf, fa, fb, 0, slots, names, name_off, known_kind, known_table, found):
+                    return p
+            elif field == 3:
+                r = fa
+                while r < fb:
+                    tag, r = _varint(buf, r, fb)
+                    if r < 0:
+                        break
+                    lf = np.int64(tag >> np.uint64(3))
+                    lw = np.int64(tag & np.uint64(7))
+                    if lf == 1 and lw == 2:
+                        la, lb = _len_field(buf, r, fb)
+                        if la < 0:
+                            break
+                        if _scan_line(buf, la, lb, table, slots, names, name_off, known_kind, known_table, found):
+                            return p
+                        r = lb
+                    else:
+                        r = _skip(buf, r, fb, lw, lf)
+                        if r < 0:
+                            break
+                table += 1
+        p = b
+    return p

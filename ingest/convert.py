@@ -1,0 +1,350 @@
+"""Conversion between sample formats (``ingest convert``, FORMATS.md section 9).
+
+text -> pb writes each sample group as one ``SampleGroup`` with structured compression:
+the aux features (named, or chosen automatically from a leading sample) go to table 1,
+one line per distinct aux content of the group, and every sample refers to its line.
+text -> spb writes one ``SampleSimple`` per sample.  pb/spb -> text expands aux lines back.
+
+Text input is first scanned for every feature name (so no feature is lost), then cut into
+byte ranges that threads parse and encode (numba kernels, the GIL released) while the
+writer appends their records in input order; at most ``2 * threads`` ranges are in
+flight, so memory does not grow with the input.  Outputs are written under a temporary
+name and renamed when complete.
+"""
+import concurrent.futures
+import os
+import uuid
+
+import fsspec
+import numpy as np
+
+from ._native.encode import encode_groups, identical_features, write_text_rows
+from .discover import scan_features
+from .errors import ConfigError, DataError
+from .formats import FileType
+from .formats.protobuf import ProtobufFormat
+from .formats.text import TextFormat
+from .pipeline.block import Block
+from .sources import expand_paths, plan_units
+from .sources.compression import CODECS, infer_compression
+
+__all__ = ["choose_aux", "convert", "format_of", "LEAD_BYTES"]
+
+LEAD_BYTES = 4 << 20   # leading sample read by --aux auto
+
+
+def format_of(url, given=None):
+    """The sample format of a path: ``given``, else its extension (after a compression suffix)."""
+    if given is not None:
+        try:
+            return FileType(given)
+        except ValueError:
+            raise ConfigError(f"format {given!r}: expected one of txt, pb, spb") from None
+    name = url.lower()
+    codec = infer_compression(name)
+    if codec:
+        name = next(name[:-len(s)] for s in CODECS[codec] if name.endswith(s))
+    for ftype in FileType:
+        if name.endswith("." + ftype.value):
+            return ftype
+    if name.endswith((".dat", ".csv", ".text")):
+        return FileType.txt
+    raise ConfigError(f"{url}: cannot tell the sample format from the name; give --from/--to txt|pb|spb")
+
+
+# -- text input: every feature, aux choice ----------------------------------------------------
+def choose_aux(url, features, lead_bytes=LEAD_BYTES):
+    """Features identical across the samples of every multi-sample group in the first ``lead_bytes``.
+
+    A feature qualifies when it has values in at least one multi-sample group of the lead
+    and never differs inside one.  Returns the names, sparse then dense, in input order.
+    """
+    schema = features.schema()
+    fmt = TextFormat(schema)
+    unit = plan_units(expand_paths([url])[:1], splittable=False)[0]
+    nsp, ndn = len(schema.sparse), len(schema.dense)
+    differs = np.zeros(nsp + ndn, np.bool_)
+    present = np.zeros(nsp + ndn, np.bool_)
+    read = 0
+    for blk in fmt.read_unit(unit):
+        table = blk.tables[0]
+        dense = np.hstack(table.dense) if ndn else np.zeros((blk.nrows, 0), np.float32)
+        widths = np.array([s.width for s in schema.dense], np.int64)
+        base = np.concatenate([[0], np.cumsum(widths)[:-1]]).astype(np.int64)
+        identical_features(blk.group_offsets, table.sp_offsets, blk.sp_keys, blk.sp_values, dense, base, widths,
+                           differs, present)
+        read += blk.nbytes
+        if read >= lead_bytes:
+            break
+    keep = present & ~differs
+    names = [s.name for s in schema.sparse] + [s.name for s in schema.dense]
+    return [n for n, k in zip(names, keep) if k]
+
+
+# -- writing ------------------------------------------------------------------------------------
+def _header(name, dense):
+    """The ``type`` and ``name`` fields of a Feature message."""
+    raw = name.encode()
+    return bytes([0x08, 2 if dense else 1, 0x12]) + _varint(len(raw)) + raw
+
+
+def _varint(n):
+    out = bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _blob(parts):
+    blob = np.frombuffer(b"".join(parts), np.uint8).copy()
+    offsets = np.concatenate([[0], np.cumsum([len(p) for p in parts])]).astype(np.int64)
+    return blob, offsets
+
+
+class _Encoder:
+    """Encodes Blocks of text input as pb or spb records (bytes)."""
+
+    def __init__(self, schema, aux, simple):
+        self.simple = simple
+        self.sp_aux = np.array([s.name in aux for s in schema.sparse], np.bool_)
+        self.dn_aux = np.array([s.name in aux for s in schema.dense], np.bool_)
+        self.sp_hdr = _blob([_header(s.name, False) for s in schema.sparse])
+        self.dn_hdr = _blob([_header(s.name, True) for s in schema.dense])
+        widths = np.array([s.width for s in schema.dense], np.int64)
+        self.dn_width = widths
+        self.dn_base = np.concatenate([[0], np.cumsum(widths)[:-1]]).astype(np.int64)
+
+    def encode(self, blk: Block):
+        table = blk.tables[0]
+        dense = np.hstack(table.dense) if table.dense else np.zeros((blk.nrows, 0), np.float32)
+        biggest = int(np.diff(blk.group_offsets).max()) if len(blk.group_offsets) > 1 else 0
+        refer = np.empty(biggest, np.int64)
+        distinct = np.empty(biggest, np.int64)
+        line_size = np.empty(biggest, np.int64)
+        out = np.empty(max(1 << 16, blk.nbytes), np.uint8)
+        parts = []
+        g, pos = 0, 0
+        while g < len(blk.group_offsets) - 1:
+            g2, pos = encode_groups(g, blk.group_offsets, self.simple, table.sp_offsets, blk.sp_keys, blk.sp_values,
+                                    self.sp_aux, *self.sp_hdr, dense, self.dn_base, self.dn_width, self.dn_aux,
+                                    *self.dn_hdr, blk.labels, blk.timestamps, blk.sid_bytes, blk.sid_offsets, out,
+                                    pos, refer, distinct, line_size)
+            if g2 == g and pos == 0:
+                out = np.empty(2 * len(out), np.uint8)  # one group larger than the buffer
+                continue
+            parts.append(out[:pos].copy())
+            pos = 0
+            g = g2
+        return parts
+
+
+class _AtomicWriter:
+    """A file written under a temporary name in the same directory, renamed on ``commit()``."""
+
+    def __init__(self, url):
+        self.url = url
+        self.fs, self.path = fsspec.core.url_to_fs(url)
+        parent, name = os.path.split(self.path)
+        self.tmp = os.path.join(parent, f".{name}.{uuid.uuid4().hex[:8]}.tmp")
+        if parent:
+            self.fs.makedirs(parent, exist_ok=True)
+        codec = infer_compression(url)
+        self.raw = self.fs.open(self.tmp, "wb")
+        self.f = self.raw
+        if codec == "gzip":
+            import gzip
+            self.f = gzip.GzipFile(fileobj=self.raw, mode="wb", compresslevel=6)
+        elif codec == "zstd":
+            import zstandard
+            self.f = zstandard.ZstdCompressor(level=3, threads=-1).stream_writer(self.raw, closefd=False)
+        elif codec == "zlib":
+            raise ConfigError(f"{url}: writing .zlib is not supported; use .zst or .gz")
+        self.bytes = 0
+
+    def write(self, data):
+        self.f.write(memoryview(data))
+        self.bytes += len(data)
+
+    def commit(self):
+        if self.f is not self.raw:
+            self.f.close()
+        self.raw.close()
+        self.fs.mv(self.tmp, self.path)
+
+    def abort(self):
+        try:
+            self.raw.close()
+            self.fs.rm(self.tmp)
+        except OSError:
+            pass
+
+
+def _text_to_records(units, schema, aux, simple, threads, write, on_skip=None):
+    """Parse and encode text units on ``threads`` threads; ``write`` gets the records in input order."""
+    fmt = TextFormat(schema, on_skip=on_skip)
+    encoder = _Encoder(schema, set(aux), simple)
+
+    def work(unit):
+        return [part for blk in fmt.read_unit(unit) for part in encoder.encode(blk)], unit
+
+    with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+        pending = []
+        it = iter(units)
+        for unit in it:
+            pending.append(pool.submit(work, unit))
+            if len(pending) >= 2 * threads:
+                break
+        while pending:
+            parts, unit = pending.pop(0).result()
+            for part in parts:
+                write(part)
+            nxt = next(it, None)
+            if nxt is not None:
+                pending.append(pool.submit(work, nxt))
+
+
+# -- pb/spb -> text -------------------------------------------------------------------------------
+def _records_to_text(unit, schema, simple, write, first_group):
+    """Write the samples of a pb/spb unit as text lines; returns the groups written.
+
+    Group ids are group numbers counted from ``first_group`` (empty for one-sample groups).
+    """
+    fmt = ProtobufFormat(schema, simple=simple)
+    names = _blob([s.name.encode() for s in schema.sparse])
+    dn_names = _blob([s.name.encode() for s in schema.dense])
+    widths = np.array([s.width for s in schema.dense], np.int64)
+    dn_base = np.concatenate([[0], np.cumsum(widths)[:-1]]).astype(np.int64)
+    local = [{s.name: j for j, s in enumerate(schema.sparse_in(t))} for t in range(schema.tables)]
+    out = np.empty(1 << 22, np.uint8)
+    group = first_group
+    for blk in fmt.read_unit(unit):
+        if blk.sp_hkeys is not None and blk.sp_hkeys.any():
+            raise DataError("a 128-bit id (hkey != 0) has no text form;", source=unit.url, offset=blk.start,
+                            text="", expected="64-bit ids (hkey 0) for text output", kind="HKEY")
+        n = blk.nrows
+        rows = [np.arange(n, dtype=np.int64)]
+        for t in range(schema.tables - 1):
+            rows.append(blk.tables[t].refer[rows[-1]])
+        starts = np.empty((len(schema.sparse), n), np.int64)
+        ends = np.empty((len(schema.sparse), n), np.int64)
+        for f, spec in enumerate(schema.sparse):
+            off = blk.tables[spec.table].sp_offsets[local[spec.table][spec.name]]
+            starts[f] = off[rows[spec.table]]
+            ends[f] = off[rows[spec.table] + 1]
+        pos_in = {s.name: j for t in range(schema.tables) for j, s in enumerate(schema.dense_in(t))}
+        dense = (np.hstack([blk.tables[s.table].dense[pos_in[s.name]][rows[s.table]] for s in schema.dense])
+                 if schema.dense else np.zeros((n, 0), np.float32))
+        sizes = np.diff(blk.group_offsets)
+        numbers = np.where(sizes > 1, group + np.arange(len(sizes)), -1)
+        gid = np.repeat(numbers, sizes).astype(np.int64)
+        group += len(sizes)
+        r = 0
+        while r < n:
+            r2, pos = write_text_rows(r, n, blk.sid_bytes, blk.sid_offsets, gid, starts, ends, blk.sp_keys,
+                                      blk.sp_values, *names, dense, *dn_names, dn_base, widths, blk.labels,
+                                      blk.timestamps, out, 0)
+            if r2 == r:
+                out = np.empty(2 * len(out), np.uint8)  # one line longer than the buffer
+                continue
+            write(out[:pos])
+            r = r2
+    return group - first_group
+
+
+# -- driver -----------------------------------------------------------------------------------------
+def _output_plan(inputs, output, dst):
+    """``[(input files, output url)]``: one output file, or one per input file in a directory."""
+    fs, path = fsspec.core.url_to_fs(output)
+    is_dir = output.endswith("/") or (fs.exists(path) and fs.isdir(path)) or len(inputs) > 1 and not os.path.splitext(path)[1]
+    if not is_dir:
+        return [(inputs, output)]
+    plan = []
+    for url, size in inputs:
+        name = url.rstrip("/").rsplit("/", 1)[-1]
+        codec = infer_compression(name)
+        if codec:
+            name = next(name[:-len(s)] for s in CODECS[codec] if name.lower().endswith(s))
+        stem = name.rsplit(".", 1)[0] if "." in name else name
+        plan.append(([(url, size)], output.rstrip("/") + "/" + stem + "." + dst.value))
+    return plan
+
+
+def convert(inputs, output, *, src=None, dst=None, aux=None, threads=None, scheduler=None, log=print):
+    """Convert sample files; returns a summary dict (inputs, outputs, aux features, bytes).
+
+    Parameters
+    ----------
+    inputs : list of str
+        Files, directories, globs or URLs, all of one format.
+    output : str
+        A file (all inputs, in order) or a directory (one file per input, named after it).
+    src, dst : str or None
+        Formats; inferred from the names when None.
+    aux : None, "auto" or list of str
+        text -> pb only: the features stored once per group in table 1.
+    threads : int
+        Parse/encode threads (default: the CPU count).
+    scheduler : str or None
+        Address of a Dask scheduler: the output files are written by its workers.
+    """
+    files = expand_paths(inputs)
+    src = format_of(files[0][0], src)
+    dst = format_of(output, dst)
+    if src == dst:
+        raise ConfigError(f"--from and --to are both {src.value}: nothing to convert")
+    if aux and dst is not FileType.pb:
+        raise ConfigError("--aux applies to text -> pb only")
+    threads = threads or os.cpu_count() or 1
+    summary = {"from": src.value, "to": dst.value, "inputs": [u for u, _ in files], "aux": []}
+    features = None
+    features = scan_features(files, src, threads)
+    if src is FileType.txt:
+        if aux == "auto":
+            aux = choose_aux(files[0][0], features)
+        elif aux:
+            known = set(features.sparse) | set(features.dense)
+            missing = [a for a in aux if a not in known]
+            if missing:
+                raise ConfigError(f"--aux {','.join(missing)}: no such feature in the input; it has "
+                                  f"{', '.join(sorted(known))}")
+        aux = list(aux or [])
+        summary["aux"] = aux
+        summary["features"] = {"sparse": features.sparse, "dense": features.dense,
+                               "label_count": features.label_count}
+        if dst is FileType.pb:
+            log(f"aux features (table 1): {', '.join(aux) if aux else '(none)'}")
+    plan = _output_plan(files, output, dst)
+    job = dict(src=src, dst=dst, aux=aux, features=features, threads=threads)
+    if scheduler:
+        from dask.distributed import Client
+        with Client(scheduler) as client:
+            futures = client.map(lambda item: _convert_one(item[0], item[1], **job), plan, pure=False)
+            results = client.gather(futures)
+    else:
+        results = [_convert_one(ins, out, **job) for ins, out in plan]
+    summary["outputs"] = [r[0] for r in results]
+    summary["bytes_out"] = sum(r[1] for r in results)
+    summary["bytes_in"] = sum(s or 0 for _, s in files)
+    return summary
+
+
+def _convert_one(files, output, *, src, dst, aux, features, threads):
+    """Write one output file from ``files``; returns ``(url, bytes written before compression)``."""
+    writer = _AtomicWriter(output)
+    try:
+        if src is FileType.txt:
+            units = plan_units(files, splittable=True, task_num=threads)
+            _text_to_records(units, features.schema(), aux, dst is FileType.spb, threads, writer.write)
+        elif dst is FileType.txt:
+            group = 0
+            for unit in plan_units(files, splittable=False):
+                group += _records_to_text(unit, features.schema(), src is FileType.spb, writer.write, group)
+        else:
+            raise ConfigError(f"{src.value} -> {dst.value}: convert through text (txt)")
+        writer.commit()
+    except BaseException:
+        writer.abort()
+        raise
+    return output, writer.bytes

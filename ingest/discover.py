@@ -1,0 +1,191 @@
+"""What features sample files hold: every name, its type, table and dense width, and the label count.
+
+Used where nothing is declared: ``ingest convert`` (which must lose no feature),
+``ingest inspect`` and ``ingest-bench --features auto``.  The scans are numba kernels
+(``scan_names`` for text, ``scan_record_names`` for pb/spb) that stop at each name not
+seen before; Python work is per new name, not per line.
+"""
+import concurrent.futures
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._native.encode import scan_names
+from ._native.names import build_name_table
+from ._native.protobuf import scan_record_names
+from .errors import DataError
+from .features import Schema, make_feature
+from .formats import FileType
+from .sources import open_unit, plan_units, read_into
+
+__all__ = ["TextFeatures", "RecordFeatures", "scan_text_features", "scan_record_features", "scan_features"]
+
+_SCAN_CHUNK = 8 << 20
+
+
+@dataclass
+class TextFeatures:
+    """Every feature of some text input: sparse names and dense widths in order of first appearance."""
+
+    sparse: list
+    dense: dict
+    label_count: int
+
+    def schema(self):
+        specs = [make_feature(n, "sparse") for n in self.sparse]
+        specs += [make_feature(n, "dense", nvec=w) for n, w in self.dense.items()]
+        return Schema(specs, self.label_count)
+
+
+def _scan_unit(unit, limit):
+    """Features of one file (its first ``limit`` bytes when given): ``(sparse, dense, labels_seen)``."""
+    sparse, dense = [], {}
+    labels_seen = np.array([1 << 30, -1], np.int64)
+    sp = build_name_table(sparse)
+    dn = build_name_table(list(dense))
+    buf = np.empty(_SCAN_CHUNK, np.uint8)
+    filled = read = 0
+    eof = False
+    with open_unit(unit) as f:
+        while not eof:
+            n = read_into(f, memoryview(buf)[filled:])
+            read += n
+            eof = n == 0 or (limit is not None and read >= limit)
+            filled += n
+            newlines = np.flatnonzero(buf[:filled] == 10)
+            complete = n == 0 or not len(newlines)  # at a limit, the cut line is left out
+            cut = filled if complete and eof else (int(newlines[-1]) + 1 if len(newlines) else 0)
+            if cut == 0 and not eof:
+                buf = np.concatenate([buf, np.empty(len(buf), np.uint8)])  # a line longer than the buffer
+                continue
+            pos = 0
+            while pos < cut:
+                pos, kind, a, b, width = scan_names(buf, pos, cut, *sp, *dn, labels_seen)
+                if kind == 0:
+                    break
+                name = buf[a:b].tobytes().decode("utf-8", "replace")
+                if kind == 1:
+                    sparse.append(name)
+                    sp = build_name_table(sparse)
+                else:
+                    dense[name] = int(width)
+                    dn = build_name_table(list(dense))
+            buf[:filled - cut] = buf[cut:filled]
+            filled -= cut
+    return sparse, dense, labels_seen
+
+
+def scan_text_features(files, threads=1, limit=None):
+    """``TextFeatures`` of text files (``(url, size)`` pairs), scanned in parallel threads."""
+    units = plan_units(files, splittable=False)
+    with concurrent.futures.ThreadPoolExecutor(max(1, threads)) as pool:
+        found = list(pool.map(lambda u: _scan_unit(u, limit), units))
+    sparse, dense = [], {}
+    lo, hi = 1 << 30, -1
+    for (sp, dn, labels_seen), unit in zip(found, units):
+        for name in sp:
+            if name not in sparse:
+                sparse.append(name)
+        for name, width in dn.items():
+            if dense.setdefault(name, width) != width:
+                raise DataError(f"dense feature {name!r} has {width} floats here and {dense[name]} elsewhere;",
+                                source=unit.url, offset=0, text=name, expected="one width per dense feature",
+                                kind="DENSE_WIDTH")
+        lo, hi = min(lo, int(labels_seen[0])), max(hi, int(labels_seen[1]))
+    if hi >= 0 and lo != hi:
+        raise DataError(f"lines have {lo} to {hi} labels;", source=units[0].url, offset=0, text="",
+                        expected="the same number of labels on every line, so that none is lost",
+                        kind="TOO_FEW_LABELS")
+    return TextFeatures(sparse, dense, max(hi, 0))
+
+
+@dataclass
+class RecordFeatures:
+    """Every feature of some pb/spb input: ``(name, table)`` pairs and dense widths, in order of appearance."""
+
+    sparse: list
+    dense: dict    # name -> (width, table)
+    label_count: int
+    tables: int
+
+    def schema(self):
+        specs = [make_feature(n, "sparse", table=t, serialized=False) for n, t in self.sparse]
+        specs += [make_feature(n, "dense", nvec=w, table=t) for n, (w, t) in self.dense.items()]
+        return Schema(specs, self.label_count)
+
+
+def _scan_records_unit(unit, simple, limit):
+    """Features of one pb/spb file (first ``limit`` bytes): ``(features [(kind, name, table, width)], labels_seen)``."""
+    found_features = []
+    labels_seen = np.array([1 << 30, -1], np.int64)
+    found = np.zeros(5, np.int64)
+
+    def tables():
+        names = [f[1] for f in found_features]
+        kinds = np.array([f[0] for f in found_features], np.int64)
+        where = np.array([f[2] for f in found_features], np.int64)
+        return build_name_table(names), kinds, where
+
+    (table, kinds, where) = tables()
+    buf = np.empty(_SCAN_CHUNK, np.uint8)
+    filled = read = 0
+    eof = False
+    with open_unit(unit) as f:
+        while not eof:
+            n = read_into(f, memoryview(buf)[filled:])
+            read += n
+            eof = n == 0 or (limit is not None and read >= limit)
+            filled += n
+            pos = 0
+            while True:
+                pos = scan_record_names(buf, pos, filled, simple, *table, kinds, where, labels_seen, found)
+                if found[0] == 0:
+                    break
+                kind, a, b, t, width = (int(v) for v in found)
+                name = buf[a:b].tobytes().decode("utf-8", "replace")
+                if kind == 3:
+                    raise DataError(f"feature {name!r} appears in more than one table or with two types;",
+                                    source=unit.url, offset=0, text=name,
+                                    expected="each feature name in one table with one type (text holds one)",
+                                    kind="FEATURE_CONFLICT")
+                found_features.append((kind, name, t, width))
+                table, kinds, where = tables()
+            if pos == 0 and not eof and filled == len(buf):
+                buf = np.concatenate([buf, np.empty(len(buf), np.uint8)])  # a record longer than the buffer
+                continue
+            buf[:filled - pos] = buf[pos:filled]
+            filled -= pos
+    return found_features, labels_seen
+
+
+def scan_record_features(files, simple, threads=1, limit=None):
+    """``RecordFeatures`` of pb/spb files (``(url, size)`` pairs), scanned in parallel threads."""
+    units = plan_units(files, splittable=False)
+    with concurrent.futures.ThreadPoolExecutor(max(1, threads)) as pool:
+        found = list(pool.map(lambda u: _scan_records_unit(u, simple, limit), units))
+    sparse, dense, where = [], {}, {}
+    lo, hi = 1 << 30, -1
+    for (features, labels_seen), unit in zip(found, units):
+        for kind, name, table, width in features:
+            if where.setdefault(name, (kind, table)) != (kind, table) or (kind == 2 and dense.get(name, (width,))[0] != width):
+                raise DataError(f"feature {name!r} differs between files (table, type or width);", source=unit.url,
+                                offset=0, text=name, expected="one table, type and width per feature",
+                                kind="FEATURE_CONFLICT")
+            if kind == 1 and (name, table) not in sparse:
+                sparse.append((name, table))
+            elif kind == 2:
+                dense[name] = (width, table)
+        lo, hi = min(lo, int(labels_seen[0])), max(hi, int(labels_seen[1]))
+    if hi >= 0 and lo != hi:
+        raise DataError(f"samples have {lo} to {hi} labels;", source=units[0].url, offset=0, text="",
+                        expected="the same number of labels in every sample, so that none is lost",
+                        kind="TOO_FEW_LABELS")
+    tables = 1 + max([t for _, t in sparse] + [t for _, t in dense.values()] + [0])
+    return RecordFeatures(sparse, dense, max(hi, 0), tables)
+
+
+def scan_features(files, file_type, threads=1, limit=None):
+    """``TextFeatures`` or ``RecordFeatures`` of files of one format (first ``limit`` bytes of each when given)."""
+    if FileType(file_type) is FileType.txt:
+        return scan_text_features(files, threads, limit)
+    return scan_record_features(files, FileType(file_type) is FileType.spb, threads, limit)

@@ -1,0 +1,646 @@
+"""Kernels of ``ingest convert``: find every feature of text input, write blocks as records or lines.
+
+``scan_names`` walks text lines for feature names not yet known (so conversion can declare
+every feature before reading, and lose none).  ``encode_groups`` writes the sample groups
+of a block as length-prefixed ``SampleGroup`` records with structured compression (aux
+features once per distinct aux line of a group) or as ``SampleSimple`` records.  Sizes of
+nested messages are computed before writing, so every length prefix is minimal.
+``write_text_rows`` writes samples as text lines, floats in the fewest digits that read
+back to the same float32.
+"""
+import math
+
+import numpy as np
+from numba import njit
+
+from .index import _u
+from .names import lookup_name
+from .numbers import scan_float
+
+_PIPE, _NL, _AT, _SEMI, _COMMA = 124, 10, 64, 59, 44
+
+# side of a line: the features it carries
+MAIN = 0
+AUX = 1
+ALL = 2
+
+# how many earlier distinct aux lines of a group a sample's aux content is compared with
+_AUX_LOOKBACK = 8
+
+_TIMESTAMP_ENTRY_KEY = np.frombuffer(b"\x0a\x09timestamp", np.uint8).copy()
+
+
+@njit(nogil=True, cache=True)
+def scan_names(buf, start, end, sp_slots, sp_names, sp_off, dn_slots, dn_names, dn_off, labels_seen):
+    """Find the first feature name in the lines of ``buf[start:end]`` that neither table knows.
+
+    Returns ``(resume, kind, name_start, name_end, width)``: ``kind`` 0 when every name is
+    known (``resume == end``), 1 for a sparse name, 2 for a dense one with ``width``
+    floats; ``resume`` is the start of its line.  ``labels_seen[0]``/``[1]`` keep the
+    fewest and most labels of a line.  Malformed lines are passed over: reading them
+    later reports them.
+    """
+    p = start
+    while p < end:
+        # the line's 2nd to 5th '|': sparse, dense and labels lie between them
+        pipes = 0
+        s2 = s3 = s4 = s5 = -1
+        e = p
+        while e < end:
+            c = buf[_u(e)]
+            if c == _NL:
+                break
+            if c == _PIPE:
+                pipes += 1
+                if pipes == 2:
+                    s2 = e
+                elif pipes == 3:
+                    s3 = e
+                elif pipes == 4:
+                    s4 = e
+                elif pipes == 5:
+                    s5 = e
+            e += 1
+        if pipes >= 4:
+            line_end = e if buf[_u(e - 1)] != 13 else e - 1
+            labels_end = s5 if s5 >= 0 else line_end
+            for field in (1, 2):
+                a = s2 + 1 if field == 1 else s3 + 1
+                b = s3 if field == 1 else s4
+                q = a
+                while q < b:
+                    at = q
+                    while at < b and buf[_u(at)] != _AT and buf[_u(at)] != _SEMI:
+                        at += 1
+                    stop = at
+                    while stop < b and buf[_u(stop)] != _SEMI:
+                        stop += 1
+                    if at < stop:
+                        if field == 1:
+                            known = lookup_name(buf, q, at, sp_slots, sp_names, sp_off) >= 0
+                        else:
+                            known = lookup_name(buf, q, at, dn_slots, dn_names, dn_off) >= 0
+                        if not known:
+                            width = 1
+                            for c in range(at + 1, stop):
+                                if buf[_u(c)] == _COMMA:
+                                    width += 1
+                            return p, field, q, at, width
+                    q = stop + 1
+            n = 0 if s4 + 1 == labels_end else 1
+            for c in range(s4 + 1, labels_end):
+                if buf[_u(c)] == _COMMA:
+                    n += 1
+            if n < labels_seen[0]:
+                labels_seen[0] = n
+            if n > labels_seen[1]:
+                labels_seen[1] = n
+        p = e + 1
+    return end, 0, 0, 0, 0
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _vlen(x):
+    """Bytes of the varint of ``x`` (an int64, negative ones taking 10)."""
+    u = np.uint64(x)
+    n = 1
+    while u >= np.uint64(0x80):
+        u >>= np.uint64(7)
+        n += 1
+    return n
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _put_varint(out, p, x):
+    u = np.uint64(x)
+    while u >= np.uint64(0x80):
+        out[_u(p)] = np.uint8((u & np.uint64(0x7F)) | np.uint64(0x80))
+        u >>= np.uint64(7)
+        p += 1
+    out[_u(p)] = np.uint8(u)
+    return p + 1
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _put_f32(out, p, v, bits):
+    bits.view(np.float32)[0] = v
+    x = bits[0]
+    out[_u(p)] = np.uint8(x & np.uint32(0xFF))
+    out[_u(p + 1)] = np.uint8((x >> np.uint32(8)) & np.uint32(0xFF))
+    out[_u(p + 2)] = np.uint8((x >> np.uint32(16)) & np.uint32(0xFF))
+    out[_u(p + 3)] = np.uint8(x >> np.uint32(24))
+    return p + 4
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _put_bytes(out, p, src, a, b):
+    for k in range(b - a):
+        out[_u(p + k)] = src[_u(a + k)]
+    return p + b - a
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _entry(body):
+    """Size of a length-delimited field (one-byte tag) with a body of ``body`` bytes."""
+    return 1 + _vlen(body) + body
+
+
+@njit(nogil=True, cache=True)
+def _int_digits(v):
+    """Characters of ``v`` in base 10 (with its sign)."""
+    n = 1 if v >= 0 else 2
+    while v >= 10 or v <= -10:
+        v = -(v // -10) if v < 0 else v // 10  # truncating, so INT64_MIN never overflows
+        n += 1
+    return n
+
+
+@njit(nogil=True, cache=True)
+def _put_int_text(out, p, v):
+    n = _int_digits(v)
+    q = p + n - 1
+    if v < 0:
+        out[_u(p)] = 45  # '-'
+        while v != 0:
+            out[_u(q)] = np.uint8(48 - v % -10)
+            v = -(v // -10)
+            q -= 1
+        return p + n
+    while True:
+        out[_u(q)] = np.uint8(48 + v % 10)
+        v //= 10
+        q -= 1
+        if v == 0:
+            return p + n
+
+
+@njit(nogil=True, cache=True)
+def _sparse_body(f, r, offsets, keys, values, hdr_off):
+    """Body size of sparse feature ``f`` of row ``r``; 0 when the row has no value."""
+    a = offsets[f, r]
+    b = offsets[f, r + 1]
+    if a == b:
+        return 0
+    size = hdr_off[f + 1] - hdr_off[f]
+    for i in range(a, b):
+        fv = 1 + _vlen(keys[i]) + (5 if values[i] != 1.0 else 0)
+        size += _entry(fv)
+    return size
+
+
+@njit(nogil=True, cache=True)
+def _dense_present(d, r, dense, dn_base, dn_width):
+    for c in range(dn_base[d], dn_base[d] + dn_width[d]):
+        if dense[r, c] != 0.0:
+            return True
+    return False
+
+
+@njit(nogil=True, cache=True)
+def _dense_body(d, dn_width, hdr_off):
+    vec = 4 * dn_width[d]
+    return hdr_off[d + 1] - hdr_off[d] + _entry(_entry(vec))
+
+
+@njit(nogil=True, cache=True)
+def _line_size(r, side, refer, offsets, keys, values, sp_aux, sp_hdr_off, dense, dn_base, dn_width, dn_aux,
+               dn_hdr_off):
+    size = 0
+    for f in range(offsets.shape[0]):
+        if side == ALL or sp_aux[f] == (side == AUX):
+            body = _sparse_body(f, r, offsets, keys, values, sp_hdr_off)
+            if body:
+                size += _entry(body)
+    for d in range(len(dn_width)):
+        if (side == ALL or dn_aux[d] == (side == AUX)) and _dense_present(d, r, dense, dn_base, dn_width):
+            size += _entry(_dense_body(d, dn_width, dn_hdr_off))
+    if refer != 0:
+        size += 1 + _vlen(refer)
+    return size
+
+
+@njit(nogil=True, cache=True)
+def _write_line(out, p, r, side, refer, offsets, keys, values, sp_aux, sp_hdr, sp_hdr_off, dense, dn_base, dn_width,
+                dn_aux, dn_hdr, dn_hdr_off, bits):
+    for f in range(offsets.shape[0]):
+        if side == ALL or sp_aux[f] == (side == AUX):
+            body = _sparse_body(f, r, offsets, keys, values, sp_hdr_off)
+            if body == 0:
+                continue
+            out[_u(p)] = 0x0A  # FeatureLine.features
+            p = _put_varint(out, p + 1, body)
+            p = _put_bytes(out, p, sp_hdr, sp_hdr_off[f], sp_hdr_off[f + 1])
+            for i in range(offsets[f, r], offsets[f, r + 1]):
+                has_value = values[i] != 1.0
+                fv = 1 + _vlen(keys[i]) + (5 if has_value else 0)
+                out[_u(p)] = 0x1A  # Feature.values
+                p = _put_varint(out, p + 1, fv)
+                out[_u(p)] = 0x08  # FeatureValue.key
+                p = _put_varint(out, p + 1, keys[i])
+                if has_value:
+                    out[_u(p)] = 0x15  # FeatureValue.value (fixed32)
+                    p = _put_f32(out, p + 1, values[i], bits)
+    for d in range(len(dn_width)):
+        if (side == ALL or dn_aux[d] == (side == AUX)) and _dense_present(d, r, dense, dn_base, dn_width):
+            vec = 4 * dn_width[d]
+            out[_u(p)] = 0x0A
+            p = _put_varint(out, p + 1, _dense_body(d, dn_width, dn_hdr_off))
+            p = _put_bytes(out, p, dn_hdr, dn_hdr_off[d], dn_hdr_off[d + 1])
+            out[_u(p)] = 0x1A
+            p = _put_varint(out, p + 1, _entry(vec))
+            out[_u(p)] = 0x1A  # FeatureValue.vector, packed
+            p = _put_varint(out, p + 1, vec)
+            for c in range(dn_base[d], dn_base[d] + dn_width[d]):
+                p = _put_f32(out, p, dense[r, c], bits)
+    if refer != 0:
+        out[_u(p)] = 0x10  # FeatureLine.refer
+        p = _put_varint(out, p + 1, refer)
+    return p
+
+
+@njit(nogil=True, cache=True)
+def _same_aux(r1, r2, offsets, keys, values, sp_aux, dense, dn_base, dn_width, dn_aux):
+    for f in range(offsets.shape[0]):
+        if not sp_aux[f]:
+            continue
+        a1 = offsets[f, r1]
+        a2 = offsets[f, r2]
+        n = offsets[f, r1 + 1] - a1
+        if offsets[f, r2 + 1] - a2 != n:
+            return False
+        for i in range(n):
+            if keys[a1 + i] != keys[a2 + i] or values[a1 + i] != values[a2 + i]:
+                return False
+    for d in range(len(dn_width)):
+        if dn_aux[d]:
+            for c in range(dn_base[d], dn_base[d] + dn_width[d]):
+                if dense[r1, c] != dense[r2, c]:
+                    return False
+    return True
+
+
+@njit(nogil=True, cache=True)
+def _labels_body(label_count):
+    return _entry(4 * label_count) if label_count > 0 else 0
+
+
+@njit(nogil=True, cache=True)
+def _write_labels(out, p, labels, r, bits):
+    n = labels.shape[1]
+    out[_u(p)] = 0x12  # labels / label
+    p = _put_varint(out, p + 1, _labels_body(n))
+    if n > 0:
+        out[_u(p)] = 0x0A  # Label.values, packed
+        p = _put_varint(out, p + 1, 4 * n)
+        for c in range(n):
+            p = _put_f32(out, p, labels[r, c], bits)
+    return p
+
+
+@njit(nogil=True, cache=True)
+def _ext_body(ts):
+    entry = len(_TIMESTAMP_ENTRY_KEY) + _entry(_int_digits(ts))
+    return _entry(entry)
+
+
+@njit(nogil=True, cache=True)
+def encode_groups(g0, group_offsets, simple, offsets, keys, values, sp_aux, sp_hdr, sp_hdr_off, dense, dn_base,
+                  dn_width, dn_aux, dn_hdr, dn_hdr_off, labels, timestamps, sid_bytes, sid_off, out, out_pos,
+                  refer, distinct, line_size):
+    """Write groups ``g0..`` as length-prefixed records into ``out[out_pos:]``.
+
+    Returns ``(next group, out_pos)``: it stops early, at a group boundary, when the next
+    record would not fit in ``out``.  ``refer``, ``distinct`` and ``line_size`` are scratch
+    of at least the rows of the largest group.
+    """
+    bits = np.zeros(1, np.uint32)
+    ngroups = len(group_offsets) - 1
+    has_aux = False
+    for f in range(len(sp_aux)):
+        has_aux |= sp_aux[f]
+    for d in range(len(dn_aux)):
+        has_aux |= dn_aux[d]
+    has_aux = has_aux and not simple
+    label_body = _labels_body(labels.shape[1])
+    g = g0
+    while g < ngroups:
+        r0 = group_offsets[g]
+        r1 = group_offsets[g + 1]
+        if simple:
+            # one SampleSimple per row
+            need = 0
+            for r in range(r0, r1):
+                ls = _line_size(r, ALL, 0, offsets, keys, values, sp_aux, sp_hdr_off, dense, dn_base, dn_width,
+                                dn_aux, dn_hdr_off)
+                line_size[r - r0] = ls
+                need += 4 + _entry(sid_off[r + 1] - sid_off[r]) + _entry(label_body) + _entry(ls)
+            if out_pos + need > len(out):
+                return g, out_pos
+            for r in range(r0, r1):
+                ls = line_size[r - r0]
+                body = _entry(sid_off[r + 1] - sid_off[r]) + _entry(label_body) + _entry(ls)
+                p = out_pos
+                for k in range(4):
+                    out[_u(p + k)] = np.uint8((body >> (8 * k)) & 0xFF)
+                p += 4
+                out[_u(p)] = 0x0A  # sample_id
+                p = _put_varint(out, p + 1, sid_off[r + 1] - sid_off[r])
+                p = _put_bytes(out, p, sid_bytes, sid_off[r], sid_off[r + 1])
+                p = _write_labels(out, p, labels, r, bits)
+                out[_u(p)] = 0x1A  # feature_line
+                p = _put_varint(out, p + 1, ls)
+                p = _write_line(out, p, r, ALL, 0, offsets, keys, values, sp_aux, sp_hdr, sp_hdr_off, dense, dn_base,
+                                dn_width, dn_aux, dn_hdr, dn_hdr_off, bits)
+                out_pos = p
+            g += 1
+            continue
+        # aux lines: a sample refers to an earlier distinct aux line of equal content, or adds one
+        ndist = 0
+        if has_aux:
+            for r in range(r0, r1):
+                match = -1
+                for d in range(ndist - 1, max(-1, ndist - 1 - _AUX_LOOKBACK), -1):
+                    if _same_aux(distinct[d], r, offsets, keys, values, sp_aux, dense, dn_base, dn_width, dn_aux):
+                        match = d
+                        break
+                if match < 0:
+                    distinct[ndist] = r
+                    match = ndist
+                    ndist += 1
+                refer[r - r0] = match
+        table0 = 0
+        for r in range(r0, r1):
+            ls = _line_size(r, MAIN, refer[r - r0] if has_aux else 0, offsets, keys, values, sp_aux, sp_hdr_off,
+                            dense, dn_base, dn_width, dn_aux, dn_hdr_off)
+            line_size[r - r0] = ls
+            table0 += _entry(ls)
+        table1 = 0
+        for d in range(ndist):
+            table1 += _entry(_line_size(distinct[d], AUX, 0, offsets, keys, values, sp_aux, sp_hdr_off, dense,
+                                        dn_base, dn_width, dn_aux, dn_hdr_off))
+        any_sid = sid_off[r1] > sid_off[r0]
+        any_ts = False
+        for r in range(r0, r1):
+            any_ts |= timestamps[r] != 0
+        body = (r1 - r0) * _entry(label_body) + _entry(table0) + (_entry(table1) if has_aux else 0)
+        for r in range(r0, r1):
+            if any_sid:
+                body += _entry(sid_off[r + 1] - sid_off[r])
+            if any_ts:
+                body += _entry(_ext_body(timestamps[r]))
+        if out_pos + 4 + body > len(out):
+            return g, out_pos
+        p = out_pos
+        for k in range(4):
+            out[_u(p + k)] = np.uint8((body >> (8 * k)) & 0xFF)
+        p += 4
+        if any_sid:
+            for r in range(r0, r1):
+                out[_u(p)] = 0x0A  # sample_ids
+                p = _put_varint(out, p + 1, sid_off[r + 1] - sid_off[r])
+                p = _put_bytes(out, p, sid_bytes, sid_off[r], sid_off[r + 1])
+        for r in range(r0, r1):
+            p = _write_labels(out, p, labels, r, bits)
+        out[_u(p)] = 0x1A  # feature_tables[0]
+        p = _put_varint(out, p + 1, table0)
+        for r in range(r0, r1):
+            out[_u(p)] = 0x0A  # feature_lines
+            p = _put_varint(out, p + 1, line_size[r - r0])
+            p = _write_line(out, p, r, MAIN, refer[r - r0] if has_aux else 0, offsets, keys, values, sp_aux, sp_hdr,
+                            sp_hdr_off, dense, dn_base, dn_width, dn_aux, dn_hdr, dn_hdr_off, bits)
+        if has_aux:
+            out[_u(p)] = 0x1A  # feature_tables[1]
+            p = _put_varint(out, p + 1, table1)
+            for d in range(ndist):
+                r = distinct[d]
+                out[_u(p)] = 0x0A
+                p = _put_varint(out, p + 1, _line_size(r, AUX, 0, offsets, keys, values, sp_aux, sp_hdr_off, dense,
+                                                       dn_base, dn_width, dn_aux, dn_hdr_off))
+                p = _write_line(out, p, r, AUX, 0, offsets, keys, values, sp_aux, sp_hdr, sp_hdr_off, dense, dn_base,
+                                dn_width, dn_aux, dn_hdr, dn_hdr_off, bits)
+        if any_ts:
+            for r in range(r0, r1):
+                ts = timestamps[r]
+                out[_u(p)] = 0x2A  # extensions
+                p = _put_varint(out, p + 1, _ext_body(ts))
+                out[_u(p)] = 0x0A  # Extensions.extension (a map entry)
+                p = _put_varint(out, p + 1, len(_TIMESTAMP_ENTRY_KEY) + _entry(_int_digits(ts)))
+                p = _put_bytes(out, p, _TIMESTAMP_ENTRY_KEY, 0, len(_TIMESTAMP_ENTRY_KEY))
+                out[_u(p)] = 0x12  # entry value
+                p = _put_varint(out, p + 1, _int_digits(ts))
+                p = _put_int_text(out, p, ts)
+        out_pos = p
+        g += 1
+    return g, out_pos
+
+
+@njit(nogil=True, cache=True)
+def identical_features(group_offsets, offsets, keys, values, dense, dn_base, dn_width, differs, present):
+    """Mark features that differ between two samples of a group, and those with values in a multi-sample group.
+
+    ``differs`` and ``present`` are indexed sparse features first, then dense ones, and
+    accumulate over calls (one per block of the leading sample).
+    """
+    nsp = offsets.shape[0]
+    for g in range(len(group_offsets) - 1):
+        r0 = group_offsets[g]
+        r1 = group_offsets[g + 1]
+        if r1 - r0 < 2:
+            continue
+        for f in range(nsp):
+            if differs[f]:
+                continue
+            a0 = offsets[f, r0]
+            n0 = offsets[f, r0 + 1] - a0
+            if n0 > 0:
+                present[f] = True
+            for r in range(r0 + 1, r1):
+                a = offsets[f, r]
+                if offsets[f, r + 1] - a != n0:
+                    differs[f] = True
+                    break
+                for i in range(n0):
+                    if keys[a + i] != keys[a0 + i] or values[a + i] != values[a0 + i]:
+                        differs[f] = True
+                        break
+                if differs[f]:
+                    break
+        for d in range(len(dn_width)):
+            j = nsp + d
+            if differs[j]:
+                continue
+            for c in range(dn_base[d], dn_base[d] + dn_width[d]):
+                if dense[r0, c] != 0.0:
+                    present[j] = True
+                for r in range(r0 + 1, r1):
+                    if dense[r, c] != dense[r0, c]:
+                        differs[j] = True
+
+
+_NAN_TEXT = np.frombuffer(b"nan", np.uint8).copy()
+_INF_TEXT = np.frombuffer(b"inf", np.uint8).copy()
+
+
+@njit(nogil=True, cache=True)
+def _digits_text(out, p, m, n):
+    """The ``n`` decimal digits of ``m`` (zero-padded on the left) at ``out[p:p+n]``."""
+    for k in range(n - 1, -1, -1):
+        out[_u(p + k)] = np.uint8(48 + m % 10)
+        m //= 10
+    return p + n
+
+
+@njit(nogil=True, cache=True)
+def _decimal_text(out, p, neg, m, n, s):
+    """``-``? then ``m * 10**-s`` (``m`` of ``n`` digits, no trailing zero when ``s > 0``)."""
+    if neg:
+        out[_u(p)] = 45
+        p += 1
+    e = n - 1 - s  # decimal exponent of the first digit
+    if e < -7 or e > 15:
+        p = _digits_text(out, p, m, n)
+        out[_u(p)] = 101  # 'e'
+        return _put_int_text(out, p + 1, -s)
+    if s <= 0:
+        p = _digits_text(out, p, m, n)
+        for _ in range(-s):
+            out[_u(p)] = 48
+            p += 1
+        return p
+    if s >= n:
+        out[_u(p)] = 48
+        out[_u(p + 1)] = 46
+        p += 2
+        for _ in range(s - n):
+            out[_u(p)] = 48
+            p += 1
+        return _digits_text(out, p, m, n)
+    head = n - s
+    div = 1
+    for _ in range(s):
+        div *= 10
+    p = _digits_text(out, p, m // div, head)
+    out[_u(p)] = 46
+    return _digits_text(out, p + 1, m % div, s)
+
+
+@njit(nogil=True, cache=True)
+def put_float_text(out, p, v):
+    """Write float32 ``v`` in the fewest significant digits that ``scan_float`` reads back exactly."""
+    f = np.float32(v)
+    if f != f:
+        return _put_bytes(out, p, _NAN_TEXT, 0, 3)
+    neg = f < 0 or (f == 0 and math.copysign(1.0, f) < 0)
+    if neg:
+        out[_u(p)] = 45
+    if f == 0:
+        out[_u(p + neg)] = 48
+        return p + neg + 1
+    x = abs(np.float64(f))
+    if x == np.inf:
+        return _put_bytes(out, p + neg, _INF_TEXT, 0, 3)
+    e = int(math.floor(math.log10(x)))
+    for n in range(1, 10):
+        s = n - 1 - e
+        m = np.int64(round(x * 10.0 ** s) if s <= 300 else round(x * 10.0 ** 300 * 10.0 ** (s - 300)))
+        nd = n
+        if m >= 10 ** n:  # x rounded up to the next power of ten
+            m //= 10
+            s -= 1
+        while s > 0 and m % 10 == 0 and m > 0:
+            m //= 10
+            s -= 1
+            nd -= 1
+        if m == 0:
+            continue
+        q = _decimal_text(out, p, neg, m, nd, s)
+        back, status = scan_float(out, p, q)
+        if status == 0 and np.float32(back) == f:
+            return q
+    return q  # 9 significant digits always read back; not reached
+
+
+@njit(nogil=True, cache=True)
+def write_text_rows(r, nrows, sid_bytes, sid_off, gid, starts, ends, keys, values, sp_name, sp_name_off, dense,
+                    dn_name, dn_name_off, dn_base, dn_width, labels, timestamps, out, pos):
+    """Write samples ``r..nrows-1`` as text lines into ``out[pos:]``.
+
+    Sample ``r``'s sparse feature ``f`` is ``keys[starts[f, r]:ends[f, r]]``; ``gid[r]`` is its
+    group number, -1 for a group of its own (empty group id).  A value of 1.0 and a dense
+    row of zeros are left out (they read back the same).  Returns ``(next row, pos)``,
+    stopping when the next line might not fit.
+    """
+    nsp = starts.shape[0]
+    while r < nrows:
+        worst = sid_off[r + 1] - sid_off[r] + 64 + labels.shape[1] * 17
+        for f in range(nsp):
+            worst += sp_name_off[f + 1] - sp_name_off[f] + 2 + (ends[f, r] - starts[f, r]) * 40
+        for d in range(len(dn_width)):
+            worst += dn_name_off[d + 1] - dn_name_off[d] + 2 + dn_width[d] * 17
+        if pos + worst > len(out):
+            return r, pos
+        p = _put_bytes(out, pos, sid_bytes, sid_off[r], sid_off[r + 1])
+        out[_u(p)] = _PIPE
+        p += 1
+        if gid[r] >= 0:
+            p = _put_int_text(out, p, gid[r])
+        out[_u(p)] = _PIPE
+        p += 1
+        first = True
+        for f in range(nsp):
+            a = starts[f, r]
+            b = ends[f, r]
+            if a == b:
+                continue
+            if not first:
+                out[_u(p)] = _SEMI
+                p += 1
+            first = False
+            p = _put_bytes(out, p, sp_name, sp_name_off[f], sp_name_off[f + 1])
+            out[_u(p)] = _AT
+            p += 1
+            for i in range(a, b):
+                if i > a:
+                    out[_u(p)] = _COMMA
+                    p += 1
+                p = _put_int_text(out, p, keys[i])
+                if values[i] != 1.0:
+                    out[_u(p)] = 58  # ':'
+                    p = put_float_text(out, p + 1, values[i])
+        out[_u(p)] = _PIPE
+        p += 1
+        first = True
+        for d in range(len(dn_width)):
+            c0 = dn_base[d]
+            present = False
+            for c in range(c0, c0 + dn_width[d]):
+                present |= dense[r, c] != 0.0
+            if not present:
+                continue
+            if not first:
+                out[_u(p)] = _SEMI
+                p += 1
+            first = False
+            p = _put_bytes(out, p, dn_name, dn_name_off[d], dn_name_off[d + 1])
+            out[_u(p)] = _AT
+            p += 1
+            for c in range(c0, c0 + dn_width[d]):
+                if c > c0:
+                    out[_u(p)] = _COMMA
+                    p += 1
+                p = put_float_text(out, p, dense[r, c])
+        out[_u(p)] = _PIPE
+        p += 1
+        for c in range(labels.shape[1]):
+            if c:
+                out[_u(p)] = _COMMA
+                p += 1
+            p = put_float_text(out, p, labels[r, c])
+        out[_u(p)] = _PIPE
+        p += 1
+        if timestamps[r] != 0:
+            p = _put_int_text(out, p, timestamps[r])
+        out[_u(p)] = _NL
+        pos = p + 1
+        r += 1
+    return r, pos
