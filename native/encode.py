@@ -123,8 +123,9 @@ def _put_varint(out, p, x):
 
 @njit(nogil=True, cache=True, inline="always")
 def _put_f32(out, p, v, bits):
-    bits.view(np.float32)[0] = v
-    x = bits[0]
+    """Write float32 ``v`` little-endian; ``bits`` is ``(f, f.view(uint32))`` of one float32 (a cheap bit cast)."""
+    bits[0][0] = v
+    x = bits[1][0]
     out[_u(p)] = np.uint8(x & np.uint32(0xFF))
     out[_u(p + 1)] = np.uint8((x >> np.uint32(8)) & np.uint32(0xFF))
     out[_u(p + 2)] = np.uint8((x >> np.uint32(16)) & np.uint32(0xFF))
@@ -313,7 +314,8 @@ def encode_groups(g0, group_offsets, simple, offsets, keys, values, sp_aux, sp_h
     record would not fit in ``out``.  ``refer``, ``distinct`` and ``line_size`` are scratch
     of at least the rows of the largest group.
     """
-    bits = np.zeros(1, np.uint32)
+    one = np.zeros(1, np.float32)
+    bits = (one, one.view(np.uint32))
     ngroups = len(group_offsets) - 1
     has_aux = False
     for f in range(len(sp_aux)):

@@ -100,9 +100,13 @@ def _u32(buf, p):
 
 @njit(nogil=True, cache=True, inline="always")
 def _f32(buf, p, bits):
-    """The little-endian float32 at ``buf[p:p+4]`` (``bits`` is a uint32 [1] viewed as float32 by the caller)."""
-    bits[0] = _u32(buf, p)
-    return bits.view(np.float32)[0]
+    """The little-endian float32 at ``buf[p:p+4]``; ``bits`` is ``(f, f.view(uint32))`` of one float32.
+
+    Going through one shared pair of views is the cheap bit cast: a view made per call
+    costs more than the whole rest of decoding a value.
+    """
+    bits[1][0] = _u32(buf, p)
+    return bits[0][0]
 
 
 @njit(nogil=True, cache=True)
@@ -164,231 +168,6 @@ def _fail(st, code, pos, table, line, feature, got):
 
 
 @njit(nogil=True, cache=True)
-def _floats(buf, p, end, wt, out, count, limit, bits):
-    """Read one ``repeated float`` occurrence (packed or not) into ``out[count:limit]``.
-
-    Returns ``(new count, next p)``; next p is -1 when malformed.  Floats past ``limit``
-    are counted, not stored.
-    """
-    if wt == 5:
-        if p + 4 > end:
-            return count, -1
-        if count < limit:
-            out[count] = _f32(buf, p, bits)
-        return count + 1, p + 4
-    a, b = _len_field(buf, p, end)
-    if a < 0 or (b - a) % 4 != 0:
-        return count, -1
-    for q in range(a, b, 4):
-        if count < limit:
-            out[count] = _f32(buf, q, bits)
-        count += 1
-    return count, b
-
-
-@njit(nogil=True, cache=True)
-def _decode_label(buf, a, b, out, count, bits, st):
-    """A ``Label`` message into ``out``; returns the values seen so far or -(error code)."""
-    p = a
-    while p < b:
-        tag, p = _varint(buf, p, b)
-        if p < 0:
-            return -_fail(st, MALFORMED, a, 0, -1, -1, 0)
-        field = np.int64(tag >> np.uint64(3))
-        wt = np.int64(tag & np.uint64(7))
-        if field == 1:
-            if wt != 5 and wt != 2:
-                return -_fail(st, WRONG_WIRE_TYPE, p, 0, -1, -1, wt)
-            count, p = _floats(buf, p, b, wt, out, count, len(out), bits)
-        else:
-            p = _skip(buf, p, b, wt, field)
-        if p < 0:
-            return -_fail(st, MALFORMED, a, 0, -1, -1, 0)
-    return count
-
-
-@njit(nogil=True, cache=True)
-def _decode_feature(buf, a, b, table, line, row, slots, names, name_off, feat_kind, feat_index, feat_table,
-                    dn_nvec, dn_elem_base, dn_elem_col, tok_feat, tok_key, tok_hkey, tok_val, dense_row,
-                    dn_seen, vec, bits, st):
-    """One ``Feature`` of a line of ``table``; emits its tokens or dense row.  Returns 0 or an error code."""
-    # first pass: type and name, which may come after the values
-    ftype = np.int64(-1)
-    na = -1
-    nb = -1
-    nvals = 0
-    p = a
-    while p < b:
-        fpos = p
-        tag, p = _varint(buf, p, b)
-        if p < 0:
-            return _fail(st, MALFORMED, fpos, table, line, -1, 0)
-        field = np.int64(tag >> np.uint64(3))
-        wt = np.int64(tag & np.uint64(7))
-        if field == 1:
-            if wt != 0:
-                return _fail(st, WRONG_WIRE_TYPE, fpos, table, line, -1, wt)
-            v, p = _varint(buf, p, b)
-            ftype = np.int64(v)
-        elif field == 2:
-            if wt != 2:
-                return _fail(st, WRONG_WIRE_TYPE, fpos, table, line, -1, wt)
-            na, nb = _len_field(buf, p, b)
-            p = nb
-        elif field == 3:
-            if wt != 2:
-                return _fail(st, WRONG_WIRE_TYPE, fpos, table, line, -1, wt)
-            p = _skip(buf, p, b, wt, field)
-            nvals += 1
-        else:
-            p = _skip(buf, p, b, wt, field)
-        if p < 0:
-            return _fail(st, MALFORMED, fpos, table, line, -1, 0)
-    if ftype == -1:
-        return _fail(st, MISSING_REQUIRED, a, table, line, -1, 1)
-    if ftype != 1 and ftype != 2:
-        return _fail(st, BAD_ENUM, a, table, line, -1, ftype)
-    if na < 0:
-        return 0  # no name: cannot be a declared feature
-    code = lookup_name(buf, na, nb, slots, names, name_off)
-    if code < 0 or feat_table[code] != table:
-        return 0
-    kind = feat_kind[code]
-    if (kind == SPARSE) != (ftype == 1):
-        return _fail(st, TYPE_MISMATCH, na, table, line, code, ftype)
-    f = feat_index[code]
-    if kind == DENSE:
-        if nvals != 1:
-            return _fail(st, DENSE_VALUES, a, table, line, code, nvals)
-        if dn_seen[f]:
-            return _fail(st, DENSE_REPEATED, na, table, line, code, 0)
-        dn_seen[f] = True
-    # second pass: the values
-    p = a
-    while p < b:
-        tag, p = _varint(buf, p, b)
-        field = np.int64(tag >> np.uint64(3))
-        wt = np.int64(tag & np.uint64(7))
-        if field != 3:
-            p = _skip(buf, p, b, wt, field)
-            continue
-        va, vb = _len_field(buf, p, b)
-        p = vb
-        key = np.int64(0)
-        hkey = np.int64(0)
-        value = np.float32(1.0)
-        has_key = False
-        nvec = 0
-        q = va
-        while q < vb:
-            fpos = q
-            tag, q = _varint(buf, q, vb)
-            if q < 0:
-                return _fail(st, MALFORMED, fpos, table, line, code, 0)
-            vfield = np.int64(tag >> np.uint64(3))
-            vwt = np.int64(tag & np.uint64(7))
-            if vfield == 1 or vfield == 4:
-                if vwt != 0:
-                    return _fail(st, WRONG_WIRE_TYPE, fpos, table, line, code, vwt)
-                v, q = _varint(buf, q, vb)
-                if vfield == 1:
-                    key = np.int64(v)
-                    has_key = True
-                else:
-                    hkey = np.int64(v)
-            elif vfield == 2:
-                if vwt != 5:
-                    return _fail(st, WRONG_WIRE_TYPE, fpos, table, line, code, vwt)
-                if q + 4 > vb:
-                    return _fail(st, MALFORMED, fpos, table, line, code, 0)
-                value = _f32(buf, q, bits)
-                q += 4
-            elif vfield == 3:
-                if vwt != 5 and vwt != 2:
-                    return _fail(st, WRONG_WIRE_TYPE, fpos, table, line, code, vwt)
-                if kind == DENSE:
-                    nvec, q = _floats(buf, q, vb, vwt, vec, nvec, len(vec), bits)
-                else:
-                    q = _skip(buf, q, vb, vwt, vfield)
-            else:
-                q = _skip(buf, q, vb, vwt, vfield)
-            if q < 0:
-                return _fail(st, MALFORMED, fpos, table, line, code, 0)
-        if kind == DENSE:
-            width = dn_nvec[f]
-            if nvec != width:
-                return _fail(st, DENSE_WIDTH, va, table, line, code, nvec)
-            base = dn_elem_base[f]
-            for j in range(width):
-                col = dn_elem_col[base + j]
-                if col >= 0:
-                    dense_row[col] = vec[j]
-        else:
-            if not has_key:
-                return _fail(st, MISSING_KEY, va, table, line, code, 0)
-            t = st[S_NTOK]
-            tok_feat[t] = f
-            tok_key[t] = key
-            tok_hkey[t] = hkey
-            tok_val[t] = value
-            st[S_NTOK] = t + 1
-            if hkey != 0:
-                st[S_ANY_HKEY] = 1
-    return 0
-
-
-@njit(nogil=True, cache=True)
-def _decode_line(buf, a, b, table, line, row, slots, names, name_off, feat_kind, feat_index, feat_table,
-                 dn_nvec, dn_elem_base, dn_elem_col, tok_feat, tok_key, tok_hkey, tok_val, line_tok1,
-                 refer, dense, dn_seen, vec, bits, st):
-    """A ``FeatureLine`` into row ``row`` of ``table`` (its start token, refer and dense row already set)."""
-    p = a
-    while p < b:
-        fpos = p
-        tag, p = _varint(buf, p, b)
-        if p < 0:
-            return _fail(st, MALFORMED, fpos, table, line, -1, 0)
-        field = np.int64(tag >> np.uint64(3))
-        wt = np.int64(tag & np.uint64(7))
-        if field == 1:
-            if wt != 2:
-                return _fail(st, WRONG_WIRE_TYPE, fpos, table, line, -1, wt)
-            fa, fb = _len_field(buf, p, b)
-            if fa < 0:
-                return _fail(st, MALFORMED, fpos, table, line, -1, 0)
-            err = _decode_feature(buf, fa, fb, table, line, row, slots, names, name_off, feat_kind, feat_index,
-                                  feat_table, dn_nvec, dn_elem_base, dn_elem_col, tok_feat, tok_key, tok_hkey,
-                                  tok_val, dense[table, row], dn_seen, vec, bits, st)
-            if err:
-                return err
-            p = fb
-        elif field == 2:
-            if wt != 0:
-                return _fail(st, WRONG_WIRE_TYPE, fpos, table, line, -1, wt)
-            v, p = _varint(buf, p, b)
-            refer[table, row] = np.int64(np.int32(np.int64(v)))  # int32 on the wire
-        elif field == 3:
-            if wt != 0 and wt != 2:
-                return _fail(st, WRONG_WIRE_TYPE, fpos, table, line, -1, wt)
-            p = _skip(buf, p, b, wt, field)
-        else:
-            p = _skip(buf, p, b, wt, field)
-        if p < 0:
-            return _fail(st, MALFORMED, fpos, table, line, -1, 0)
-    line_tok1[table, row] = st[S_NTOK]
-    return 0
-
-
-@njit(nogil=True, cache=True)
-def _start_line(table, row, line_tok0, line_tok1, refer, dense, dn_seen, st):
-    line_tok0[table, row] = st[S_NTOK]
-    line_tok1[table, row] = st[S_NTOK]
-    refer[table, row] = 0
-    dense[table, row, :] = 0.0
-    dn_seen[:] = False
-
-
-@njit(nogil=True, cache=True)
 def _timestamp(buf, a, b, st):
     """The ``timestamp`` entry of an ``Extensions`` message: ``(value, error code)``; 0 when absent."""
     ts = np.int64(0)
@@ -447,13 +226,22 @@ def _timestamp(buf, a, b, st):
 
 
 @njit(nogil=True, cache=True)
-def _finish_group(n, lines0, tab_rows, ntables, line_tok0, line_tok1, refer, dense, dn_seen, group_start,
-                  st, pos):
+def _empty_line(table, row, line_tok0, line_tok1, refer, dense, st):
+    """Start an empty line (only for lines a group lacks: the hot path starts lines inline)."""
+    line_tok0[table, row] = st[S_NTOK]
+    line_tok1[table, row] = st[S_NTOK]
+    refer[table, row] = 0
+    for c in range(dense.shape[2]):
+        dense[table, row, c] = 0.0
+
+
+@njit(nogil=True, cache=True)
+def _finish_group(n, lines0, tab_rows, ntables, line_tok0, line_tok1, refer, dense, group_start, st, pos):
     """Checks after a group's fields: aux tables it lacks get one empty line, refers become block rows."""
     for k in range(1, ntables):
         if tab_rows[k] == lines0[k]:
             row = tab_rows[k]
-            _start_line(k, row, line_tok0, line_tok1, refer, dense, dn_seen, st)
+            _empty_line(k, row, line_tok0, line_tok1, refer, dense, st)
             tab_rows[k] = row + 1
             for r in range(lines0[k - 1], tab_rows[k - 1]):
                 refer[k - 1, r] = 0
@@ -472,18 +260,32 @@ def _finish_group(n, lines0, tab_rows, ntables, line_tok0, line_tok1, refer, den
 
 
 @njit(nogil=True, cache=True)
-def _decode_group(buf, a, b, ntables, label_count, slots, names, name_off, feat_kind, feat_index, feat_table,
-                  dn_nvec, dn_elem_base, dn_elem_col, tok_feat, tok_key, tok_hkey, tok_val, line_tok0, line_tok1,
-                  refer, tab_rows, dense, labels, timestamps, sid_bytes, sid_off, group_start, dn_seen, vec,
-                  bits, lines0, st):
-    """A ``SampleGroup`` record.  Returns 0 or an error code (the caller rolls the record back)."""
+def _decode_record(buf, a, b, simple, label_count, slots, names, name_off, feat, dn_feat, dn_elem_col, tok_feat,
+                   tok_key, tok_hkey, tok_val, line_tok0, line_tok1, refer, tab_rows, dense, labels, timestamps,
+                   sid_bytes, sid_off, group_start, spans, dn_seen, vec, bits, lines0, st):
+    """One record: a ``SampleGroup``, or a ``SampleSimple`` when ``simple``.  Returns 0 or an error code.
+
+    Everything per line, feature and value is decoded in this one function, with only
+    tiny inline helpers: numba increfs every array passed to a called function, and
+    those atomic operations cost more than decoding a feature.  The top-level fields
+    are walked first (sample ids, labels, timestamps, and the span of every line), then
+    the lines.  ``feat[c]`` is (kind, index in its kind, table) of declared feature c,
+    ``dn_feat[d]`` (nvec, first element of ``dn_elem_col``) of dense feature d.
+    """
+    ntables = tab_rows.shape[0]
     row0 = st[S_NROWS]
+    for k in range(ntables):
+        lines0[k] = tab_rows[k]
     nlabels = 0
     nsid = 0
     next_table = 0
     next_ext = 0
-    for k in range(ntables):
-        lines0[k] = tab_rows[k]
+    nspans = 0
+    seen = 0  # SampleSimple: bit j set when required field j + 1 was present
+    if simple:
+        for c in range(labels.shape[1]):
+            labels[row0, c] = 0.0
+    # -- top-level fields ----------------------------------------------------------------
     p = a
     while p < b:
         fpos = p
@@ -492,7 +294,8 @@ def _decode_group(buf, a, b, ntables, label_count, slots, names, name_off, feat_
             return _fail(st, MALFORMED, fpos, 0, -1, -1, 0)
         field = np.int64(tag >> np.uint64(3))
         wt = np.int64(tag & np.uint64(7))
-        if field < 1 or field > 5:
+        top = 3 if simple else 5
+        if field < 1 or field > top:
             p = _skip(buf, p, b, wt, field)
             if p < 0:
                 return _fail(st, MALFORMED, fpos, 0, -1, -1, 0)
@@ -503,22 +306,68 @@ def _decode_group(buf, a, b, ntables, label_count, slots, names, name_off, feat_
         if fa < 0:
             return _fail(st, MALFORMED, fpos, 0, -1, -1, 0)
         p = fb
+        if simple:
+            seen |= 1 << (field - 1)
         if field == 1:
-            s = st[S_NSID]
+            if simple:  # a string: the last occurrence wins
+                nsid = 0
+                st[S_NSID] = sid_off[row0]
+            s0 = st[S_NSID]
             for k in range(fb - fa):
-                sid_bytes[s + k] = buf[_u(fa + k)]
-            st[S_NSID] = s + fb - fa
+                sid_bytes[s0 + k] = buf[_u(fa + k)]
+            st[S_NSID] = s0 + fb - fa
             nsid += 1
             sid_off[row0 + nsid] = st[S_NSID]
         elif field == 2:
-            row = row0 + nlabels
-            labels[row, :] = 0.0
-            got = _decode_label(buf, fa, fb, labels[row], 0, bits, st)
-            if got < 0:
-                return -got
-            if got < label_count:
-                return _fail(st, TOO_FEW_LABELS, fpos, 0, nlabels, -1, got)
-            nlabels += 1
+            if simple:  # messages merge: label values append
+                row = row0
+                count = nlabels
+            else:
+                row = row0 + nlabels
+                count = 0
+                for c in range(labels.shape[1]):
+                    labels[row, c] = 0.0
+            q = fa
+            while q < fb:
+                lpos = q
+                tag, q = _varint(buf, q, fb)
+                if q < 0:
+                    return _fail(st, MALFORMED, lpos, 0, -1, -1, 0)
+                lf = np.int64(tag >> np.uint64(3))
+                lw = np.int64(tag & np.uint64(7))
+                if lf == 1 and lw == 5:
+                    if q + 4 > fb:
+                        return _fail(st, MALFORMED, lpos, 0, -1, -1, 0)
+                    if count < labels.shape[1]:
+                        labels[row, count] = _f32(buf, q, bits)
+                    count += 1
+                    q += 4
+                elif lf == 1 and lw == 2:
+                    va, vb = _len_field(buf, q, fb)
+                    if va < 0 or (vb - va) % 4 != 0:
+                        return _fail(st, MALFORMED, lpos, 0, -1, -1, 0)
+                    for v in range(va, vb, 4):
+                        if count < labels.shape[1]:
+                            labels[row, count] = _f32(buf, v, bits)
+                        count += 1
+                    q = vb
+                elif lf == 1:
+                    return _fail(st, WRONG_WIRE_TYPE, lpos, 0, -1, -1, lw)
+                else:
+                    q = _skip(buf, q, fb, lw, lf)
+                    if q < 0:
+                        return _fail(st, MALFORMED, lpos, 0, -1, -1, 0)
+            if simple:
+                nlabels = count
+            else:
+                if count < label_count:
+                    return _fail(st, TOO_FEW_LABELS, fpos, 0, nlabels, -1, count)
+                nlabels += 1
+        elif field == 3 and simple:
+            spans[nspans, 0] = 0
+            spans[nspans, 1] = fa
+            spans[nspans, 2] = fb
+            nspans += 1
         elif field == 3:
             k = next_table
             next_table += 1
@@ -542,14 +391,10 @@ def _decode_group(buf, a, b, ntables, label_count, slots, names, name_off, feat_
                 la, lb = _len_field(buf, q, fb)
                 if la < 0:
                     return _fail(st, MALFORMED, lpos, k, -1, -1, 0)
-                row = tab_rows[k]
-                _start_line(k, row, line_tok0, line_tok1, refer, dense, dn_seen, st)
-                err = _decode_line(buf, la, lb, k, row - lines0[k], row, slots, names, name_off, feat_kind,
-                                   feat_index, feat_table, dn_nvec, dn_elem_base, dn_elem_col, tok_feat, tok_key,
-                                   tok_hkey, tok_val, line_tok1, refer, dense, dn_seen, vec, bits, st)
-                if err:
-                    return err
-                tab_rows[k] = row + 1
+                spans[nspans, 0] = k
+                spans[nspans, 1] = la
+                spans[nspans, 2] = lb
+                nspans += 1
                 q = lb
         elif field == 5:
             ts, err = _timestamp(buf, fa, fb, st)
@@ -557,7 +402,210 @@ def _decode_group(buf, a, b, ntables, label_count, slots, names, name_off, feat_
                 return err
             timestamps[row0 + next_ext] = ts
             next_ext += 1
-        # field 4 (props) is not used
+        # SampleGroup.props (4) is not used
+    if simple:
+        if seen != 7:
+            missing = 1 if not seen & 1 else (2 if not seen & 2 else 3)
+            return _fail(st, MISSING_REQUIRED, a, -1, -1, -1, missing)
+        if nlabels < label_count:
+            return _fail(st, TOO_FEW_LABELS, a, 0, 0, -1, nlabels)
+        nlabels = 1
+    # -- the lines -------------------------------------------------------------------------
+    for i in range(nspans):
+        k = spans[i, 0]
+        if simple:  # every feature_line occurrence merges into the sample's one line
+            row = tab_rows[0]
+            fresh = i == 0
+        else:
+            row = tab_rows[k]
+            fresh = True
+        line = row - lines0[k]
+        if fresh:
+            line_tok0[k, row] = st[S_NTOK]
+            refer[k, row] = 0
+            for c in range(dense.shape[2]):
+                dense[k, row, c] = 0.0
+            for d in range(len(dn_seen)):
+                dn_seen[d] = False
+        lb = spans[i, 2]
+        p = spans[i, 1]
+        while p < lb:
+            fpos = p
+            tag, p = _varint(buf, p, lb)
+            if p < 0:
+                return _fail(st, MALFORMED, fpos, k, line, -1, 0)
+            field = np.int64(tag >> np.uint64(3))
+            wt = np.int64(tag & np.uint64(7))
+            if field == 2:
+                if wt != 0:
+                    return _fail(st, WRONG_WIRE_TYPE, fpos, k, line, -1, wt)
+                v, p = _varint(buf, p, lb)
+                refer[k, row] = np.int64(np.int32(np.int64(v)))  # int32 on the wire
+                if p < 0:
+                    return _fail(st, MALFORMED, fpos, k, line, -1, 0)
+                continue
+            if field == 3:  # reserve
+                if wt != 0 and wt != 2:
+                    return _fail(st, WRONG_WIRE_TYPE, fpos, k, line, -1, wt)
+            if field != 1:
+                p = _skip(buf, p, lb, wt, field)
+                if p < 0:
+                    return _fail(st, MALFORMED, fpos, k, line, -1, 0)
+                continue
+            if wt != 2:
+                return _fail(st, WRONG_WIRE_TYPE, fpos, k, line, -1, wt)
+            fa, fb = _len_field(buf, p, lb)
+            if fa < 0:
+                return _fail(st, MALFORMED, fpos, k, line, -1, 0)
+            p = fb
+            # a Feature: first its type and name, which may come after the values
+            ftype = np.int64(-1)
+            na = -1
+            nb = -1
+            nvals = 0
+            q = fa
+            while q < fb:
+                qpos = q
+                tag, q = _varint(buf, q, fb)
+                if q < 0:
+                    return _fail(st, MALFORMED, qpos, k, line, -1, 0)
+                f1 = np.int64(tag >> np.uint64(3))
+                w1 = np.int64(tag & np.uint64(7))
+                if f1 == 1:
+                    if w1 != 0:
+                        return _fail(st, WRONG_WIRE_TYPE, qpos, k, line, -1, w1)
+                    v, q = _varint(buf, q, fb)
+                    ftype = np.int64(v)
+                elif f1 == 2 or f1 == 3:
+                    if w1 != 2:
+                        return _fail(st, WRONG_WIRE_TYPE, qpos, k, line, -1, w1)
+                    xa, xb = _len_field(buf, q, fb)
+                    if f1 == 2:
+                        na, nb = xa, xb
+                    else:
+                        nvals += 1
+                    q = xb
+                else:
+                    q = _skip(buf, q, fb, w1, f1)
+                if q < 0:
+                    return _fail(st, MALFORMED, qpos, k, line, -1, 0)
+            if ftype == -1:
+                return _fail(st, MISSING_REQUIRED, fa, k, line, -1, 1)
+            if ftype != 1 and ftype != 2:
+                return _fail(st, BAD_ENUM, fa, k, line, -1, ftype)
+            if na < 0:
+                continue  # no name: cannot be a declared feature
+            code = lookup_name(buf, na, nb, slots, names, name_off)
+            if code < 0 or feat[code, 2] != k:
+                continue
+            kind = feat[code, 0]
+            if (kind == SPARSE) != (ftype == 1):
+                return _fail(st, TYPE_MISMATCH, na, k, line, code, ftype)
+            fi = feat[code, 1]
+            if kind == DENSE:
+                if nvals != 1:
+                    return _fail(st, DENSE_VALUES, fa, k, line, code, nvals)
+                if dn_seen[fi]:
+                    return _fail(st, DENSE_REPEATED, na, k, line, code, 0)
+                dn_seen[fi] = True
+            # then its values
+            q = fa
+            while q < fb:
+                tag, q = _varint(buf, q, fb)
+                f1 = np.int64(tag >> np.uint64(3))
+                w1 = np.int64(tag & np.uint64(7))
+                if f1 != 3:  # checked in the first pass
+                    if w1 == 0:
+                        _, q = _varint(buf, q, fb)
+                    elif w1 == 2:
+                        _, q = _len_field(buf, q, fb)
+                    else:
+                        q = _skip(buf, q, fb, w1, f1)
+                    continue
+                va, vb = _len_field(buf, q, fb)
+                q = vb
+                key = np.int64(0)
+                hkey = np.int64(0)
+                value = np.float32(1.0)
+                has_key = False
+                nvec = 0
+                r = va
+                while r < vb:
+                    rpos = r
+                    tag, r = _varint(buf, r, vb)
+                    if r < 0:
+                        return _fail(st, MALFORMED, rpos, k, line, code, 0)
+                    f2 = np.int64(tag >> np.uint64(3))
+                    w2 = np.int64(tag & np.uint64(7))
+                    if f2 == 1 or f2 == 4:
+                        if w2 != 0:
+                            return _fail(st, WRONG_WIRE_TYPE, rpos, k, line, code, w2)
+                        v, r = _varint(buf, r, vb)
+                        if f2 == 1:
+                            key = np.int64(v)
+                            has_key = True
+                        else:
+                            hkey = np.int64(v)
+                    elif f2 == 2:
+                        if w2 != 5:
+                            return _fail(st, WRONG_WIRE_TYPE, rpos, k, line, code, w2)
+                        if r + 4 > vb:
+                            return _fail(st, MALFORMED, rpos, k, line, code, 0)
+                        value = _f32(buf, r, bits)
+                        r += 4
+                    elif f2 == 3:
+                        if w2 == 5:
+                            if r + 4 > vb:
+                                return _fail(st, MALFORMED, rpos, k, line, code, 0)
+                            if kind == DENSE and nvec < len(vec):
+                                vec[nvec] = _f32(buf, r, bits)
+                            nvec += 1
+                            r += 4
+                        elif w2 == 2:
+                            xa, xb = _len_field(buf, r, vb)
+                            if xa < 0 or (xb - xa) % 4 != 0:
+                                return _fail(st, MALFORMED, rpos, k, line, code, 0)
+                            if kind == DENSE:
+                                for x in range(xa, xb, 4):
+                                    if nvec < len(vec):
+                                        vec[nvec] = _f32(buf, x, bits)
+                                    nvec += 1
+                            r = xb
+                        else:
+                            return _fail(st, WRONG_WIRE_TYPE, rpos, k, line, code, w2)
+                    else:
+                        r = _skip(buf, r, vb, w2, f2)
+                    if r < 0:
+                        return _fail(st, MALFORMED, rpos, k, line, code, 0)
+                if kind == DENSE:
+                    width = dn_feat[fi, 0]
+                    if nvec != width:
+                        return _fail(st, DENSE_WIDTH, va, k, line, code, nvec)
+                    base = dn_feat[fi, 1]
+                    for j in range(width):
+                        col = dn_elem_col[base + j]
+                        if col >= 0:
+                            dense[k, row, col] = vec[j]
+                else:
+                    if not has_key:
+                        return _fail(st, MISSING_KEY, va, k, line, code, 0)
+                    t = st[S_NTOK]
+                    tok_feat[t] = fi
+                    tok_key[t] = key
+                    tok_hkey[t] = hkey
+                    tok_val[t] = value
+                    st[S_NTOK] = t + 1
+                    if hkey != 0:
+                        st[S_ANY_HKEY] = 1
+        line_tok1[k, row] = st[S_NTOK]
+        if not simple:
+            tab_rows[k] = row + 1
+    if simple:
+        tab_rows[0] += 1
+        sid_off[row0 + 1] = st[S_NSID]
+        timestamps[row0] = 0
+        return _finish_group(1, lines0, tab_rows, ntables, line_tok0, line_tok1, refer, dense, group_start, st, a)
+    # -- checks of a group -----------------------------------------------------------------------
     n = nlabels
     if tab_rows[0] - lines0[0] != n:
         return _fail(st, LINE_COUNT, a, 0, -1, -1, tab_rows[0] - lines0[0])
@@ -570,75 +618,12 @@ def _decode_group(buf, a, b, ntables, label_count, slots, names, name_off, feat_
         timestamps[row0 + r] = 0
     if n == 0:
         return -1  # an empty group: nothing to deliver, rolled back quietly
-    return _finish_group(n, lines0, tab_rows, ntables, line_tok0, line_tok1, refer, dense, dn_seen, group_start,
-                         st, a)
-
-
-@njit(nogil=True, cache=True)
-def _decode_simple(buf, a, b, ntables, label_count, slots, names, name_off, feat_kind, feat_index, feat_table,
-                   dn_nvec, dn_elem_base, dn_elem_col, tok_feat, tok_key, tok_hkey, tok_val, line_tok0, line_tok1,
-                   refer, tab_rows, dense, labels, timestamps, sid_bytes, sid_off, group_start, dn_seen, vec,
-                   bits, lines0, st):
-    """A ``SampleSimple`` record: one sample, a group of its own."""
-    row = st[S_NROWS]
-    line = tab_rows[0]
-    for k in range(ntables):
-        lines0[k] = tab_rows[k]
-    sid0 = st[S_NSID]
-    nlabels = 0
-    seen = 0  # bit j: required field j + 1 was present
-    labels[row, :] = 0.0
-    _start_line(0, line, line_tok0, line_tok1, refer, dense, dn_seen, st)
-    p = a
-    while p < b:
-        fpos = p
-        tag, p = _varint(buf, p, b)
-        if p < 0:
-            return _fail(st, MALFORMED, fpos, 0, -1, -1, 0)
-        field = np.int64(tag >> np.uint64(3))
-        wt = np.int64(tag & np.uint64(7))
-        if field < 1 or field > 3:
-            p = _skip(buf, p, b, wt, field)
-            if p < 0:
-                return _fail(st, MALFORMED, fpos, 0, -1, -1, 0)
-            continue
-        if wt != 2:
-            return _fail(st, WRONG_WIRE_TYPE, fpos, 0, -1, -1, wt)
-        fa, fb = _len_field(buf, p, b)
-        if fa < 0:
-            return _fail(st, MALFORMED, fpos, 0, -1, -1, 0)
-        p = fb
-        seen |= 1 << (field - 1)
-        if field == 1:  # a string: the last occurrence wins
-            for k in range(fb - fa):
-                sid_bytes[sid0 + k] = buf[_u(fa + k)]
-            st[S_NSID] = sid0 + fb - fa
-        elif field == 2:  # messages merge: label values append
-            nlabels = _decode_label(buf, fa, fb, labels[row], nlabels, bits, st)
-            if nlabels < 0:
-                return -nlabels
-        else:
-            # the tokens of earlier occurrences are still the line's, so resume from them
-            err = _decode_line(buf, fa, fb, 0, 0, line, slots, names, name_off, feat_kind, feat_index, feat_table,
-                               dn_nvec, dn_elem_base, dn_elem_col, tok_feat, tok_key, tok_hkey, tok_val, line_tok1,
-                               refer, dense, dn_seen, vec, bits, st)
-            if err:
-                return err
-    if seen != 7:
-        missing = 1 if not seen & 1 else (2 if not seen & 2 else 3)
-        return _fail(st, MISSING_REQUIRED, a, -1, -1, -1, missing)
-    if nlabels < label_count:
-        return _fail(st, TOO_FEW_LABELS, a, 0, 0, -1, nlabels)
-    tab_rows[0] = line + 1
-    sid_off[row + 1] = st[S_NSID]
-    timestamps[row] = 0
-    return _finish_group(1, lines0, tab_rows, ntables, line_tok0, line_tok1, refer, dense, dn_seen, group_start,
-                         st, a)
+    return _finish_group(n, lines0, tab_rows, ntables, line_tok0, line_tok1, refer, dense, group_start, st, a)
 
 
 @njit(nogil=True, cache=True)
 def decode_chunk(buf, end, final, simple, max_record, stop_on_error, label_count,
-                 slots, names, name_off, feat_kind, feat_index, feat_table, dn_nvec, dn_elem_base, dn_elem_col,
+                 slots, names, name_off, feat, dn_feat, dn_elem_col,
                  tok_feat, tok_key, tok_hkey, tok_val, line_tok0, line_tok1, refer, tab_rows, dense, labels,
                  timestamps, sid_bytes, sid_off, group_start, errors, st):
     """Decode the whole records in ``buf[:end]``.
@@ -655,9 +640,11 @@ def decode_chunk(buf, end, final, simple, max_record, stop_on_error, label_count
     for k in range(STATE_SLOTS):
         st[k] = 0
     sid_off[0] = 0
-    bits = np.zeros(1, np.uint32)
-    vec = np.empty(max(1, dn_nvec.max() if len(dn_nvec) else 1), np.float32)
-    dn_seen = np.zeros(len(dn_nvec), np.bool_)
+    one = np.zeros(1, np.float32)
+    bits = (one, one.view(np.uint32))
+    vec = np.empty(max(1, dn_feat[:, 0].max() if len(dn_feat) else 1), np.float32)
+    dn_seen = np.zeros(len(dn_feat), np.bool_)
+    spans = np.empty((line_tok0.shape[1], 3), np.int64)
     lines0 = np.zeros(ntables, np.int64)
     saved = np.zeros(ntables, np.int64)
     pos = 0
@@ -696,16 +683,9 @@ def decode_chunk(buf, end, final, simple, max_record, stop_on_error, label_count
         any_h = st[S_ANY_HKEY]
         for k in range(ntables):
             saved[k] = tab_rows[k]
-        if simple:
-            err = _decode_simple(buf, a, b, ntables, label_count, slots, names, name_off, feat_kind, feat_index,
-                                 feat_table, dn_nvec, dn_elem_base, dn_elem_col, tok_feat, tok_key, tok_hkey, tok_val,
-                                 line_tok0, line_tok1, refer, tab_rows, dense, labels, timestamps, sid_bytes, sid_off,
-                                 group_start, dn_seen, vec, bits, lines0, st)
-        else:
-            err = _decode_group(buf, a, b, ntables, label_count, slots, names, name_off, feat_kind, feat_index,
-                                feat_table, dn_nvec, dn_elem_base, dn_elem_col, tok_feat, tok_key, tok_hkey, tok_val,
-                                line_tok0, line_tok1, refer, tab_rows, dense, labels, timestamps, sid_bytes, sid_off,
-                                group_start, dn_seen, vec, bits, lines0, st)
+        err = _decode_record(buf, a, b, simple, label_count, slots, names, name_off, feat, dn_feat, dn_elem_col,
+                             tok_feat, tok_key, tok_hkey, tok_val, line_tok0, line_tok1, refer, tab_rows, dense, labels,
+                             timestamps, sid_bytes, sid_off, group_start, spans, dn_seen, vec, bits, lines0, st)
         if err != 0:
             st[S_NTOK] = ntok
             st[S_NSID] = nsid

@@ -11,7 +11,6 @@ import argparse
 import contextlib
 import json
 import os
-import re
 import resource
 import sys
 import tempfile
@@ -20,95 +19,43 @@ import time
 import numpy as np
 
 from .. import synthetic
-from ..errors import ConfigError, IngestError, SourceError
+from ..discover import scan_features
+from ..errors import ConfigError, IngestError
 from ..formats import FileType
 from ..reader import DataReader
-from ..sources import expand_paths, open_unit, plan_units, read_into
+from ..sources import expand_paths
 
 __all__ = ["add_arguments", "build_parser", "main", "run", "warm_up", "measure", "per_core",
-           "peak_rss_mb", "head_rows", "infer_features", "infer_label_count", "read_feature_file"]
+           "peak_rss_mb", "infer_features", "read_feature_file"]
 
-SNIFF_BYTES = 64 << 10
+AUTO_BYTES = 4 << 20
 WARM_UP_BATCH_SIZE = 8
-
-# The sparse, dense and labels fields of a text line: sample_id|group_id|sparse|dense|labels[|ts]
-_TEXT_LINE = re.compile(r"^[^|\n]*\|[^|\n]*\|([^|\n]*)\|([^|\n]*)\|([^|\r\n]*)", re.M)
-# ``name@values`` entries of a sparse or dense field
-_ENTRY = re.compile(r"(?:^|;)([^;@]+)@([^;]*)")
 
 
 # -- feature declarations -------------------------------------------------------------------
-def head_rows(path):
-    """The sparse, dense and labels fields of the complete lines in the first 64 KiB of ``path``.
+def infer_features(paths, file_type):
+    """Every feature in the first ``AUTO_BYTES`` of the first input and the label count.
 
-    Parameters
-    ----------
-    path : str
-        A file, directory, glob or URL; its first file is read (decompressed by extension).
-
-    Returns
-    -------
-    url : str
-        The file read.
-    rows : list of (str, str, str)
-        ``(sparse, dense, labels)`` per line, in file order.
+    Returns ``(features, label_count)`` with features as ``(name, type, nvec, table)``.
     """
-    unit = plan_units(expand_paths([path])[:1], splittable=False)[0]
-    buf = bytearray(SNIFF_BYTES)
-    view = memoryview(buf)
-    used = 0
-    with open_unit(unit) as f:
-        try:
-            while used < SNIFF_BYTES:
-                n = read_into(f, view[used:])
-                if not n:
-                    break
-                used += n
-        except OSError as exc:
-            raise SourceError(f"{unit.url}: cannot read: {exc}", source=unit.url) from exc
-    text = bytes(buf[:used]).decode("utf-8", "replace")
-    if used == SNIFF_BYTES:  # drop the line cut at the end of the window
-        text = text[:text.rfind("\n") + 1]
-    rows = _TEXT_LINE.findall(text)
-    if not rows:
-        raise ConfigError(f"{unit.url}: no text sample line (sample_id|group_id|sparse|dense|labels) in the "
-                          f"first {SNIFF_BYTES >> 10} KiB; declare the features with --features FILE")
-    return unit.url, rows
-
-
-def infer_features(url, rows):
-    """Features found in ``rows`` (from ``head_rows``): every sparse name, every dense name and width.
-
-    Returns
-    -------
-    list of (name, type, nvec)
-        Sparse names first, then dense ones, each in order of first appearance; ``nvec``
-        is None for sparse features.
-    """
-    sparse = dict.fromkeys(name for name, _ in _ENTRY.findall(";".join(r[0] for r in rows)))
-    dense = {}
-    for name, values in _ENTRY.findall(";".join(r[1] for r in rows)):
-        nvec = values.count(",") + 1
-        if dense.setdefault(name, nvec) != nvec:
-            raise ConfigError(f"{url}: dense feature {name!r} has {dense[name]} and {nvec} values in the "
-                              f"first lines; declare it with --features FILE")
-    both = sparse.keys() & dense.keys()
-    if both:
-        raise ConfigError(f"{url}: {sorted(both)} appear both as sparse and dense features; "
+    files = expand_paths(paths)[:1]
+    found = scan_features(files, file_type, limit=AUTO_BYTES)
+    if FileType(file_type) is FileType.txt:
+        features = ([(n, "sparse", None, 0) for n in found.sparse]
+                    + [(n, "dense", w, 0) for n, w in found.dense.items()])
+    else:
+        features = ([(n, "sparse", None, t) for n, t in found.sparse]
+                    + [(n, "dense", w, t) for n, (w, t) in found.dense.items()])
+    if not features and found.label_count == 0:
+        raise ConfigError(f"{files[0][0]}: no feature or label in the first {AUTO_BYTES >> 20} MiB; "
                           f"declare the features with --features FILE")
-    return [(name, "sparse", None) for name in sparse] + [(name, "dense", n) for name, n in dense.items()]
-
-
-def infer_label_count(rows):
-    """Number of labels of the first row (from ``head_rows``)."""
-    labels = rows[0][2].strip()
-    return labels.count(",") + 1 if labels else 0
+    return features, found.label_count
 
 
 def read_feature_file(path):
     """Features listed in a text file, one per line: ``NAME sparse`` or ``NAME dense NVEC``.
 
-    Blank lines and ``#`` comments are ignored.  Returns a list of ``(name, type, nvec)``.
+    Blank lines and ``#`` comments are ignored.  Returns a list of ``(name, type, nvec, table)``.
     """
     try:
         with open(path, encoding="utf-8") as f:
@@ -119,9 +66,9 @@ def read_feature_file(path):
     for number, line in enumerate(lines, 1):
         words = line.split("#", 1)[0].split()
         if len(words) == 2 and words[1] == "sparse":
-            features.append((words[0], "sparse", None))
+            features.append((words[0], "sparse", None, 0))
         elif len(words) == 3 and words[1] == "dense" and words[2].isdigit():
-            features.append((words[0], "dense", int(words[2])))
+            features.append((words[0], "dense", int(words[2]), 0))
         elif words:
             raise ConfigError(f"{path}:{number}: {line.strip()!r}: expected 'NAME sparse' or 'NAME dense NVEC'")
     if not features:
@@ -138,9 +85,8 @@ def _declarer(args, first_input):
         if args.features != "auto":
             features = read_feature_file(args.features)
         if features is None or args.label_count == "auto":
-            url, rows = head_rows(first_input)
-            features = features or infer_features(url, rows)
-            labels = infer_label_count(rows)
+            found, labels = infer_features([first_input], args.format)
+            features = features or found
     if args.label_count != "auto":
         labels = args.label_count
 
@@ -148,8 +94,8 @@ def _declarer(args, first_input):
         if features is None:
             synthetic.declare(reader)
         else:
-            for name, ftype, nvec in features:
-                reader.feature(name=name, type=ftype, nvec=nvec)
+            for name, ftype, nvec, table in features:
+                reader.feature(name=name, type=ftype, nvec=nvec, table=table)
         return reader.label_count(labels)
 
     return declare
@@ -268,7 +214,8 @@ def run(args, prog="ingest-bench"):
             paths = args.inputs
             if args.synthetic is not None:
                 if args.format != FileType.txt.value:
-                    raise ConfigError(f"--synthetic writes text samples, not --format {args.format}")
+                    raise ConfigError(f"--synthetic writes text samples, not --format {args.format}; "
+                                      f"convert them with ingest convert")
                 tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="ingest-bench-"))
                 paths = [os.path.join(tmp, "synthetic.txt")]
                 synthetic.write(paths[0], args.synthetic, args.seed)
@@ -318,13 +265,13 @@ def add_arguments(parser):
     parser.add_argument("--epochs", type=_int_at_least(1), default=1, metavar="N",
                         help="passes over the input (default: 1)")
     parser.add_argument("--label-count", type=_auto_or(_int_at_least(0)), default="auto", metavar="auto|N",
-                        help="label columns; auto: as many as the first line has, 2 with --synthetic "
-                             "(default: auto)")
+                        help="label columns; auto: as many as the samples of the first 4 MiB have, 2 with "
+                             "--synthetic (default: auto)")
     parser.add_argument("--features", default="auto", metavar="auto|FILE",
-                        help="features to declare; auto: every sparse and dense feature in the first 64 KiB "
-                             "of the first INPUT (dense width from its values), the synthetic ones with "
-                             "--synthetic; FILE: one per line, 'NAME sparse' or 'NAME dense NVEC' "
-                             "(default: auto)")
+                        help="features to declare; auto: every sparse and dense feature in the first 4 MiB "
+                             "of the first INPUT (dense width from its values, aux tables of pb kept), the "
+                             "synthetic ones with --synthetic; FILE: one per line, 'NAME sparse' or "
+                             "'NAME dense NVEC' (default: auto)")
     parser.add_argument("--split-group", action=argparse.BooleanOptionalAction, default=True,
                         help="let a sample group span two batches; --no-split-group keeps groups whole "
                              "(default: split)")

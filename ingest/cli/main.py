@@ -3,7 +3,7 @@ import argparse
 import functools
 import sys
 
-from . import bench
+from . import bench, tools
 
 __all__ = ["build_parser", "main"]
 
@@ -17,6 +17,8 @@ def build_parser():
         description=bench.__doc__.replace("``", ""), formatter_class=argparse.RawDescriptionHelpFormatter)
     bench.add_arguments(bench_parser)
     bench_parser.set_defaults(run=functools.partial(bench.run, prog="ingest bench"))
+    tools.add_convert(commands)
+    tools.add_inspect(commands)
     return parser
 
 

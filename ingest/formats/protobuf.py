@@ -92,17 +92,19 @@ class ProtobufFormat:
         self.names = build_name_table([s.name for s in specs])
         sparse_pos = {s.name: i for i, s in enumerate(schema.sparse)}
         dense_pos = {s.name: i for i, s in enumerate(schema.dense)}
-        self.feat_kind = np.array([K.SPARSE if s.name in sparse_pos else K.DENSE for s in specs], np.int64)
-        self.feat_index = np.array([sparse_pos.get(s.name, dense_pos.get(s.name)) for s in specs], np.int64)
-        self.feat_table = np.array([s.table for s in specs], np.int64)
+        # per declared feature: kind, index among its kind, table
+        self.feat = np.array([[K.SPARSE if s.name in sparse_pos else K.DENSE,
+                               sparse_pos.get(s.name, dense_pos.get(s.name)), s.table] for s in specs],
+                             np.int64).reshape(len(specs), 3)
         self.feat_name = [s.name for s in specs]
         dense = schema.dense
         self.dn_nvec = np.array([s.nvec for s in dense], np.int64)
         widths = np.array([s.width for s in dense], np.int64)
         self.dn_col = np.concatenate([[0], np.cumsum(widths)[:-1]]).astype(np.int64)
-        self.dn_elem_base = np.concatenate([[0], np.cumsum(self.dn_nvec)[:-1]]).astype(np.int64)
+        self.dn_elem_base = (np.cumsum(self.dn_nvec) - self.dn_nvec).astype(np.int64)
         cols = [np.where(s.kept_elements >= 0, s.kept_elements + base, -1) for s, base in zip(dense, self.dn_col)]
         self.dn_elem_col = np.concatenate(cols).astype(np.int64) if cols else np.empty(0, np.int64)
+        self.dn_feat = np.stack([self.dn_nvec, self.dn_elem_base], axis=1).reshape(len(dense), 2)
         self.dense_width = int(widths.sum())
         self.dense_by_table = [[(int(self.dn_col[i]), s.width) for i, s in enumerate(dense) if s.table == t]
                                for t in range(schema.tables)]
@@ -143,8 +145,7 @@ class ProtobufFormat:
                 return
             status, consumed, nrec, nerr = K.decode_chunk(
                 buf, filled, eof, self.simple, self.max_record_bytes, self.on_skip is None,
-                self.schema.label_count, *self.names, self.feat_kind, self.feat_index, self.feat_table,
-                self.dn_nvec, self.dn_elem_base, self.dn_elem_col, *scratch.outputs())
+                self.schema.label_count, *self.names, self.feat, self.dn_feat, self.dn_elem_col, *scratch.outputs())
             errors = [self._error(buf, filled, scratch.errors[k], unit, base, records) for k in range(nerr)]
             if scratch.st[K.S_NROWS]:
                 yield self._block(scratch, unit, base, base + consumed)

@@ -1,0 +1,85 @@
+"""``ingest convert`` and ``ingest inspect`` (FORMATS.md section 9)."""
+import argparse
+import json
+import sys
+
+from ..convert import convert
+from ..errors import IngestError
+from ..inspect import inspect
+
+__all__ = ["add_convert", "add_inspect"]
+
+CONVERT_HELP = """Convert sample files between txt, pb and spb.
+
+text -> pb stores the features named by --aux (or, with --aux auto, those identical across
+the samples of every multi-sample group in the first 4 MiB of the first input) once per
+group in table 1; the choice is printed.  pb/spb -> text expands aux lines back, group ids
+become group numbers.  Formats come from the extensions (.txt, .pb, .spb, plus .gz/.zst)
+unless given.  OUTPUT is one file, or a directory that receives one file per input.
+"""
+
+
+def _one_line_error(prog, exc):
+    print(f"{prog}: {' '.join(str(exc).split())}", file=sys.stderr)
+    return 2
+
+
+def _run_convert(args):
+    aux = None
+    if args.aux:
+        aux = "auto" if args.aux == "auto" else [a for a in args.aux.split(",") if a]
+    try:
+        summary = convert(args.inputs, args.output, src=args.src, dst=args.dst, aux=aux, threads=args.threads,
+                          scheduler=args.scheduler, log=lambda msg: print(msg, file=sys.stderr))
+    except IngestError as exc:
+        return _one_line_error("ingest convert", exc)
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        for out in summary["outputs"]:
+            print(out)
+    return 0
+
+
+def add_convert(commands):
+    p = commands.add_parser("convert", help="convert sample files between txt, pb and spb",
+                            description=CONVERT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("inputs", nargs="+", metavar="INPUT", help="sample files, directories, globs or URLs")
+    p.add_argument("output", metavar="OUTPUT", help="output file, or directory (one file per input)")
+    p.add_argument("--from", dest="src", choices=["txt", "pb", "spb"], help="input format (default: by extension)")
+    p.add_argument("--to", dest="dst", choices=["txt", "pb", "spb"], help="output format (default: by extension)")
+    p.add_argument("--aux", metavar="auto|NAME,...",
+                   help="text -> pb: features stored once per group (table 1); auto picks them")
+    p.add_argument("--threads", type=int, default=None, metavar="N", help="threads (default: CPU count)")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="Dask scheduler address: output files are written by its workers (pip install distributed)")
+    p.add_argument("--json", action="store_true", help="print a JSON summary")
+    p.set_defaults(run=_run_convert)
+
+
+def _run_inspect(args):
+    try:
+        info = inspect(args.file, args.n, args.format)
+    except IngestError as exc:
+        return _one_line_error("ingest inspect", exc)
+    if args.json:
+        print(json.dumps(info))
+        return 0
+    print(f"{info['path']}: {info['format']}, {info['files']} file(s), {info['bytes']:,} bytes")
+    print(f"samples {info['samples']:,} in {info['groups']:,} groups, {info['label_count']} labels")
+    for k, feats in enumerate(info["tables"]):
+        desc = ", ".join(f"{f['name']} ({f['type']}" + (f" {f['nvec']})" if "nvec" in f else ")") for f in feats)
+        print(f"table {k}: {desc or '(no features)'}")
+    for s in info["first"]:
+        print(json.dumps(s))
+    return 0
+
+
+def add_inspect(commands):
+    p = commands.add_parser("inspect", help="tables, features, counts and first samples of a sample file",
+                            description="Tables, features, counts and the first N samples of any sample file.")
+    p.add_argument("file", metavar="FILE", help="a sample file, directory, glob or URL")
+    p.add_argument("-n", type=int, default=3, metavar="N", help="samples to show (default: 3)")
+    p.add_argument("--format", choices=["txt", "pb", "spb"], help="format (default: by extension)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(run=_run_inspect)
