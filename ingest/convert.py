@@ -298,8 +298,12 @@ def convert(inputs, output, *, src=None, dst=None, aux=None, threads=None, sched
         raise ConfigError("--aux applies to text -> pb only")
     threads = threads or os.cpu_count() or 1
     summary = {"from": src.value, "to": dst.value, "inputs": [u for u, _ in files], "aux": []}
-    features = None
     features = scan_features(files, src, threads)
+    if features.label_count != features.max_labels:
+        raise DataError(f"samples have {features.label_count} to {features.max_labels} labels;", source=files[0][0],
+                        offset=0, text="", kind="TOO_FEW_LABELS",
+                        expected="the same number of labels in every sample: a converted file has one label count, "
+                                 "so extra labels would be lost")
     if src is FileType.txt:
         if aux == "auto":
             aux = choose_aux(files[0][0], features)

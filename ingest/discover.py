@@ -29,7 +29,8 @@ class TextFeatures:
 
     sparse: list
     dense: dict
-    label_count: int
+    label_count: int     # labels every line has (the fewest)
+    max_labels: int      # labels the longest line has
 
     def schema(self):
         specs = [make_feature(n, "sparse") for n in self.sparse]
@@ -92,11 +93,7 @@ def scan_text_features(files, threads=1, limit=None):
                                 source=unit.url, offset=0, text=name, expected="one width per dense feature",
                                 kind="DENSE_WIDTH")
         lo, hi = min(lo, int(labels_seen[0])), max(hi, int(labels_seen[1]))
-    if hi >= 0 and lo != hi:
-        raise DataError(f"lines have {lo} to {hi} labels;", source=units[0].url, offset=0, text="",
-                        expected="the same number of labels on every line, so that none is lost",
-                        kind="TOO_FEW_LABELS")
-    return TextFeatures(sparse, dense, max(hi, 0))
+    return TextFeatures(sparse, dense, max(lo, 0) if hi >= 0 else 0, max(hi, 0))
 
 
 @dataclass
@@ -105,7 +102,8 @@ class RecordFeatures:
 
     sparse: list
     dense: dict    # name -> (width, table)
-    label_count: int
+    label_count: int     # labels every sample has (the fewest)
+    max_labels: int      # labels the longest sample has
     tables: int
 
     def schema(self):
@@ -176,12 +174,8 @@ def scan_record_features(files, simple, threads=1, limit=None):
             elif kind == 2:
                 dense[name] = (width, table)
         lo, hi = min(lo, int(labels_seen[0])), max(hi, int(labels_seen[1]))
-    if hi >= 0 and lo != hi:
-        raise DataError(f"samples have {lo} to {hi} labels;", source=units[0].url, offset=0, text="",
-                        expected="the same number of labels in every sample, so that none is lost",
-                        kind="TOO_FEW_LABELS")
     tables = 1 + max([t for _, t in sparse] + [t for _, t in dense.values()] + [0])
-    return RecordFeatures(sparse, dense, max(hi, 0), tables)
+    return RecordFeatures(sparse, dense, max(lo, 0) if hi >= 0 else 0, max(hi, 0), tables)
 
 
 def scan_features(files, file_type, threads=1, limit=None):
