@@ -152,3 +152,16 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
     assert err.startswith("ingest convert: ") and "nosuch" in err and "\n" not in err
     assert cli.main(["inspect", "/nonexistent.pb"]) == 2
     assert "/nonexistent.pb" in capsys.readouterr().err
+
+
+def test_dask_scheduler_writes_the_same_files(tmp_path):
+    """--scheduler: a Dask cluster (here an in-process one) writes one output per input."""
+    from distributed import LocalCluster
+    inputs = [str(SAMPLES / "ads.txt"), str(XDL / "sample.txt")]
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
+        summary = convert(inputs, str(tmp_path / "dask") + "/", dst="pb", aux=["uid"], scheduler=cluster.scheduler_address,
+                          **quiet)
+    convert(inputs, str(tmp_path / "local") + "/", dst="pb", aux=["uid"], **quiet)
+    assert [p.rsplit("/", 1)[1] for p in summary["outputs"]] == ["ads.pb", "sample.pb"]
+    for name in ("ads.pb", "sample.pb"):
+        assert (tmp_path / "dask" / name).read_bytes() == (tmp_path / "local" / name).read_bytes()
