@@ -122,7 +122,8 @@ class _Encoder:
         biggest = int(np.diff(blk.group_offsets).max()) if len(blk.group_offsets) > 1 else 0
         refer = np.empty(biggest, np.int64)
         distinct = np.empty(biggest, np.int64)
-        line_size = np.empty(biggest, np.int64)
+        line_size = np.empty(2 * biggest, np.int64)
+        bodies = np.empty((2 * biggest, table.sp_offsets.shape[0]), np.int64)
         out = np.empty(max(1 << 16, blk.nbytes), np.uint8)
         parts = []
         g, pos = 0, 0
@@ -130,7 +131,7 @@ class _Encoder:
             g2, pos = encode_groups(g, blk.group_offsets, self.simple, table.sp_offsets, blk.sp_keys, blk.sp_values,
                                     self.sp_aux, *self.sp_hdr, dense, self.dn_base, self.dn_width, self.dn_aux,
                                     *self.dn_hdr, blk.labels, blk.timestamps, blk.sid_bytes, blk.sid_offsets, out,
-                                    pos, refer, distinct, line_size)
+                                    pos, refer, distinct, line_size, bodies)
             if g2 == g and pos == 0:
                 out = np.empty(2 * len(out), np.uint8)  # one group larger than the buffer
                 continue
@@ -158,7 +159,7 @@ class _AtomicWriter:
             self.f = gzip.GzipFile(fileobj=self.raw, mode="wb", compresslevel=6)
         elif codec == "zstd":
             import zstandard
-            self.f = zstandard.ZstdCompressor(level=3, threads=-1).stream_writer(self.raw, closefd=False)
+            self.f = zstandard.ZstdCompressor(level=1).stream_writer(self.raw, closefd=False)
         elif codec == "zlib":
             raise ConfigError(f"{url}: writing .zlib is not supported; use .zst or .gz")
         self.bytes = 0

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._native.encode import scan_names
+from ._native.encode import last_newline, scan_names
 from ._native.names import build_name_table
 from ._native.protobuf import scan_record_names
 from .errors import DataError
@@ -53,9 +53,9 @@ def _scan_unit(unit, limit):
             read += n
             eof = n == 0 or (limit is not None and read >= limit)
             filled += n
-            newlines = np.flatnonzero(buf[:filled] == 10)
-            complete = n == 0 or not len(newlines)  # at a limit, the cut line is left out
-            cut = filled if complete and eof else (int(newlines[-1]) + 1 if len(newlines) else 0)
+            last = last_newline(buf, filled)
+            complete = n == 0 or last < 0  # at a limit, the cut line is left out
+            cut = filled if complete and eof else last + 1
             if cut == 0 and not eof:
                 buf = np.concatenate([buf, np.empty(len(buf), np.uint8)])  # a line longer than the buffer
                 continue

@@ -30,6 +30,11 @@ _AUX_LOOKBACK = 8
 _TIMESTAMP_ENTRY_KEY = np.frombuffer(b"\x0a\x09timestamp", np.uint8).copy()
 
 
+_SPECIAL = np.zeros(256, np.uint8)  # bytes scan_names must look at
+for _c in (_PIPE, _NL, _AT, _SEMI, _COMMA):
+    _SPECIAL[_c] = 1
+
+
 @njit(nogil=True, cache=True)
 def scan_names(buf, start, end, sp_slots, sp_names, sp_off, dn_slots, dn_names, dn_off, labels_seen):
     """Find the first feature name in the lines of ``buf[start:end]`` that neither table knows.
@@ -37,66 +42,74 @@ def scan_names(buf, start, end, sp_slots, sp_names, sp_off, dn_slots, dn_names, 
     Returns ``(resume, kind, name_start, name_end, width)``: ``kind`` 0 when every name is
     known (``resume == end``), 1 for a sparse name, 2 for a dense one with ``width``
     floats; ``resume`` is the start of its line.  ``labels_seen[0]``/``[1]`` keep the
-    fewest and most labels of a line.  Malformed lines are passed over: reading them
-    later reports them.
+    fewest and most labels of a line.  One pass over the bytes, most of them only
+    classified through a table; malformed lines are passed over (reading them reports them).
     """
     p = start
     while p < end:
-        # the line's 2nd to 5th '|': sparse, dense and labels lie between them
-        pipes = 0
-        s2 = s3 = s4 = s5 = -1
-        e = p
-        while e < end:
-            c = buf[_u(e)]
+        line = p
+        field = 0
+        entry = p      # start of the current sparse/dense entry
+        named = False  # the entry's name was looked up
+        labels_a = labels_b = -1
+        commas = 0
+        while p < end:
+            c = buf[_u(p)]
+            if _SPECIAL[c] == 0:
+                p += 1
+                continue
             if c == _NL:
                 break
             if c == _PIPE:
-                pipes += 1
-                if pipes == 2:
-                    s2 = e
-                elif pipes == 3:
-                    s3 = e
-                elif pipes == 4:
-                    s4 = e
-                elif pipes == 5:
-                    s5 = e
-            e += 1
-        if pipes >= 4:
-            line_end = e if buf[_u(e - 1)] != 13 else e - 1
-            labels_end = s5 if s5 >= 0 else line_end
-            for field in (1, 2):
-                a = s2 + 1 if field == 1 else s3 + 1
-                b = s3 if field == 1 else s4
-                q = a
-                while q < b:
-                    at = q
-                    while at < b and buf[_u(at)] != _AT and buf[_u(at)] != _SEMI:
-                        at += 1
-                    stop = at
-                    while stop < b and buf[_u(stop)] != _SEMI:
-                        stop += 1
-                    if at < stop:
-                        if field == 1:
-                            known = lookup_name(buf, q, at, sp_slots, sp_names, sp_off) >= 0
-                        else:
-                            known = lookup_name(buf, q, at, dn_slots, dn_names, dn_off) >= 0
-                        if not known:
-                            width = 1
-                            for c in range(at + 1, stop):
-                                if buf[_u(c)] == _COMMA:
-                                    width += 1
-                            return p, field, q, at, width
-                    q = stop + 1
-            n = 0 if s4 + 1 == labels_end else 1
-            for c in range(s4 + 1, labels_end):
-                if buf[_u(c)] == _COMMA:
-                    n += 1
+                field += 1
+                entry = p + 1
+                named = False
+                if field == 4:
+                    labels_a = p + 1
+                elif field == 5:
+                    labels_b = p
+            elif (field == 2 or field == 3) and not named:
+                if c == _AT:
+                    named = True
+                    if field == 2:
+                        known = lookup_name(buf, entry, p, sp_slots, sp_names, sp_off) >= 0
+                    else:
+                        known = lookup_name(buf, entry, p, dn_slots, dn_names, dn_off) >= 0
+                    if not known:
+                        width = 1
+                        q = p + 1
+                        while q < end and buf[_u(q)] != _SEMI and buf[_u(q)] != _PIPE and buf[_u(q)] != _NL:
+                            width += buf[_u(q)] == _COMMA
+                            q += 1
+                        return line, field - 1, entry, p, width
+                elif c == _SEMI:
+                    entry = p + 1
+            elif field == 2 or field == 3:
+                if c == _SEMI:
+                    entry = p + 1
+                    named = False
+            elif field == 4 and c == _COMMA:
+                commas += 1
+            p += 1
+        if field >= 4:
+            if labels_b < 0:
+                labels_b = p if p == line or buf[_u(p - 1)] != 13 else p - 1
+            n = 0 if labels_b <= labels_a else commas + 1
             if n < labels_seen[0]:
                 labels_seen[0] = n
             if n > labels_seen[1]:
                 labels_seen[1] = n
-        p = e + 1
+        p += 1
     return end, 0, 0, 0, 0
+
+
+@njit(nogil=True, cache=True)
+def last_newline(buf, n):
+    """Index of the last ``\\n`` in ``buf[:n]``, or -1."""
+    for p in range(n - 1, -1, -1):
+        if buf[_u(p)] == _NL:
+            return p
+    return -1
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -205,11 +218,13 @@ def _dense_body(d, dn_width, hdr_off):
 
 @njit(nogil=True, cache=True)
 def _line_size(r, side, refer, offsets, keys, values, sp_aux, sp_hdr_off, dense, dn_base, dn_width, dn_aux,
-               dn_hdr_off):
+               dn_hdr_off, bodies, slot):
+    """Size of the line of row ``r`` with the features of ``side``; keeps each sparse body size in ``bodies[slot]``."""
     size = 0
     for f in range(offsets.shape[0]):
         if side == ALL or sp_aux[f] == (side == AUX):
             body = _sparse_body(f, r, offsets, keys, values, sp_hdr_off)
+            bodies[slot, f] = body
             if body:
                 size += _entry(body)
     for d in range(len(dn_width)):
@@ -222,10 +237,11 @@ def _line_size(r, side, refer, offsets, keys, values, sp_aux, sp_hdr_off, dense,
 
 @njit(nogil=True, cache=True)
 def _write_line(out, p, r, side, refer, offsets, keys, values, sp_aux, sp_hdr, sp_hdr_off, dense, dn_base, dn_width,
-                dn_aux, dn_hdr, dn_hdr_off, bits):
+                dn_aux, dn_hdr, dn_hdr_off, bits, bodies, slot):
+    """Write the line sized by ``_line_size`` (same row, side and slot)."""
     for f in range(offsets.shape[0]):
         if side == ALL or sp_aux[f] == (side == AUX):
-            body = _sparse_body(f, r, offsets, keys, values, sp_hdr_off)
+            body = bodies[slot, f]
             if body == 0:
                 continue
             out[_u(p)] = 0x0A  # FeatureLine.features
@@ -307,12 +323,12 @@ def _ext_body(ts):
 @njit(nogil=True, cache=True)
 def encode_groups(g0, group_offsets, simple, offsets, keys, values, sp_aux, sp_hdr, sp_hdr_off, dense, dn_base,
                   dn_width, dn_aux, dn_hdr, dn_hdr_off, labels, timestamps, sid_bytes, sid_off, out, out_pos,
-                  refer, distinct, line_size):
+                  refer, distinct, line_size, bodies):
     """Write groups ``g0..`` as length-prefixed records into ``out[out_pos:]``.
 
     Returns ``(next group, out_pos)``: it stops early, at a group boundary, when the next
-    record would not fit in ``out``.  ``refer``, ``distinct`` and ``line_size`` are scratch
-    of at least the rows of the largest group.
+    record would not fit in ``out``.  ``refer``, ``distinct`` (rows of the largest group),
+    ``line_size`` and ``bodies`` (``[2 * rows, sparse features]``) are scratch.
     """
     one = np.zeros(1, np.float32)
     bits = (one, one.view(np.uint32))
@@ -333,7 +349,7 @@ def encode_groups(g0, group_offsets, simple, offsets, keys, values, sp_aux, sp_h
             need = 0
             for r in range(r0, r1):
                 ls = _line_size(r, ALL, 0, offsets, keys, values, sp_aux, sp_hdr_off, dense, dn_base, dn_width,
-                                dn_aux, dn_hdr_off)
+                                dn_aux, dn_hdr_off, bodies, r - r0)
                 line_size[r - r0] = ls
                 need += 4 + _entry(sid_off[r + 1] - sid_off[r]) + _entry(label_body) + _entry(ls)
             if out_pos + need > len(out):
@@ -352,7 +368,7 @@ def encode_groups(g0, group_offsets, simple, offsets, keys, values, sp_aux, sp_h
                 out[_u(p)] = 0x1A  # feature_line
                 p = _put_varint(out, p + 1, ls)
                 p = _write_line(out, p, r, ALL, 0, offsets, keys, values, sp_aux, sp_hdr, sp_hdr_off, dense, dn_base,
-                                dn_width, dn_aux, dn_hdr, dn_hdr_off, bits)
+                                dn_width, dn_aux, dn_hdr, dn_hdr_off, bits, bodies, r - r0)
                 out_pos = p
             g += 1
             continue
@@ -373,13 +389,16 @@ def encode_groups(g0, group_offsets, simple, offsets, keys, values, sp_aux, sp_h
         table0 = 0
         for r in range(r0, r1):
             ls = _line_size(r, MAIN, refer[r - r0] if has_aux else 0, offsets, keys, values, sp_aux, sp_hdr_off,
-                            dense, dn_base, dn_width, dn_aux, dn_hdr_off)
+                            dense, dn_base, dn_width, dn_aux, dn_hdr_off, bodies, r - r0)
             line_size[r - r0] = ls
             table0 += _entry(ls)
         table1 = 0
-        for d in range(ndist):
-            table1 += _entry(_line_size(distinct[d], AUX, 0, offsets, keys, values, sp_aux, sp_hdr_off, dense,
-                                        dn_base, dn_width, dn_aux, dn_hdr_off))
+        n = r1 - r0
+        for d in range(ndist):  # aux lines keep their sizes after the group's rows
+            aux_size = _line_size(distinct[d], AUX, 0, offsets, keys, values, sp_aux, sp_hdr_off, dense, dn_base,
+                                  dn_width, dn_aux, dn_hdr_off, bodies, n + d)
+            line_size[n + d] = aux_size
+            table1 += _entry(aux_size)
         any_sid = sid_off[r1] > sid_off[r0]
         any_ts = False
         for r in range(r0, r1):
@@ -409,17 +428,16 @@ def encode_groups(g0, group_offsets, simple, offsets, keys, values, sp_aux, sp_h
             out[_u(p)] = 0x0A  # feature_lines
             p = _put_varint(out, p + 1, line_size[r - r0])
             p = _write_line(out, p, r, MAIN, refer[r - r0] if has_aux else 0, offsets, keys, values, sp_aux, sp_hdr,
-                            sp_hdr_off, dense, dn_base, dn_width, dn_aux, dn_hdr, dn_hdr_off, bits)
+                            sp_hdr_off, dense, dn_base, dn_width, dn_aux, dn_hdr, dn_hdr_off, bits, bodies, r - r0)
         if has_aux:
             out[_u(p)] = 0x1A  # feature_tables[1]
             p = _put_varint(out, p + 1, table1)
             for d in range(ndist):
                 r = distinct[d]
                 out[_u(p)] = 0x0A
-                p = _put_varint(out, p + 1, _line_size(r, AUX, 0, offsets, keys, values, sp_aux, sp_hdr_off, dense,
-                                                       dn_base, dn_width, dn_aux, dn_hdr_off))
+                p = _put_varint(out, p + 1, line_size[n + d])
                 p = _write_line(out, p, r, AUX, 0, offsets, keys, values, sp_aux, sp_hdr, sp_hdr_off, dense, dn_base,
-                                dn_width, dn_aux, dn_hdr, dn_hdr_off, bits)
+                                dn_width, dn_aux, dn_hdr, dn_hdr_off, bits, bodies, n + d)
         if any_ts:
             for r in range(r0, r1):
                 ts = timestamps[r]
