@@ -63,6 +63,7 @@ class DataReader:
         self._task = (0, 1)
         self._policy = "raise"
         self._max_group_size = 8192
+        self._max_record_bytes = None
         self._compression = None
         self._deterministic = False
         self._prefetch = 4
@@ -148,6 +149,12 @@ class DataReader:
         self._max_group_size = _positive_int("max_group_size", n)
         return self
 
+    def max_record_bytes(self, n):
+        """pb/spb: longest record accepted (default 64 MiB); a longer length prefix is an error."""
+        self._option()
+        self._max_record_bytes = _positive_int("max_record_bytes", n)
+        return self
+
     def z(self, codec):
         """Force a compression codec for every path (``gzip``, ``zstd``, ``zlib``; None infers)."""
         self._option()
@@ -186,8 +193,12 @@ class DataReader:
             raise ConfigError(f"reader {self.name!r}: nothing to read, declare a feature or label_count >= 1")
         on_skip = self._stats.skipped if self._policy == "skip" else None
         schema = self.schema
-        fmt = formats.make_format(self._file_type, schema, max_group_size=self._max_group_size,
-                                  on_skip=on_skip)
+        options = {"max_group_size": self._max_group_size, "on_skip": on_skip}
+        if self._max_record_bytes is not None:
+            if self._file_type is formats.FileType.txt:
+                raise ConfigError("max_record_bytes applies to pb and spb files, not txt")
+            options["max_record_bytes"] = self._max_record_bytes
+        fmt = formats.make_format(self._file_type, schema, **options)
         files = expand_paths(self._paths)
         units = plan_units(files, compression=self._compression, splittable=fmt.splittable,
                            task_num=self._task[1], unit_bytes=self._unit_bytes)

@@ -336,3 +336,15 @@ def test_dense_width_and_spb_required(tmp_path):
     simple = pb.SampleSimple(sample_id="x", label=pb.Label(values=[1]))  # no feature_line
     assert _decode(tmp_path, frame([simple.SerializePartialToString()]), schema, True, 1 << 16, errors=errors) == []
     assert errors[0].kind == "MISSING_REQUIRED" and "SampleSimple.feature_line" in str(errors[0])
+
+
+def test_max_record_bytes_option(tmp_path):
+    path = tmp_path / "big.pb"
+    path.write_bytes(frame([_one_sample(1), _one_sample(2)]))
+    reader = ingest.DataReader("m", [str(path)], file_type="pb").feature("a", "sparse", serialized=True)
+    reader.label_count(0).max_record_bytes(8).on_error("skip")
+    with pytest.warns(RuntimeWarning, match="skipped 1"):
+        assert reader.startup().read_all() == []
+    assert reader.stats()["errors_by_kind"] == {"TOO_LONG": 1}
+    with pytest.raises(ingest.ConfigError):
+        ingest.DataReader("t", [str(path)]).max_record_bytes(8).startup()
