@@ -38,12 +38,13 @@ class TextFeatures:
         return Schema(specs, self.label_count)
 
 
-def _scan_unit(unit, limit):
-    """Features of one file (its first ``limit`` bytes when given): ``(sparse, dense, labels_seen)``."""
-    sparse, dense = [], {}
-    labels_seen = np.array([1 << 30, -1], np.int64)
-    sp = build_name_table(sparse)
-    dn = build_name_table(list(dense))
+def _scan_file(unit, limit, scan):
+    """Feed the first ``limit`` bytes of a file (all when None) to ``scan`` window by window.
+
+    ``scan(buf, filled, at_end)`` returns how many bytes of ``buf[:filled]`` it used; the
+    rest is kept for the next window, and the buffer doubles when nothing could be used.
+    ``at_end`` is True when the file itself ended (not the limit).
+    """
     buf = np.empty(_SCAN_CHUNK, np.uint8)
     filled = read = 0
     eof = False
@@ -53,26 +54,38 @@ def _scan_unit(unit, limit):
             read += n
             eof = n == 0 or (limit is not None and read >= limit)
             filled += n
-            last = last_newline(buf, filled)
-            complete = n == 0 or last < 0  # at a limit, the cut line is left out
-            cut = filled if complete and eof else last + 1
-            if cut == 0 and not eof:
-                buf = np.concatenate([buf, np.empty(len(buf), np.uint8)])  # a line longer than the buffer
+            used = scan(buf, filled, n == 0)
+            if used == 0 and not eof and filled == len(buf):
+                buf = np.concatenate([buf, np.empty(len(buf), np.uint8)])  # a line or record longer than it
                 continue
-            pos = 0
-            while pos < cut:
-                pos, kind, a, b, width = scan_names(buf, pos, cut, *sp, *dn, labels_seen)
-                if kind == 0:
-                    break
-                name = buf[a:b].tobytes().decode("utf-8", "replace")
-                if kind == 1:
-                    sparse.append(name)
-                    sp = build_name_table(sparse)
-                else:
-                    dense[name] = int(width)
-                    dn = build_name_table(list(dense))
-            buf[:filled - cut] = buf[cut:filled]
-            filled -= cut
+            buf[:filled - used] = buf[used:filled]
+            filled -= used
+
+
+def _scan_unit(unit, limit):
+    """Features of one file (its first ``limit`` bytes when given): ``(sparse, dense, labels_seen)``."""
+    sparse, dense = [], {}
+    labels_seen = np.array([1 << 30, -1], np.int64)
+    tables = [build_name_table(sparse), build_name_table([])]
+
+    def scan(buf, filled, at_end):
+        last = last_newline(buf, filled)
+        cut = filled if at_end else last + 1  # whole lines only, unless the file ended
+        pos = 0
+        while pos < cut:
+            pos, kind, a, b, width = scan_names(buf, pos, cut, *tables[0], *tables[1], labels_seen)
+            if kind == 0:
+                break
+            name = buf[a:b].tobytes().decode("utf-8", "replace")
+            if kind == 1:
+                sparse.append(name)
+                tables[0] = build_name_table(sparse)
+            else:
+                dense[name] = int(width)
+                tables[1] = build_name_table(list(dense))
+        return cut
+
+    _scan_file(unit, limit, scan)
     return sparse, dense, labels_seen
 
 
@@ -114,46 +127,30 @@ class RecordFeatures:
 
 def _scan_records_unit(unit, simple, limit):
     """Features of one pb/spb file (first ``limit`` bytes): ``(features [(kind, name, table, width)], labels_seen)``."""
-    found_features = []
+    features = []
     labels_seen = np.array([1 << 30, -1], np.int64)
     found = np.zeros(5, np.int64)
+    known = [build_name_table([]), np.empty(0, np.int64), np.empty(0, np.int64)]
 
-    def tables():
-        names = [f[1] for f in found_features]
-        kinds = np.array([f[0] for f in found_features], np.int64)
-        where = np.array([f[2] for f in found_features], np.int64)
-        return build_name_table(names), kinds, where
+    def scan(buf, filled, at_end):
+        pos = 0
+        while True:
+            pos = scan_record_names(buf, pos, filled, simple, *known[0], known[1], known[2], labels_seen, found)
+            if found[0] == 0:
+                return pos  # the end of the last whole record
+            kind, a, b, table, width = (int(v) for v in found)
+            name = buf[a:b].tobytes().decode("utf-8", "replace")
+            if kind == 3:
+                raise DataError(f"feature {name!r} appears in more than one table or with two types;",
+                                source=unit.url, offset=0, text=name,
+                                expected="each feature name in one table with one type (text holds one)",
+                                kind="FEATURE_CONFLICT")
+            features.append((kind, name, table, width))
+            known[:] = [build_name_table([f[1] for f in features]), np.array([f[0] for f in features], np.int64),
+                        np.array([f[2] for f in features], np.int64)]
 
-    (table, kinds, where) = tables()
-    buf = np.empty(_SCAN_CHUNK, np.uint8)
-    filled = read = 0
-    eof = False
-    with open_unit(unit) as f:
-        while not eof:
-            n = read_into(f, memoryview(buf)[filled:])
-            read += n
-            eof = n == 0 or (limit is not None and read >= limit)
-            filled += n
-            pos = 0
-            while True:
-                pos = scan_record_names(buf, pos, filled, simple, *table, kinds, where, labels_seen, found)
-                if found[0] == 0:
-                    break
-                kind, a, b, t, width = (int(v) for v in found)
-                name = buf[a:b].tobytes().decode("utf-8", "replace")
-                if kind == 3:
-                    raise DataError(f"feature {name!r} appears in more than one table or with two types;",
-                                    source=unit.url, offset=0, text=name,
-                                    expected="each feature name in one table with one type (text holds one)",
-                                    kind="FEATURE_CONFLICT")
-                found_features.append((kind, name, t, width))
-                table, kinds, where = tables()
-            if pos == 0 and not eof and filled == len(buf):
-                buf = np.concatenate([buf, np.empty(len(buf), np.uint8)])  # a record longer than the buffer
-                continue
-            buf[:filled - pos] = buf[pos:filled]
-            filled -= pos
-    return found_features, labels_seen
+    _scan_file(unit, limit, scan)
+    return features, labels_seen
 
 
 def scan_record_features(files, simple, threads=1, limit=None):

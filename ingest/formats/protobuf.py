@@ -11,7 +11,8 @@ from .._native.columns import count_rows, fill_rows
 from .._native.names import build_name_table
 from ..errors import DataError
 from ..pipeline.block import Block, Table
-from ..sources import open_unit, read_into
+from ..sources import read_into
+from .base import UnitFormat
 
 __all__ = ["ProtobufFormat", "ProtobufDecodeError", "DEFAULT_MAX_RECORD_BYTES"]
 
@@ -60,7 +61,7 @@ class _Scratch:
                 self.sid_off, self.group_start, self.errors, self.st)
 
 
-class ProtobufFormat:
+class ProtobufFormat(UnitFormat):
     """Parses ``pb`` (``simple=False``) or ``spb`` work units into Blocks for one schema.
 
     Parameters
@@ -76,8 +77,6 @@ class ProtobufFormat:
         Longest record accepted; a longer length prefix is an error (the file is corrupt
         or not of this format), and the rest of the unit cannot be framed.
     """
-
-    splittable = False
 
     def __init__(self, schema, simple=False, on_skip=None, chunk_bytes=4 << 20,
                  max_record_bytes=DEFAULT_MAX_RECORD_BYTES, max_group_size=None):
@@ -119,14 +118,6 @@ class ProtobufFormat:
         rows = max(1024, self.chunk_bytes // 64)
         return _Scratch(rows, self.chunk_bytes // 6, self.chunk_bytes // 8 + 4096, self.schema.tables,
                         self.dense_width, self.schema.label_count)
-
-    def read_unit(self, unit, stop=None):
-        """Yield the Blocks of one work unit; skipped errors go to ``on_skip``, others raise."""
-        f = open_unit(unit)
-        try:
-            yield from self._read(f, unit, stop)
-        finally:
-            f.close()
 
     def _read(self, f, unit, stop):
         scratch = self._new_scratch()

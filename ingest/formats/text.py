@@ -7,11 +7,12 @@ Python work is O(1): a kernel call, a few array copies and a Block.
 import numpy as np
 
 from .._native import text as K
+from .._native.columns import count_rows, fill_rows
 from .._native.names import build_name_table
 from ..errors import TextParseError
-from .._native.columns import count_rows, fill_rows
 from ..pipeline.block import Block, Table, empty_aux_tables
 from ..sources import open_unit, read_into
+from .base import UnitFormat
 
 __all__ = ["TextFormat", "group_start_at_or_after", "count_lines_before"]
 
@@ -180,7 +181,7 @@ def count_lines_before(unit, offset):
     return n
 
 
-class TextFormat:
+class TextFormat(UnitFormat):
     """Parses text work units into Blocks for one schema.
 
     Parameters
@@ -221,14 +222,6 @@ class TextFormat:
         rows = max(256, self.chunk_bytes // 256)
         return _Scratch(rows, self.chunk_bytes // 4, self.chunk_bytes // 8 + 4096,
                         self.dense_width, self.schema.label_count, len(self.dense))
-
-    def read_unit(self, unit, stop=None):
-        """Yield the Blocks of one work unit; skipped errors go to ``on_skip``, others raise."""
-        f = open_unit(unit)
-        try:
-            yield from self._read(f, unit, stop)
-        finally:
-            f.close()
 
     def _read(self, f, unit, stop):
         start = 0
