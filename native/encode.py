@@ -14,6 +14,7 @@ import numpy as np
 from numba import njit
 
 from .index import _u
+from .jit import helper
 from .names import lookup_name
 from .numbers import scan_float
 
@@ -35,7 +36,7 @@ for _c in (_PIPE, _NL, _AT, _SEMI, _COMMA):
     _SPECIAL[_c] = 1
 
 
-@njit(nogil=True, cache=True)
+@helper
 def scan_names(buf, start, end, sp_slots, sp_names, sp_off, dn_slots, dn_names, dn_off, labels_seen):
     """Find the first feature name in the lines of ``buf[start:end]`` that neither table knows.
 
@@ -103,7 +104,7 @@ def scan_names(buf, start, end, sp_slots, sp_names, sp_off, dn_slots, dn_names, 
     return end, 0, 0, 0, 0
 
 
-@njit(nogil=True, cache=True)
+@helper
 def last_newline(buf, n):
     """Index of the last ``\\n`` in ``buf[:n]``, or -1."""
     for p in range(n - 1, -1, -1):
@@ -159,7 +160,7 @@ def _entry(body):
     return 1 + _vlen(body) + body
 
 
-@njit(nogil=True, cache=True)
+@helper
 def _int_digits(v):
     """Characters of ``v`` in base 10 (with its sign)."""
     n = 1 if v >= 0 else 2
@@ -169,7 +170,7 @@ def _int_digits(v):
     return n
 
 
-@njit(nogil=True, cache=True)
+@helper
 def _put_int_text(out, p, v):
     n = _int_digits(v)
     q = p + n - 1
@@ -188,7 +189,7 @@ def _put_int_text(out, p, v):
             return p + n
 
 
-@njit(nogil=True, cache=True)
+@helper
 def _sparse_body(f, r, offsets, keys, values, hdr_off):
     """Body size of sparse feature ``f`` of row ``r``; 0 when the row has no value."""
     a = offsets[f, r]
@@ -202,7 +203,7 @@ def _sparse_body(f, r, offsets, keys, values, hdr_off):
     return size
 
 
-@njit(nogil=True, cache=True)
+@helper
 def _dense_present(d, r, dense, dn_base, dn_width):
     for c in range(dn_base[d], dn_base[d] + dn_width[d]):
         if dense[r, c] != 0.0:
@@ -210,13 +211,13 @@ def _dense_present(d, r, dense, dn_base, dn_width):
     return False
 
 
-@njit(nogil=True, cache=True)
+@helper
 def _dense_body(d, dn_width, hdr_off):
     vec = 4 * dn_width[d]
     return hdr_off[d + 1] - hdr_off[d] + _entry(_entry(vec))
 
 
-@njit(nogil=True, cache=True)
+@helper
 def _line_size(r, side, refer, offsets, keys, values, sp_aux, sp_hdr_off, dense, dn_base, dn_width, dn_aux,
                dn_hdr_off, bodies, slot):
     """Size of the line of row ``r`` with the features of ``side``; keeps each sparse body size in ``bodies[slot]``."""
@@ -235,7 +236,7 @@ def _line_size(r, side, refer, offsets, keys, values, sp_aux, sp_hdr_off, dense,
     return size
 
 
-@njit(nogil=True, cache=True)
+@helper
 def _write_line(out, p, r, side, refer, offsets, keys, values, sp_aux, sp_hdr, sp_hdr_off, dense, dn_base, dn_width,
                 dn_aux, dn_hdr, dn_hdr_off, bits, bodies, slot):
     """Write the line sized by ``_line_size`` (same row, side and slot)."""
@@ -275,7 +276,7 @@ def _write_line(out, p, r, side, refer, offsets, keys, values, sp_aux, sp_hdr, s
     return p
 
 
-@njit(nogil=True, cache=True)
+@helper
 def _same_aux(r1, r2, offsets, keys, values, sp_aux, dense, dn_base, dn_width, dn_aux):
     for f in range(offsets.shape[0]):
         if not sp_aux[f]:
@@ -296,12 +297,12 @@ def _same_aux(r1, r2, offsets, keys, values, sp_aux, dense, dn_base, dn_width, d
     return True
 
 
-@njit(nogil=True, cache=True)
+@helper
 def _labels_body(label_count):
     return _entry(4 * label_count) if label_count > 0 else 0
 
 
-@njit(nogil=True, cache=True)
+@helper
 def _write_labels(out, p, labels, r, bits):
     n = labels.shape[1]
     out[_u(p)] = 0x12  # labels / label
@@ -314,7 +315,7 @@ def _write_labels(out, p, labels, r, bits):
     return p
 
 
-@njit(nogil=True, cache=True)
+@helper
 def _ext_body(ts):
     entry = len(_TIMESTAMP_ENTRY_KEY) + _entry(_int_digits(ts))
     return _entry(entry)
@@ -454,7 +455,7 @@ def encode_groups(g0, group_offsets, simple, offsets, keys, values, sp_aux, sp_h
     return g, out_pos
 
 
-@njit(nogil=True, cache=True)
+@helper
 def identical_features(group_offsets, offsets, keys, values, dense, dn_base, dn_width, differs, present):
     """Mark features that differ between two samples of a group, and those with values in a multi-sample group.
 
@@ -501,7 +502,7 @@ _NAN_TEXT = np.frombuffer(b"nan", np.uint8).copy()
 _INF_TEXT = np.frombuffer(b"inf", np.uint8).copy()
 
 
-@njit(nogil=True, cache=True)
+@helper
 def _digits_text(out, p, m, n):
     """The ``n`` decimal digits of ``m`` (zero-padded on the left) at ``out[p:p+n]``."""
     for k in range(n - 1, -1, -1):
@@ -510,7 +511,7 @@ def _digits_text(out, p, m, n):
     return p + n
 
 
-@njit(nogil=True, cache=True)
+@helper
 def _decimal_text(out, p, neg, m, n, s):
     """``-``? then ``m * 10**-s`` (``m`` of ``n`` digits, no trailing zero when ``s > 0``)."""
     if neg:
@@ -544,7 +545,7 @@ def _decimal_text(out, p, neg, m, n, s):
     return _digits_text(out, p + 1, m % div, s)
 
 
-@njit(nogil=True, cache=True)
+@helper
 def put_float_text(out, p, v):
     """Write float32 ``v`` in the fewest significant digits that ``scan_float`` reads back exactly."""
     f = np.float32(v)
@@ -580,7 +581,7 @@ def put_float_text(out, p, v):
     return q  # 9 significant digits always read back; not reached
 
 
-@njit(nogil=True, cache=True)
+@helper
 def write_text_rows(r, nrows, sid_bytes, sid_off, gid, starts, ends, keys, values, sp_name, sp_name_off, dense,
                     dn_name, dn_name_off, dn_base, dn_width, labels, timestamps, out, pos):
     """Write samples ``r..nrows-1`` as text lines into ``out[pos:]``.

@@ -4,15 +4,15 @@ Built once per reader in Python (``build_name_table``), probed per feature entry
 parse kernels (``lookup_name``) without creating a Python object.
 """
 import numpy as np
-from numba import njit
 
 from .index import _u
+from .jit import helper
 
 _FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 _FNV_PRIME = np.uint64(0x100000001B3)
 
 
-@njit(nogil=True, cache=True, inline="always")
+@helper
 def fnv1a(buf, i, end):
     """64-bit FNV-1a hash of ``buf[i:end]``."""
     h = _FNV_OFFSET
@@ -21,12 +21,9 @@ def fnv1a(buf, i, end):
     return h
 
 
-@njit(nogil=True, cache=True, inline="always")
+@helper
 def lookup_name(buf, i, end, slots, names, name_offsets):
-    """Index of the name ``buf[i:end]`` in the table, or -1 when it is not declared.
-
-    Inlined: a call would incref its four arrays, which costs more than the probe.
-    """
+    """Index of the name ``buf[i:end]`` in the table, or -1 when it is not declared."""
     mask = np.uint64(len(slots) - 1)
     s = fnv1a(buf, i, end) & mask
     n = end - i

@@ -8,6 +8,7 @@ import numpy as np
 from numba import njit
 
 from .index import _u
+from .jit import helper
 
 OK = 0
 BAD = 1
@@ -21,7 +22,7 @@ _NEG_LIMIT = np.int64(-922337203685477580)
 _EXACT_POW10 = np.array([10.0 ** k for k in range(23)], dtype=np.float64)
 
 
-@njit(nogil=True, cache=True)
+@helper
 def scan_int64(buf, i, end):
     """Parse ``buf[i:end]`` as ``[+-]digits``; returns ``(value, status)``."""
     if i >= end:
@@ -48,14 +49,14 @@ def scan_int64(buf, i, end):
     return -acc, OK
 
 
-@njit(nogil=True, cache=True)
+@helper
 def _lower(c):
     if 65 <= c <= 90:
         return c + 32
     return c
 
 
-@njit(nogil=True, cache=True)
+@helper
 def _matches_word(buf, i, end, word):
     if end - i != len(word):
         return False
@@ -70,7 +71,7 @@ _INFINITY = np.frombuffer(b"infinity", dtype=np.uint8).copy()
 _NAN = np.frombuffer(b"nan", dtype=np.uint8).copy()
 
 
-@njit(nogil=True, cache=True)
+@helper
 def scan_float(buf, i, end):
     """Parse ``buf[i:end]`` as a decimal float; returns ``(float64 value, status)``.
 

@@ -15,6 +15,7 @@ import numpy as np
 from numba import njit
 
 from .index import _u
+from .jit import helper
 from .names import lookup_name
 from .numbers import OK, scan_int64
 
@@ -109,7 +110,7 @@ def _f32(buf, p, bits):
     return bits[0][0]
 
 
-@njit(nogil=True, cache=True)
+@helper
 def _skip(buf, p, end, wt, field):
     """Position after the value of a field of wire type ``wt``, or -1 when malformed."""
     if wt == 0:
@@ -157,7 +158,7 @@ def _len_field(buf, p, end):
     return p, p + np.int64(n)
 
 
-@njit(nogil=True, cache=True)
+@helper
 def _fail(st, code, pos, table, line, feature, got):
     st[S_POS] = pos
     st[S_TABLE] = table
@@ -167,7 +168,7 @@ def _fail(st, code, pos, table, line, feature, got):
     return code
 
 
-@njit(nogil=True, cache=True)
+@helper
 def _timestamp(buf, a, b, st):
     """The ``timestamp`` entry of an ``Extensions`` message: ``(value, error code)``; 0 when absent."""
     ts = np.int64(0)
@@ -225,7 +226,7 @@ def _timestamp(buf, a, b, st):
     return ts, 0
 
 
-@njit(nogil=True, cache=True)
+@helper
 def _empty_line(table, row, line_tok0, line_tok1, refer, dense, st):
     """Start an empty line (only for lines a group lacks: the hot path starts lines inline)."""
     line_tok0[table, row] = st[S_NTOK]
@@ -235,7 +236,7 @@ def _empty_line(table, row, line_tok0, line_tok1, refer, dense, st):
         dense[table, row, c] = 0.0
 
 
-@njit(nogil=True, cache=True)
+@helper
 def _finish_group(n, lines0, tab_rows, ntables, line_tok0, line_tok1, refer, dense, group_start, st, pos):
     """Checks after a group's fields: aux tables it lacks get one empty line, refers become block rows."""
     for k in range(1, ntables):
@@ -259,7 +260,7 @@ def _finish_group(n, lines0, tab_rows, ntables, line_tok0, line_tok1, refer, den
     return 0
 
 
-@njit(nogil=True, cache=True)
+@helper
 def _decode_record(buf, a, b, simple, label_count, slots, names, name_off, feat, dn_feat, dn_elem_col, tok_feat,
                    tok_key, tok_hkey, tok_val, line_tok0, line_tok1, refer, tab_rows, dense, labels, timestamps,
                    sid_bytes, sid_off, group_start, spans, dn_seen, vec, bits, lines0, st):
@@ -702,7 +703,7 @@ def decode_chunk(buf, end, final, simple, max_record, stop_on_error, label_count
         records += 1
 
 
-@njit(nogil=True, cache=True)
+@helper
 def _error_row(errors, k, code, record, record_pos, pos, table, line, feature, got):
     errors[k, E_CODE] = code
     errors[k, E_RECORD] = record
@@ -714,7 +715,7 @@ def _error_row(errors, k, code, record, record_pos, pos, table, line, feature, g
     errors[k, E_GOT] = got
 
 
-@njit(nogil=True, cache=True)
+@helper
 def _scan_line(buf, a, b, table, slots, names, name_off, known_kind, known_table, found):
     """First feature of a FeatureLine not in the table (or known with another table or type).
 
@@ -794,7 +795,7 @@ def _scan_line(buf, a, b, table, slots, names, name_off, known_kind, known_table
     return False
 
 
-@njit(nogil=True, cache=True)
+@helper
 def scan_record_names(buf, start, end, simple, slots, names, name_off, known_kind, known_table, labels_seen, found):
     """Walk the whole records of ``buf[start:end]`` for the first feature the table does not know.
 

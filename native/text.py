@@ -15,6 +15,7 @@ import numpy as np
 from numba import njit
 
 from .index import _u
+from .jit import helper
 from .names import lookup_name
 from .numbers import OVERFLOW, scan_float, scan_float_until, scan_int64, scan_int64_prefix
 
@@ -55,7 +56,7 @@ ERROR_COLUMNS = 7
 _PIPE, _NL, _CR, _AT, _SEMI, _COMMA, _COLON = 124, 10, 13, 64, 59, 44, 58
 
 
-@njit(nogil=True, cache=True)
+@helper
 def _parse_sparse_field(buf, a, b, slots, names, name_off, tok_feat, tok_key, tok_val, ntok):
     """Append the tokens of declared features in ``buf[a:b]``.
 
@@ -109,7 +110,7 @@ def _parse_sparse_field(buf, a, b, slots, names, name_off, tok_feat, tok_key, to
     return ntok, 0, 0, 0, -1
 
 
-@njit(nogil=True, cache=True)
+@helper
 def _parse_dense_field(buf, a, b, slots, names, name_off, nvec, elem_base, elem_col, row, seen):
     """Write declared dense vectors of ``buf[a:b]`` into ``row`` (masked columns).
 
@@ -156,7 +157,7 @@ def _parse_dense_field(buf, a, b, slots, names, name_off, nvec, elem_base, elem_
     return 0, 0, 0, -1
 
 
-@njit(nogil=True, cache=True)
+@helper
 def _parse_labels(buf, a, b, row, label_count):
     """Returns ``(code, bad_start, bad_end)``; labels past ``label_count`` are checked, not kept."""
     n = 0
@@ -180,7 +181,7 @@ def _parse_labels(buf, a, b, row, label_count):
     return 0, 0, 0
 
 
-@njit(nogil=True, cache=True)
+@helper
 def _same_bytes(buf, a0, a1, b0, b1):
     if a1 - a0 != b1 - b0:
         return False

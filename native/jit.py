@@ -1,0 +1,11 @@
+"""The one decorator for kernel helpers that take arrays and allocate none.
+
+numba increfs and decrefs (atomically) every array argument of every function it calls,
+inlined or not; in a loop over values that cost more than the work itself (the text and
+pb kernels ran at half speed).  A helper compiled without numba's runtime (``_nrt=False``)
+skips it.  Such a function must not allocate arrays; kernels that do (``np.empty``) keep
+``njit(nogil=True, cache=True)``.
+"""
+from numba import njit
+
+helper = njit(nogil=True, cache=True, _nrt=False)
