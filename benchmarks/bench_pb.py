@@ -1,11 +1,11 @@
-"""Benchmark of the protobuf path: pb (zstd) vs text reading, file sizes, and text -> pb conversion.
+"""Benchmark of the protobuf path: pb (zstd, lz4) vs text reading, file sizes, text -> pb conversion.
 
 On the same synthetic ads samples: ``ingest convert`` to ``pb.zst`` with ``--aux auto`` (the
-user features go to table 1), timed on 1 thread (MB/s of text input); then readers over
-the text file and over the pb file with the same features (the aux ones declared
-``table=1`` for pb), 1 thread, ``batch_size(1024)``: one untimed warm-up run each, then
-``--runs`` rounds of a text run and a pb run back to back; medians, and the median of the
-per-round ratios.  Prints markdown tables and writes
+user features go to table 1), timed on 1 thread (MB/s of text input), and to ``pb`` and
+``pb.lz4`` for their sizes; then readers over the text file and the compressed pb files
+with the same features (the aux ones declared ``table=1`` for pb), 1 thread,
+``batch_size(1024)``: one untimed warm-up run each, then ``--runs`` rounds reading each
+file back to back; medians, and the median of the per-round ratios to text.  Prints markdown tables and writes
 ``benchmarks/out/bench_pb.json``.
 
     python benchmarks/bench_pb.py [--samples 120000] [--runs 5]
@@ -38,29 +38,31 @@ def reader_for(path, file_type, aux):
     return reader
 
 
-def read_runs(text, pb_zst, aux, samples, runs):
-    """Warm-up, then ``runs`` rounds of one text run and one pb.zst run back to back.
+def read_runs(inputs, samples, runs):
+    """Warm-up, then ``runs`` rounds reading each of ``inputs`` (name -> (path, file_type, aux)) back to back.
 
-    The VM is noisy over minutes, so runs alternate and the ratio is the median of the
-    per-round ratios.
+    The VM is noisy over minutes, so runs alternate; ratios to the first input are the
+    medians of the per-round ratios.
     """
-    measure(reader_for(text, "txt", set()))
-    measure(reader_for(pb_zst, "pb", aux))
+    for path, file_type, aux in inputs.values():
+        measure(reader_for(path, file_type, aux))
     rounds = []
     for _ in range(runs):
-        t = measure(reader_for(text, "txt", set()))
-        p = measure(reader_for(pb_zst, "pb", aux))
-        if t["samples"] != samples or p["samples"] != samples:
-            raise SystemExit(f"bench_pb: read {t['samples']} and {p['samples']} samples, expected {samples}")
-        rounds.append((t, p))
-
-    def medians(runs_of):
-        return {"samples_per_s": statistics.median(r["samples_per_s"] for r in runs_of),
-                "mb_per_s": statistics.median(r["mb_per_s"] for r in runs_of),
-                "runs": [r["samples_per_s"] for r in runs_of]}
-
-    ratio = statistics.median(p["samples_per_s"] / t["samples_per_s"] for t, p in rounds)
-    return medians([t for t, _ in rounds]), medians([p for _, p in rounds]), ratio
+        one = {}
+        for name, (path, file_type, aux) in inputs.items():
+            one[name] = measure(reader_for(path, file_type, aux))
+            if one[name]["samples"] != samples:
+                raise SystemExit(f"bench_pb: {path} gave {one[name]['samples']} samples, expected {samples}")
+        rounds.append(one)
+    first = next(iter(inputs))
+    out = {}
+    for name in inputs:
+        runs_of = [r[name] for r in rounds]
+        out[name] = {"samples_per_s": statistics.median(r["samples_per_s"] for r in runs_of),
+                     "mb_per_s": statistics.median(r["mb_per_s"] for r in runs_of),
+                     "runs": [r["samples_per_s"] for r in runs_of],
+                     "ratio": statistics.median(r[name]["samples_per_s"] / r[first]["samples_per_s"] for r in rounds)}
+    return out
 
 
 def convert_runs(text, out, runs):
@@ -85,26 +87,25 @@ def main(argv=None):
     pb_zst = OUT / f"{text.stem}.pb.zst"
     summary, convert_s = convert_runs(text, pb_zst, 3)
     aux = set(summary["aux"])
-    pb_plain = OUT / f"{text.stem}.pb"
-    convert([str(text)], str(pb_plain), aux="auto", log=lambda *_: None)
-    sizes = {"text": text.stat().st_size, "pb": pb_plain.stat().st_size, "pb.zst": pb_zst.stat().st_size}
-    text_read, pb_read, ratio = read_runs(text, pb_zst, aux, args.samples, args.runs)
+    quiet = {"log": lambda *_: None}
+    for suffix in (".pb", ".pb.lz4"):
+        convert([str(text)], str(OUT / f"{text.stem}{suffix}"), aux="auto", **quiet)
+    files = {"text": text, "pb": OUT / f"{text.stem}.pb", "pb.zst": pb_zst, "pb.lz4": OUT / f"{text.stem}.pb.lz4"}
+    sizes = {name: path.stat().st_size for name, path in files.items()}
+    read = read_runs({"text": (text, "txt", set()), "pb.zst": (pb_zst, "pb", aux),
+                      "pb.lz4": (files["pb.lz4"], "pb", aux)}, args.samples, args.runs)
     report = {"date": datetime.date.today().isoformat(), "machine": machine(), "samples": args.samples,
               "seed": SEED, "batch_size": BATCH_SIZE, "runs": args.runs, "aux": sorted(aux), "sizes": sizes,
-              "convert_seconds": convert_s, "convert_mb_per_s": sizes["text"] / convert_s / 1e6,
-              "text": text_read, "pb_zst": pb_read,
-              "pb_to_text_samples_ratio": ratio}
+              "convert_seconds": convert_s, "convert_mb_per_s": sizes["text"] / convert_s / 1e6, "read": read}
     (OUT / "bench_pb.json").write_text(json.dumps(report, indent=2) + "\n")
 
     m = report["machine"]
     print(f"{args.samples:,} samples, aux features {', '.join(sorted(aux))}; batch_size {BATCH_SIZE}, 1 thread, "
-          f"median of {args.runs} runs; {m['nproc']} cores ({m['cpu']}), {report['date']}\n")
-    print(markdown_table(["input", "bytes", "samples/s", "MB/s of input"], [
-        ["text", f"{sizes['text']:,}", f"{text_read['samples_per_s']:,.0f}", f"{text_read['mb_per_s']:.1f}"],
-        ["pb.zst", f"{sizes['pb.zst']:,}", f"{pb_read['samples_per_s']:,.0f}", f"{pb_read['mb_per_s']:.1f}"]]))
-    print(f"\npb.zst / text samples/s (median of the per-round ratios): {ratio:.2f}x; "
-          f"text / pb size: {sizes['text'] / sizes['pb']:.2f}x (uncompressed pb), "
-          f"{sizes['text'] / sizes['pb.zst']:.2f}x (pb.zst)")
+          f"median of {args.runs} rounds; {m['nproc']} cores ({m['cpu']}), {report['date']}\n")
+    print(markdown_table(["input", "bytes", "text / input size", "samples/s", "MB/s of input", "samples/s vs text"], [
+        [name, f"{sizes[name]:,}", f"{sizes['text'] / sizes[name]:.2f}x", f"{r['samples_per_s']:,.0f}",
+         f"{r['mb_per_s']:.1f}", f"{r['ratio']:.2f}x"] for name, r in read.items()]))
+    print(f"\nuncompressed pb: {sizes['pb']:,} bytes, text / pb size {sizes['text'] / sizes['pb']:.2f}x")
     print(f"convert text -> pb.zst, 1 thread: {report['convert_mb_per_s']:.1f} MB/s of text ({convert_s:.2f} s)")
     print(f"JSON: {OUT / 'bench_pb.json'}")
 

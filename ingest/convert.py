@@ -26,7 +26,7 @@ from .formats.protobuf import ProtobufFormat
 from .formats.text import TextFormat
 from .pipeline.block import Block
 from .sources import expand_paths, plan_units
-from .sources.compression import CODECS, infer_compression
+from .sources.compression import compressed_writer, infer_compression, strip_suffix
 
 __all__ = ["choose_aux", "convert", "format_of", "LEAD_BYTES"]
 
@@ -40,10 +40,7 @@ def format_of(url, given=None):
             return FileType(given)
         except ValueError:
             raise ConfigError(f"format {given!r}: expected one of txt, pb, spb") from None
-    name = url.lower()
-    codec = infer_compression(name)
-    if codec:
-        name = next(name[:-len(s)] for s in CODECS[codec] if name.endswith(s))
+    name = strip_suffix(url.lower())
     for ftype in FileType:
         if name.endswith("." + ftype.value):
             return ftype
@@ -151,17 +148,12 @@ class _AtomicWriter:
         self.tmp = os.path.join(parent, f".{name}.{uuid.uuid4().hex[:8]}.tmp")
         if parent:
             self.fs.makedirs(parent, exist_ok=True)
-        codec = infer_compression(url)
         self.raw = self.fs.open(self.tmp, "wb")
-        self.f = self.raw
-        if codec == "gzip":
-            import gzip
-            self.f = gzip.GzipFile(fileobj=self.raw, mode="wb", compresslevel=6)
-        elif codec == "zstd":
-            import zstandard
-            self.f = zstandard.ZstdCompressor(level=1).stream_writer(self.raw, closefd=False)
-        elif codec == "zlib":
-            raise ConfigError(f"{url}: writing .zlib is not supported; use .zst or .gz")
+        try:
+            self.f = compressed_writer(self.raw, infer_compression(url))
+        except ConfigError as exc:
+            self.abort()
+            raise ConfigError(f"{url}: {exc}") from None
         self.bytes = 0
 
     def write(self, data):
@@ -263,10 +255,7 @@ def _output_plan(inputs, output, dst):
         return [(inputs, output)]
     plan = []
     for url, size in inputs:
-        name = url.rstrip("/").rsplit("/", 1)[-1]
-        codec = infer_compression(name)
-        if codec:
-            name = next(name[:-len(s)] for s in CODECS[codec] if name.lower().endswith(s))
+        name = strip_suffix(url.rstrip("/").rsplit("/", 1)[-1])
         stem = name.rsplit(".", 1)[0] if "." in name else name
         plan.append(([(url, size)], output.rstrip("/") + "/" + stem + "." + dst.value))
     return plan

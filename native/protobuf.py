@@ -17,7 +17,7 @@ from numba import njit
 from .index import _u
 from .jit import helper
 from .names import lookup_name
-from .numbers import OK, scan_int64
+from .numbers import OK, _load8, scan_int64
 
 # status of decode_chunk
 DONE = 0
@@ -74,13 +74,36 @@ DENSE = 1
 _TIMESTAMP = np.frombuffer(b"timestamp", np.uint8).copy()
 
 
+_HIGH_BITS = np.uint64(0x8080808080808080)
+_LOW_SEVENS = np.uint64(0x7F7F7F7F7F7F7F7F)
+_BYTE_INDEX = np.uint64(0x0001020304050607)  # (1 << 8k) * this >> 56 == k
+
+
 @njit(nogil=True, cache=True, inline="always")
 def _varint(buf, p, end):
-    """``(value, next p)``; next p is -1 when the varint runs past ``end`` or over 10 bytes."""
+    """``(value, next p)``; next p is -1 when the varint runs past ``end`` or over 10 bytes.
+
+    One-byte varints take the first branch; up to eight bytes are decoded from one 64-bit
+    load (the first byte without a continuation bit ends it; its 7-bit groups are packed
+    with shifts); longer ones (negative numbers) go byte by byte.
+    """
     if p < end:
         b = buf[_u(p)]
         if b < 0x80:
             return np.uint64(b), p + 1
+    if p + 8 <= end:
+        x = _load8(buf, p)
+        stops = ~x & _HIGH_BITS
+        if stops != 0:
+            low = stops & (~stops + np.uint64(1))     # the first stop bit, 1 << (8k + 7)
+            k = np.int64(((low >> np.uint64(7)) * _BYTE_INDEX) >> np.uint64(56))
+            x &= ((low << np.uint64(1)) - np.uint64(1)) & _LOW_SEVENS
+            v = ((x & np.uint64(0x7F)) | ((x >> np.uint64(1)) & np.uint64(0x3F80))
+                 | ((x >> np.uint64(2)) & np.uint64(0x1FC000)) | ((x >> np.uint64(3)) & np.uint64(0xFE00000))
+                 | ((x >> np.uint64(4)) & np.uint64(0x7F0000000)) | ((x >> np.uint64(5)) & np.uint64(0x3F800000000))
+                 | ((x >> np.uint64(6)) & np.uint64(0x1FC0000000000))
+                 | ((x >> np.uint64(7)) & np.uint64(0xFE000000000000)))
+            return v, p + k + 1
     x = np.uint64(0)
     shift = np.uint64(0)
     while p < end and shift < 64:

@@ -100,8 +100,9 @@ def test_pb_is_smaller_and_directory_output_has_one_file_per_input(tmp_path):
     assert summary["outputs"] == [str(out / "ads.pb"), str(out / "sample.pb")]
 
 
-def test_compressed_output_reads_back(tmp_path):
-    out = tmp_path / "ads.pb.zst"
+@pytest.mark.parametrize("suffix", [".zst", ".lz4", ".gz"])
+def test_compressed_output_reads_back(tmp_path, suffix):
+    out = tmp_path / ("ads.pb" + suffix)
     convert([str(SAMPLES / "ads.txt")], str(out), aux="auto", **quiet)
     want = sorted(map(key_of, _all_samples(SAMPLES / "ads.txt")))
     assert sorted(map(key_of, _all_samples(out, "pb"))) == want

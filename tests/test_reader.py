@@ -164,7 +164,7 @@ def test_missing_path_is_a_source_error(tmp_path):
     lambda r: r.shard(3, 3), lambda r: r.feature(name="x", type="dense"),
     lambda r: r.feature(name="x", type="dense", nvec=3, mask="10"),
     lambda r: r.feature(name="x", type="sparse", mask="1"), lambda r: r.feature(name="a|b", type="sparse"),
-    lambda r: r.feature(name="x", type="embedding"), lambda r: r.z("lz4"),
+    lambda r: r.feature(name="x", type="embedding"), lambda r: r.z("brotli"),
 ])
 def test_bad_options_are_config_errors_that_name_the_argument(call):
     reader = ingest.DataReader("r", paths=["x"])
@@ -406,3 +406,15 @@ def test_synthetic_generator_matches_python_formatting():
     assert b"".join(synthetic.generate(300, seed=3)) == "".join(lines).encode()
     sizes = Counter(line.split("|")[1] for line in lines)
     assert max(sizes.values()) <= 40
+
+
+@pytest.mark.parametrize("suffix", [".zst", ".gz", ".lz4"])
+def test_corrupt_compressed_file_is_a_source_error_naming_it(tmp_path, suffix):
+    """Compressed units are decompressed on a read-ahead thread; its errors reach the reader located."""
+    good = zstandard.ZstdCompressor().compress(b"a|g|x@1||1\n" * 1000)
+    path = tmp_path / ("bad.txt" + suffix)
+    path.write_bytes(good[:len(good) // 2] + b"\x00garbage" * 50)
+    reader = make_reader([path], sparse=["x"])
+    with pytest.raises(ingest.SourceError) as err:
+        read_samples(reader)
+    assert str(path) in str(err.value)

@@ -1,19 +1,23 @@
 """Compression codecs of sample files, chosen by extension or forced by ``reader.z()``.
 
 gzip and zstd come from fsspec's registry; ``zlib`` (XDL's zlib streams, RFC 1950, one
-or several concatenated) is registered here because fsspec has no codec for it.
+or several concatenated) and ``lz4`` (LZ4 frames, through pyarrow: it decompresses about
+three times as fast as zstd, for inputs read more often than stored) are registered here.
+``compressed_writer`` wraps an output file for ``ingest convert``.
 """
+import gzip
 import io
 import zlib
 
 import fsspec.compression
+import pyarrow as pa
 
 from ..errors import ConfigError
 
-__all__ = ["CODECS", "infer_compression", "check_codec"]
+__all__ = ["CODECS", "infer_compression", "check_codec", "strip_suffix", "compressed_writer"]
 
 # codec name -> file-name suffixes
-CODECS = {"gzip": (".gz", ".gzip"), "zstd": (".zst", ".zstd"), "zlib": (".zlib",)}
+CODECS = {"gzip": (".gz", ".gzip"), "zstd": (".zst", ".zstd"), "zlib": (".zlib",), "lz4": (".lz4",)}
 
 
 class _ZlibReader(io.RawIOBase):
@@ -53,8 +57,44 @@ class _ZlibReader(io.RawIOBase):
         super().close()
 
 
-if "zlib" not in fsspec.compression.compr:
-    fsspec.compression.register_compression("zlib", _ZlibReader, "zlib", force=True)
+def _lz4_reader(fileobj, mode="rb", **_):
+    """An LZ4-frame stream decompressed by pyarrow (``readinto`` included)."""
+    return pa.CompressedInputStream(pa.PythonFile(fileobj, mode="r"), "lz4")
+
+
+fsspec.compression.register_compression("zlib", _ZlibReader, "zlib", force=True)
+fsspec.compression.register_compression("lz4", _lz4_reader, "lz4", force=True)
+
+
+class _Lz4Writer:
+    """LZ4 frames written by pyarrow to a Python file object (left open on ``close()``)."""
+
+    def __init__(self, raw):
+        self._stream = pa.CompressedOutputStream(pa.PythonFile(raw, mode="w"), "lz4")
+
+    def write(self, data):
+        self._stream.write(data)
+
+    def close(self):
+        self._stream.close()
+
+
+def compressed_writer(raw, codec):
+    """A writer compressing into the binary file ``raw`` with ``codec`` (None: ``raw`` itself).
+
+    ``close()`` of the writer finishes the stream; ``raw`` stays open for the caller.
+    zstd uses level 1 and gzip level 6: conversion should not be bound by compression.
+    """
+    if codec is None:
+        return raw
+    if codec == "gzip":
+        return gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6)
+    if codec == "zstd":
+        import zstandard
+        return zstandard.ZstdCompressor(level=1).stream_writer(raw, closefd=False)
+    if codec == "lz4":
+        return _Lz4Writer(raw)
+    raise ConfigError(f"writing {codec} is not supported; use .zst, .lz4 or .gz")
 
 
 def check_codec(name):
@@ -70,3 +110,11 @@ def infer_compression(url):
         if lower.endswith(suffixes):
             return codec
     return None
+
+
+def strip_suffix(name):
+    """``name`` without its compression suffix (``a.pb.zst`` -> ``a.pb``)."""
+    codec = infer_compression(name)
+    if codec is None:
+        return name
+    return next(name[:-len(s)] for s in CODECS[codec] if name.lower().endswith(s))

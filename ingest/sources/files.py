@@ -1,6 +1,8 @@
 """Files through fsspec: expansion of paths, work-unit planning, sharding and opening."""
 import io
 import os
+import queue
+import threading
 from dataclasses import dataclass
 
 import fsspec
@@ -104,11 +106,87 @@ def plan_units(files, *, compression=None, splittable=True, task_num=1, unit_byt
 
 
 def open_unit(unit):
-    """Open the unit's file for binary reading, decompressed.  Errors become ``SourceError``."""
+    """Open the unit's file for binary reading, decompressed.  Errors become ``SourceError``.
+
+    A compressed unit is decompressed a few chunks ahead on a thread of its own
+    (``ReadAhead``), so that decompression overlaps with parsing.
+    """
     try:
-        return fsspec.open(unit.url, "rb", compression=unit.compression).open()
+        f = fsspec.open(unit.url, "rb", compression=unit.compression).open()
     except (OSError, ValueError) as exc:
         raise SourceError(f"{unit.url}: cannot open: {exc}", source=unit.url) from exc
+    return ReadAhead(f, unit.url) if unit.compression else f
+
+
+class ReadAhead(io.RawIOBase):
+    """A stream read ``depth`` chunks ahead by a background thread; ``readinto`` copies from them.
+
+    Errors of the underlying stream (a corrupt or truncated compressed file) reach the
+    reader as a ``SourceError`` naming the file, in stream order.  ``close()`` stops and
+    joins the thread.
+    """
+
+    def __init__(self, f, url, chunk=4 << 20, depth=2):
+        super().__init__()
+        self._f = f
+        self._url = url
+        self._chunk = chunk
+        self._queue = queue.Queue(depth)
+        self._stop = threading.Event()
+        self._current = b""
+        self._pos = 0
+        self._ended = False
+        self._thread = threading.Thread(target=self._run, name="ingest-readahead", daemon=True)
+        self._thread.start()
+
+    def readable(self):
+        return True
+
+    def _run(self):
+        try:
+            while not self._stop.is_set():
+                data = self._f.read(self._chunk)
+                self._put(data)
+                if not data:
+                    return
+        except Exception as exc:  # noqa: BLE001 - handed to the reading thread
+            self._put(SourceError(f"{self._url}: cannot read: {exc}", source=self._url))
+
+    def _put(self, item):
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.05)
+                return
+            except queue.Full:
+                continue
+
+    def readinto(self, b):
+        view = memoryview(b).cast("B")
+        n = 0
+        while n < len(view):
+            if self._pos == len(self._current):
+                if self._ended:
+                    break
+                item = self._queue.get()
+                if isinstance(item, BaseException):
+                    self._ended = True
+                    raise item
+                if not item:
+                    self._ended = True
+                    break
+                self._current, self._pos = item, 0
+            k = min(len(view) - n, len(self._current) - self._pos)
+            view[n:n + k] = self._current[self._pos:self._pos + k]
+            n += k
+            self._pos += k
+        return n
+
+    def close(self):
+        if not self.closed:
+            self._stop.set()
+            self._thread.join()
+            self._f.close()
+        super().close()
 
 
 def read_into(f, view):
