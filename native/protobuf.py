@@ -435,6 +435,8 @@ def _decode_record(buf, a, b, simple, label_count, slots, names, name_off, feat,
             return _fail(st, TOO_FEW_LABELS, a, 0, 0, -1, nlabels)
         nlabels = 1
     # -- the lines -------------------------------------------------------------------------
+    ntok = st[S_NTOK]  # kept in a register while tokens are written
+    any_hkey = False
     for i in range(nspans):
         k = spans[i, 0]
         if simple:  # every feature_line occurrence merges into the sample's one line
@@ -445,7 +447,7 @@ def _decode_record(buf, a, b, simple, label_count, slots, names, name_off, feat,
             fresh = True
         line = row - lines0[k]
         if fresh:
-            line_tok0[k, row] = st[S_NTOK]
+            line_tok0[k, row] = ntok
             refer[k, row] = 0
             for c in range(dense.shape[2]):
                 dense[k, row, c] = 0.0
@@ -613,15 +615,16 @@ def _decode_record(buf, a, b, simple, label_count, slots, names, name_off, feat,
                 else:
                     if not has_key:
                         return _fail(st, MISSING_KEY, va, k, line, code, 0)
-                    t = st[S_NTOK]
-                    tok_feat[t] = fi
-                    tok_key[t] = key
-                    tok_hkey[t] = hkey
-                    tok_val[t] = value
-                    st[S_NTOK] = t + 1
-                    if hkey != 0:
-                        st[S_ANY_HKEY] = 1
-        line_tok1[k, row] = st[S_NTOK]
+                    tok_feat[ntok] = fi
+                    tok_key[ntok] = key
+                    tok_hkey[ntok] = hkey
+                    tok_val[ntok] = value
+                    ntok += 1
+                    any_hkey |= hkey != 0
+        line_tok1[k, row] = ntok
+        st[S_NTOK] = ntok  # where a rolled-back record's tokens end does not matter
+        if any_hkey:
+            st[S_ANY_HKEY] = 1
         if not simple:
             tab_rows[k] = row + 1
     if simple:

@@ -122,11 +122,14 @@ def measure(reader):
         ``samples`` (sum of ``batch.size``), ``bytes`` (``stats()["bytes"]``), ``batches``,
         ``seconds`` (from ``startup()`` to the end), ``samples_per_s``, ``mb_per_s``,
         ``batches_per_s``, ``p50_ms`` and ``p99_ms`` of the time between successive batches
-        (None with fewer than two batches), ``first_batch_ms`` (from ``startup()``) and
-        ``stats`` (``reader.stats()``).
+        (None with fewer than two batches), ``first_batch_ms`` (from ``startup()``),
+        ``cpu_seconds`` (CPU time of the whole process, every thread, over the run: on a
+        shared VM it is steadier than wall time, which counts time stolen by neighbours),
+        ``samples_per_cpu_s`` and ``stats`` (``reader.stats()``).
     """
     stamps = []
     samples = 0
+    c0 = time.process_time()
     t0 = time.perf_counter()
     try:
         reader.startup()
@@ -134,6 +137,7 @@ def measure(reader):
             stamps.append(time.perf_counter())
             samples += batch.size
         seconds = time.perf_counter() - t0
+        cpu_seconds = time.process_time() - c0
         stats = reader.stats()
     finally:
         reader.shutdown()
@@ -143,7 +147,8 @@ def measure(reader):
         "samples": samples, "bytes": stats["bytes"], "batches": len(stamps), "seconds": seconds,
         "samples_per_s": samples / seconds, "mb_per_s": stats["bytes"] / seconds / 1e6,
         "batches_per_s": len(stamps) / seconds, "p50_ms": p50, "p99_ms": p99,
-        "first_batch_ms": (stamps[0] - t0) * 1e3 if stamps else None, "stats": stats,
+        "first_batch_ms": (stamps[0] - t0) * 1e3 if stamps else None, "cpu_seconds": cpu_seconds,
+        "samples_per_cpu_s": samples / cpu_seconds if cpu_seconds else None, "stats": stats,
     }
 
 
