@@ -21,6 +21,7 @@ import numpy as np
 from ._native.encode import encode_groups, identical_features, write_text_rows
 from .discover import scan_features
 from .errors import ConfigError, DataError
+from .features import DenseLayout
 from .formats import FileType
 from .formats.protobuf import ProtobufFormat
 from .formats.text import TextFormat
@@ -49,7 +50,7 @@ def format_of(url, given=None):
     raise ConfigError(f"{url}: cannot tell the sample format from the name; give --from/--to txt|pb|spb")
 
 
-# -- text input: every feature, aux choice ----------------------------------------------------
+# -- text -> pb: the aux choice ----------------------------------------------------------------
 def choose_aux(url, features, lead_bytes=LEAD_BYTES):
     """Features identical across the samples of every multi-sample group in the first ``lead_bytes``.
 
@@ -63,13 +64,12 @@ def choose_aux(url, features, lead_bytes=LEAD_BYTES):
     differs = np.zeros(nsp + ndn, np.bool_)
     present = np.zeros(nsp + ndn, np.bool_)
     read = 0
+    layout = DenseLayout(schema.dense)
     for blk in fmt.read_unit(unit):
         table = blk.tables[0]
         dense = np.hstack(table.dense) if ndn else np.zeros((blk.nrows, 0), np.float32)
-        widths = np.array([s.width for s in schema.dense], np.int64)
-        base = np.concatenate([[0], np.cumsum(widths)[:-1]]).astype(np.int64)
-        identical_features(blk.group_offsets, table.sp_offsets, blk.sp_keys, blk.sp_values, dense, base, widths,
-                           differs, present)
+        identical_features(blk.group_offsets, table.sp_offsets, blk.sp_keys, blk.sp_values, dense,
+                           layout.first_col, layout.width, differs, present)
         read += blk.nbytes
         if read >= lead_bytes:
             break
@@ -109,9 +109,7 @@ class _Encoder:
         self.dn_aux = np.array([s.name in aux for s in schema.dense], np.bool_)
         self.sp_hdr = _blob([_header(s.name, False) for s in schema.sparse])
         self.dn_hdr = _blob([_header(s.name, True) for s in schema.dense])
-        widths = np.array([s.width for s in schema.dense], np.int64)
-        self.dn_width = widths
-        self.dn_base = np.concatenate([[0], np.cumsum(widths)[:-1]]).astype(np.int64)
+        self.layout = DenseLayout(schema.dense)
 
     def encode(self, blk: Block):
         table = blk.tables[0]
@@ -126,7 +124,8 @@ class _Encoder:
         g, pos = 0, 0
         while g < len(blk.group_offsets) - 1:
             g2, pos = encode_groups(g, blk.group_offsets, self.simple, table.sp_offsets, blk.sp_keys, blk.sp_values,
-                                    self.sp_aux, *self.sp_hdr, dense, self.dn_base, self.dn_width, self.dn_aux,
+                                    self.sp_aux, *self.sp_hdr, dense, self.layout.first_col, self.layout.width,
+                                    self.dn_aux,
                                     *self.dn_hdr, blk.labels, blk.timestamps, blk.sid_bytes, blk.sid_offsets, out,
                                     pos, refer, distinct, line_size, bodies)
             if g2 == g and pos == 0:
@@ -207,8 +206,7 @@ def _records_to_text(unit, schema, simple, write, first_group):
     fmt = ProtobufFormat(schema, simple=simple)
     names = _blob([s.name.encode() for s in schema.sparse])
     dn_names = _blob([s.name.encode() for s in schema.dense])
-    widths = np.array([s.width for s in schema.dense], np.int64)
-    dn_base = np.concatenate([[0], np.cumsum(widths)[:-1]]).astype(np.int64)
+    layout = DenseLayout(schema.dense)
     local = [{s.name: j for j, s in enumerate(schema.sparse_in(t))} for t in range(schema.tables)]
     out = np.empty(1 << 22, np.uint8)
     group = first_group
@@ -236,8 +234,8 @@ def _records_to_text(unit, schema, simple, write, first_group):
         r = 0
         while r < n:
             r2, pos = write_text_rows(r, n, blk.sid_bytes, blk.sid_offsets, gid, starts, ends, blk.sp_keys,
-                                      blk.sp_values, *names, dense, *dn_names, dn_base, widths, blk.labels,
-                                      blk.timestamps, out, 0)
+                                      blk.sp_values, *names, dense, *dn_names, layout.first_col, layout.width,
+                                      blk.labels, blk.timestamps, out, 0)
             if r2 == r:
                 out = np.empty(2 * len(out), np.uint8)  # one line longer than the buffer
                 continue
@@ -250,7 +248,8 @@ def _records_to_text(unit, schema, simple, write, first_group):
 def _output_plan(inputs, output, dst):
     """``[(input files, output url)]``: one output file, or one per input file in a directory."""
     fs, path = fsspec.core.url_to_fs(output)
-    is_dir = output.endswith("/") or (fs.exists(path) and fs.isdir(path)) or len(inputs) > 1 and not os.path.splitext(path)[1]
+    is_dir = (output.endswith("/") or (fs.exists(path) and fs.isdir(path))
+              or (len(inputs) > 1 and not os.path.splitext(path)[1]))
     if not is_dir:
         return [(inputs, output)]
     plan = []

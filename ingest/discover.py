@@ -162,7 +162,8 @@ def scan_record_features(files, simple, threads=1, limit=None):
     lo, hi = 1 << 30, -1
     for (features, labels_seen), unit in zip(found, units):
         for kind, name, table, width in features:
-            if where.setdefault(name, (kind, table)) != (kind, table) or (kind == 2 and dense.get(name, (width,))[0] != width):
+            other_width = kind == 2 and dense.get(name, (width,))[0] != width
+            if where.setdefault(name, (kind, table)) != (kind, table) or other_width:
                 raise DataError(f"feature {name!r} differs between files (table, type or width);", source=unit.url,
                                 offset=0, text=name, expected="one table, type and width per feature",
                                 kind="FEATURE_CONFLICT")

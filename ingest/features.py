@@ -6,7 +6,7 @@ import numpy as np
 
 from .errors import ConfigError
 
-__all__ = ["FeatureType", "FeatureSpec", "Schema", "sparse", "dense"]
+__all__ = ["FeatureType", "FeatureSpec", "Schema", "DenseLayout", "sparse", "dense"]
 
 
 class FeatureType(str, Enum):
@@ -100,3 +100,29 @@ class Schema:
         """Dense features of one table, in declaration order."""
         return tuple(s for s in self.dense if s.table == table)
 
+
+
+class DenseLayout:
+    """Dense features laid side by side in one float32 row, as the kernels fill and read them.
+
+    Attributes
+    ----------
+    nvec, width : int64 [D]
+        Elements of each feature in the input, and its columns in the output (after ``mask``).
+    first_col, first_elem : int64 [D]
+        First output column, and first entry of ``elem_col``, of each feature.
+    elem_col : int64 [sum(nvec)]
+        Output column of every input element, -1 for elements the mask drops.
+    total : int
+        Columns of the row.
+    """
+
+    def __init__(self, specs):
+        self.nvec = np.array([s.nvec for s in specs], np.int64)
+        self.width = np.array([s.width for s in specs], np.int64)
+        self.first_col = np.cumsum(self.width) - self.width
+        self.first_elem = np.cumsum(self.nvec) - self.nvec
+        cols = [np.where(s.kept_elements >= 0, s.kept_elements + first, -1)
+                for s, first in zip(specs, self.first_col)]
+        self.elem_col = np.concatenate(cols).astype(np.int64) if cols else np.empty(0, np.int64)
+        self.total = int(self.width.sum())

@@ -69,7 +69,8 @@ def encode(msg, rng, unknown=0.2):
         items = []
         if fd.message_type is not None and fd.message_type.GetOptions().map_entry:
             for k, v in value.items():
-                items.append(length_delimited(fd.number, length_delimited(1, k.encode()) + length_delimited(2, v.encode())))
+                entry = length_delimited(1, k.encode()) + length_delimited(2, v.encode())
+                items.append(length_delimited(fd.number, entry))
         elif fd.message_type is not None:
             for m in (value if fd.is_repeated else [value]):
                 items.append(length_delimited(fd.number, encode(m, rng, unknown)))

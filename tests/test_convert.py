@@ -94,7 +94,8 @@ def test_structured_compression_stores_aux_lines_once_per_distinct_content(tmp_p
 def test_pb_is_smaller_and_directory_output_has_one_file_per_input(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
-    summary = convert([str(SAMPLES / "ads.txt"), str(XDL / "sample.txt")], str(out) + "/", dst="pb", aux="auto", **quiet)
+    inputs = [str(SAMPLES / "ads.txt"), str(XDL / "sample.txt")]
+    summary = convert(inputs, str(out) + "/", dst="pb", aux="auto", **quiet)
     assert sorted(p.name for p in out.iterdir()) == ["ads.pb", "sample.pb"]
     assert (out / "ads.pb").stat().st_size * 2 < (SAMPLES / "ads.txt").stat().st_size
     assert summary["outputs"] == [str(out / "ads.pb"), str(out / "sample.pb")]
@@ -160,8 +161,8 @@ def test_dask_scheduler_writes_the_same_files(tmp_path):
     from distributed import LocalCluster
     inputs = [str(SAMPLES / "ads.txt"), str(XDL / "sample.txt")]
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
-        summary = convert(inputs, str(tmp_path / "dask") + "/", dst="pb", aux=["uid"], scheduler=cluster.scheduler_address,
-                          **quiet)
+        summary = convert(inputs, str(tmp_path / "dask") + "/", dst="pb", aux=["uid"],
+                          scheduler=cluster.scheduler_address, **quiet)
     convert(inputs, str(tmp_path / "local") + "/", dst="pb", aux=["uid"], **quiet)
     assert [p.rsplit("/", 1)[1] for p in summary["outputs"]] == ["ads.pb", "sample.pb"]
     for name in ("ads.pb", "sample.pb"):

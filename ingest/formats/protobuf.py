@@ -10,6 +10,7 @@ from .._native import protobuf as K
 from .._native.columns import count_rows, fill_rows
 from .._native.names import build_name_table
 from ..errors import DataError
+from ..features import DenseLayout
 from ..pipeline.block import Block, Table
 from ..sources import read_into
 from .base import UnitFormat
@@ -97,15 +98,9 @@ class ProtobufFormat(UnitFormat):
                              np.int64).reshape(len(specs), 3)
         self.feat_name = [s.name for s in specs]
         dense = schema.dense
-        self.dn_nvec = np.array([s.nvec for s in dense], np.int64)
-        widths = np.array([s.width for s in dense], np.int64)
-        self.dn_col = np.concatenate([[0], np.cumsum(widths)[:-1]]).astype(np.int64)
-        self.dn_elem_base = (np.cumsum(self.dn_nvec) - self.dn_nvec).astype(np.int64)
-        cols = [np.where(s.kept_elements >= 0, s.kept_elements + base, -1) for s, base in zip(dense, self.dn_col)]
-        self.dn_elem_col = np.concatenate(cols).astype(np.int64) if cols else np.empty(0, np.int64)
-        self.dn_feat = np.stack([self.dn_nvec, self.dn_elem_base], axis=1).reshape(len(dense), 2)
-        self.dense_width = int(widths.sum())
-        self.dense_by_table = [[(int(self.dn_col[i]), s.width) for i, s in enumerate(dense) if s.table == t]
+        self.layout = DenseLayout(dense)
+        self.dn_feat = np.stack([self.layout.nvec, self.layout.first_elem], axis=1).reshape(len(dense), 2)
+        self.dense_by_table = [[(int(self.layout.first_col[i]), s.width) for i, s in enumerate(dense) if s.table == t]
                                for t in range(schema.tables)]
         self.feat_map = []
         self.cutoff = []
@@ -117,7 +112,7 @@ class ProtobufFormat(UnitFormat):
     def _new_scratch(self):
         rows = max(1024, self.chunk_bytes // 64)
         return _Scratch(rows, self.chunk_bytes // 6, self.chunk_bytes // 8 + 4096, self.schema.tables,
-                        self.dense_width, self.schema.label_count)
+                        self.layout.total, self.schema.label_count)
 
     def _read(self, f, unit, stop):
         scratch = self._new_scratch()
@@ -136,7 +131,7 @@ class ProtobufFormat(UnitFormat):
                 return
             status, consumed, nrec, nerr = K.decode_chunk(
                 buf, filled, eof, self.simple, self.max_record_bytes, self.on_skip is None,
-                self.schema.label_count, *self.names, self.feat, self.dn_feat, self.dn_elem_col, *scratch.outputs())
+                self.schema.label_count, *self.names, self.feat, self.dn_feat, self.layout.elem_col, *scratch.outputs())
             errors = [self._error(buf, filled, scratch.errors[k], unit, base, records) for k in range(nerr)]
             if scratch.st[K.S_NROWS]:
                 yield self._block(scratch, unit, base, base + consumed)

@@ -10,6 +10,7 @@ from .._native import text as K
 from .._native.columns import count_rows, fill_rows
 from .._native.names import build_name_table
 from ..errors import TextParseError
+from ..features import DenseLayout
 from ..pipeline.block import Block, Table, empty_aux_tables
 from ..sources import open_unit, read_into
 from .base import UnitFormat
@@ -208,20 +209,12 @@ class TextFormat(UnitFormat):
         self.sp_table = build_name_table([s.name for s in self.sparse])
         self.dn_table = build_name_table([s.name for s in self.dense])
         self.cutoff = np.array([s.cutoff for s in self.sparse], np.int64)
-        self.dn_nvec = np.array([s.nvec for s in self.dense], np.int64)
-        widths = np.array([s.width for s in self.dense], np.int64)
-        self.dn_out_width = widths
-        self.dn_out_base = np.concatenate([[0], np.cumsum(widths)[:-1]]).astype(np.int64)
-        self.dn_elem_base = np.concatenate([[0], np.cumsum(self.dn_nvec)[:-1]]).astype(np.int64)
-        cols = [np.where(s.kept_elements >= 0, s.kept_elements + base, -1)
-                for s, base in zip(self.dense, self.dn_out_base)]
-        self.dn_elem_col = np.concatenate(cols).astype(np.int64) if cols else np.empty(0, np.int64)
-        self.dense_width = int(widths.sum())
+        self.layout = DenseLayout(self.dense)
 
     def _new_scratch(self):
         rows = max(256, self.chunk_bytes // 256)
         return _Scratch(rows, self.chunk_bytes // 4, self.chunk_bytes // 8 + 4096,
-                        self.dense_width, self.schema.label_count, len(self.dense))
+                        self.layout.total, self.schema.label_count, len(self.dense))
 
     def _read(self, f, unit, stop):
         start = 0
@@ -252,8 +245,8 @@ class TextFormat(UnitFormat):
                 return
             status, consumed, lines, nrows, ngroups, ntok, nsid, nerr = K.parse_text_chunk(
                 buf, 0, filled, eof, self.on_skip is None, self.schema.label_count, self.max_group_size,
-                *self.sp_table, *self.dn_table, self.dn_nvec, self.dn_elem_base, self.dn_elem_col,
-                self.dn_out_base, self.dn_out_width,
+                *self.sp_table, *self.dn_table, self.layout.nvec, self.layout.first_elem, self.layout.elem_col,
+                self.layout.first_col, self.layout.width,
                 scratch.tok_feat, scratch.tok_key, scratch.tok_val, scratch.row_tok, scratch.dense,
                 scratch.labels, scratch.timestamps, scratch.sid_bytes, scratch.sid_off,
                 scratch.group_start, scratch.errors, scratch.dn_seen)
@@ -295,7 +288,7 @@ class TextFormat(UnitFormat):
         fill_rows(s.tok_feat, s.tok_key, _NONE, s.tok_val, tok0, tok1, nrows, self.feat_map, self.cutoff,
                   offsets, keys, _NONE, values)
         dense = tuple(s.dense[:nrows, b:b + w].copy()  # a copy: the scratch is reused
-                      for b, w in zip(self.dn_out_base, self.dn_out_width))
+                      for b, w in zip(self.layout.first_col, self.layout.width))
         group_offsets = np.empty(ngroups + 1, np.int64)
         group_offsets[:ngroups] = s.group_start[:ngroups]
         group_offsets[ngroups] = nrows
