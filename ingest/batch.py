@@ -59,8 +59,11 @@ class Batch:
     """One batch: ``n`` samples (``len(batch)``), padded to ``batch_size`` rows when asked.
 
     ``batch[name]`` is a ``SparseFeature`` for sparse features and a float32
-    ``[rows, width]`` array for dense ones.  All arrays are C-contiguous numpy arrays
-    owned by the batch.
+    ``[rows, width]`` array for dense ones, over the rows of the feature's table
+    (``table_of(name)``).  With aux tables, ``table_rows[k]`` is the number of rows of
+    table k (the aux lines packed in this batch, plus one empty padding row when padded)
+    and ``indicators[k]`` (int32 ``[table_rows[k]]``) maps each row of table k to its row of
+    table k + 1.  All arrays are C-contiguous numpy arrays owned by the batch.
     """
 
     def __init__(self, size, labels, timestamps, sid_bytes, sid_offsets, features, indicators=(), tables=None,
