@@ -10,7 +10,7 @@ from ingest.cli import main as cli
 from ingest.convert import choose_aux, convert
 from ingest.discover import scan_text_features
 
-from conftest import SAMPLES, XDL, flatten, key_of
+from conftest import SAMPLES, XDL, key_of, read_samples
 from pbwire import frame
 
 quiet = {"log": lambda *_: None}
@@ -23,13 +23,7 @@ def _all_samples(path, file_type="txt"):
     for table, feats in enumerate(info["tables"]):
         for f in feats:
             reader.feature(f["name"], f["type"], table=table, nvec=f.get("nvec"), serialized=True)
-    reader.startup()
-    out = []
-    with reader:
-        for batch in reader:
-            batch.validate()
-            out.extend(flatten(batch))
-    return out
+    return read_samples(reader)
 
 
 @pytest.mark.parametrize("source", [SAMPLES / "ads.txt", XDL / "tdm.dat", XDL / "sample.txt", XDL / "sample2.txt"])
