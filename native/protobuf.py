@@ -556,6 +556,17 @@ def _decode_record(buf, a, b, simple, label_count, slots, names, name_off, feat,
                 has_key = False
                 nvec = 0
                 r = va
+                # the common shape first: key (tag 0x08), then maybe value (tag 0x15); the loop
+                # below takes whatever follows, in order, so the meaning is unchanged
+                if r < vb and buf[_u(r)] == 0x08:
+                    v, after = _varint(buf, r + 1, vb)
+                    if after > 0:
+                        key = np.int64(v)
+                        has_key = True
+                        r = after
+                        if r + 5 <= vb and buf[_u(r)] == 0x15:
+                            value = _f32(buf, r + 1, bits)
+                            r += 5
                 while r < vb:
                     rpos = r
                     tag, r = _varint(buf, r, vb)
