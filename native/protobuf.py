@@ -117,6 +117,13 @@ def _varint(buf, p, end):
 
 
 @njit(nogil=True, cache=True, inline="always")
+def _tag(buf, p, end):
+    """``(field number, wire type, next p)`` of the tag at ``p``; next p is -1 when malformed."""
+    tag, p = _varint(buf, p, end)
+    return np.int64(tag >> np.uint64(3)), np.int64(tag & np.uint64(7)), p
+
+
+@njit(nogil=True, cache=True, inline="always")
 def _u32(buf, p):
     return (np.uint32(buf[_u(p)]) | (np.uint32(buf[_u(p + 1)]) << np.uint32(8))
             | (np.uint32(buf[_u(p + 2)]) << np.uint32(16)) | (np.uint32(buf[_u(p + 3)]) << np.uint32(24)))
@@ -133,6 +140,15 @@ def _f32(buf, p, bits):
     return bits[0][0]
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _len_field(buf, p, end):
+    """``(start, stop)`` of a length-delimited value at ``p``; start is -1 when malformed."""
+    n, p = _varint(buf, p, end)
+    if p < 0 or n > np.uint64(end - p):
+        return -1, -1
+    return p, p + np.int64(n)
+
+
 @helper
 def _skip(buf, p, end, wt, field):
     """Position after the value of a field of wire type ``wt``, or -1 when malformed."""
@@ -142,21 +158,17 @@ def _skip(buf, p, end, wt, field):
     if wt == 1:
         return p + 8 if p + 8 <= end else -1
     if wt == 2:
-        n, p = _varint(buf, p, end)
-        if p < 0 or n > np.uint64(end - p):
-            return -1
-        return p + np.int64(n)
+        _, stop = _len_field(buf, p, end)
+        return stop
     if wt == 5:
         return p + 4 if p + 4 <= end else -1
     if wt == 3:  # a group: skip fields up to its end-group tag (nested groups included)
         depth = 1
         stack_field = field
         while p < end:
-            tag, p = _varint(buf, p, end)
+            f, w, p = _tag(buf, p, end)
             if p < 0:
                 return -1
-            f = np.int64(tag >> np.uint64(3))
-            w = np.int64(tag & np.uint64(7))
             if w == 4:
                 depth -= 1
                 if depth == 0:
@@ -170,15 +182,6 @@ def _skip(buf, p, end, wt, field):
                 return -1
         return -1
     return -1
-
-
-@njit(nogil=True, cache=True, inline="always")
-def _len_field(buf, p, end):
-    """``(start, stop)`` of a length-delimited value at ``p``; start is -1 when malformed."""
-    n, p = _varint(buf, p, end)
-    if p < 0 or n > np.uint64(end - p):
-        return -1, -1
-    return p, p + np.int64(n)
 
 
 @helper
@@ -198,11 +201,9 @@ def _timestamp(buf, a, b, st):
     p = a
     while p < b:
         fpos = p
-        tag, p = _varint(buf, p, b)
+        field, wt, p = _tag(buf, p, b)
         if p < 0:
             return ts, _fail(st, MALFORMED, fpos, 0, -1, -1, 0)
-        field = np.int64(tag >> np.uint64(3))
-        wt = np.int64(tag & np.uint64(7))
         if field != 1 or wt != 2:
             p = _skip(buf, p, b, wt, field)
             if p < 0:
@@ -215,11 +216,9 @@ def _timestamp(buf, a, b, st):
         ka = kb = va = vb = -1
         q = ea
         while q < eb:
-            tag, q = _varint(buf, q, eb)
+            f, w, q = _tag(buf, q, eb)
             if q < 0:
                 return ts, _fail(st, MALFORMED, fpos, 0, -1, -1, 0)
-            f = np.int64(tag >> np.uint64(3))
-            w = np.int64(tag & np.uint64(7))
             if (f == 1 or f == 2) and w == 2:
                 s0, s1 = _len_field(buf, q, eb)
                 if s0 < 0:
@@ -313,11 +312,9 @@ def _decode_record(buf, a, b, simple, label_count, slots, names, name_off, feat,
     p = a
     while p < b:
         fpos = p
-        tag, p = _varint(buf, p, b)
+        field, wt, p = _tag(buf, p, b)
         if p < 0:
             return _fail(st, MALFORMED, fpos, 0, -1, -1, 0)
-        field = np.int64(tag >> np.uint64(3))
-        wt = np.int64(tag & np.uint64(7))
         top = 3 if simple else 5
         if field < 1 or field > top:
             p = _skip(buf, p, b, wt, field)
@@ -354,11 +351,9 @@ def _decode_record(buf, a, b, simple, label_count, slots, names, name_off, feat,
             q = fa
             while q < fb:
                 lpos = q
-                tag, q = _varint(buf, q, fb)
+                lf, lw, q = _tag(buf, q, fb)
                 if q < 0:
                     return _fail(st, MALFORMED, lpos, 0, -1, -1, 0)
-                lf = np.int64(tag >> np.uint64(3))
-                lw = np.int64(tag & np.uint64(7))
                 if lf == 1 and lw == 5:
                     if q + 4 > fb:
                         return _fail(st, MALFORMED, lpos, 0, -1, -1, 0)
@@ -400,11 +395,9 @@ def _decode_record(buf, a, b, simple, label_count, slots, names, name_off, feat,
             q = fa
             while q < fb:
                 lpos = q
-                tag, q = _varint(buf, q, fb)
+                lf, lw, q = _tag(buf, q, fb)
                 if q < 0:
                     return _fail(st, MALFORMED, lpos, k, -1, -1, 0)
-                lf = np.int64(tag >> np.uint64(3))
-                lw = np.int64(tag & np.uint64(7))
                 if lf != 1:
                     q = _skip(buf, q, fb, lw, lf)
                     if q < 0:
@@ -457,11 +450,9 @@ def _decode_record(buf, a, b, simple, label_count, slots, names, name_off, feat,
         p = spans[i, 1]
         while p < lb:
             fpos = p
-            tag, p = _varint(buf, p, lb)
+            field, wt, p = _tag(buf, p, lb)
             if p < 0:
                 return _fail(st, MALFORMED, fpos, k, line, -1, 0)
-            field = np.int64(tag >> np.uint64(3))
-            wt = np.int64(tag & np.uint64(7))
             if field == 2:
                 if wt != 0:
                     return _fail(st, WRONG_WIRE_TYPE, fpos, k, line, -1, wt)
@@ -492,11 +483,9 @@ def _decode_record(buf, a, b, simple, label_count, slots, names, name_off, feat,
             q = fa
             while q < fb:
                 qpos = q
-                tag, q = _varint(buf, q, fb)
+                f1, w1, q = _tag(buf, q, fb)
                 if q < 0:
                     return _fail(st, MALFORMED, qpos, k, line, -1, 0)
-                f1 = np.int64(tag >> np.uint64(3))
-                w1 = np.int64(tag & np.uint64(7))
                 if f1 == 1:
                     if w1 != 0:
                         return _fail(st, WRONG_WIRE_TYPE, qpos, k, line, -1, w1)
@@ -537,9 +526,7 @@ def _decode_record(buf, a, b, simple, label_count, slots, names, name_off, feat,
             # then its values
             q = fa
             while q < fb:
-                tag, q = _varint(buf, q, fb)
-                f1 = np.int64(tag >> np.uint64(3))
-                w1 = np.int64(tag & np.uint64(7))
+                f1, w1, q = _tag(buf, q, fb)
                 if f1 != 3:  # checked in the first pass
                     if w1 == 0:
                         _, q = _varint(buf, q, fb)
@@ -569,11 +556,9 @@ def _decode_record(buf, a, b, simple, label_count, slots, names, name_off, feat,
                             r += 5
                 while r < vb:
                     rpos = r
-                    tag, r = _varint(buf, r, vb)
+                    f2, w2, r = _tag(buf, r, vb)
                     if r < 0:
                         return _fail(st, MALFORMED, rpos, k, line, code, 0)
-                    f2 = np.int64(tag >> np.uint64(3))
-                    w2 = np.int64(tag & np.uint64(7))
                     if f2 == 1 or f2 == 4:
                         if w2 != 0:
                             return _fail(st, WRONG_WIRE_TYPE, rpos, k, line, code, w2)
@@ -761,11 +746,9 @@ def _scan_line(buf, a, b, table, slots, names, name_off, known_kind, known_table
     """
     p = a
     while p < b:
-        tag, p = _varint(buf, p, b)
+        field, wt, p = _tag(buf, p, b)
         if p < 0:
             return False
-        field = np.int64(tag >> np.uint64(3))
-        wt = np.int64(tag & np.uint64(7))
         if field != 1 or wt != 2:
             p = _skip(buf, p, b, wt, field)
             if p < 0:
@@ -780,11 +763,9 @@ def _scan_line(buf, a, b, table, slots, names, name_off, known_kind, known_table
         width = 0
         q = fa
         while q < fb:
-            tag, q = _varint(buf, q, fb)
+            f, w, q = _tag(buf, q, fb)
             if q < 0:
                 return False
-            f = np.int64(tag >> np.uint64(3))
-            w = np.int64(tag & np.uint64(7))
             if f == 1 and w == 0:
                 v, q = _varint(buf, q, fb)
                 ftype = np.int64(v)
@@ -798,11 +779,9 @@ def _scan_line(buf, a, b, table, slots, names, name_off, known_kind, known_table
                 q = vb
                 r = va
                 while r < vb:  # count the vector's floats
-                    tag, r = _varint(buf, r, vb)
+                    vf, vw, r = _tag(buf, r, vb)
                     if r < 0:
                         return False
-                    vf = np.int64(tag >> np.uint64(3))
-                    vw = np.int64(tag & np.uint64(7))
                     if vf == 3 and vw == 5:
                         width += 1
                     elif vf == 3 and vw == 2:
@@ -852,11 +831,9 @@ def scan_record_names(buf, start, end, simple, slots, names, name_off, known_kin
         q = a
         table = 0
         while q < b:
-            tag, q = _varint(buf, q, b)
+            field, wt, q = _tag(buf, q, b)
             if q < 0:
                 break
-            field = np.int64(tag >> np.uint64(3))
-            wt = np.int64(tag & np.uint64(7))
             if wt != 2:
                 q = _skip(buf, q, b, wt, field)
                 if q < 0:
@@ -870,11 +847,9 @@ def scan_record_names(buf, start, end, simple, slots, names, name_off, known_kin
                 n = 0
                 r = fa
                 while r < fb:
-                    tag, r = _varint(buf, r, fb)
+                    lf, lw, r = _tag(buf, r, fb)
                     if r < 0:
                         break
-                    lf = np.int64(tag >> np.uint64(3))
-                    lw = np.int64(tag & np.uint64(7))
                     if lf == 1 and lw == 5:
                         n += 1
                     elif lf == 1 and lw == 2:
@@ -893,11 +868,9 @@ def scan_record_names(buf, start, end, simple, slots, names, name_off, known_kin
             elif field == 3:
                 r = fa
                 while r < fb:
-                    tag, r = _varint(buf, r, fb)
+                    lf, lw, r = _tag(buf, r, fb)
                     if r < 0:
                         break
-                    lf = np.int64(tag >> np.uint64(3))
-                    lw = np.int64(tag & np.uint64(7))
                     if lf == 1 and lw == 2:
                         la, lb = _len_field(buf, r, fb)
                         if la < 0:
