@@ -297,15 +297,14 @@ def convert(inputs, output, *, src=None, dst=None, aux=None, threads=None, sched
         if aux == "auto":
             aux = choose_aux(files[0][0], features)
         elif aux:
-            known = set(features.sparse) | set(features.dense)
+            known = {name for name, *_ in features.declarations()}
             missing = [a for a in aux if a not in known]
             if missing:
                 raise ConfigError(f"--aux {','.join(missing)}: no such feature in the input; it has "
                                   f"{', '.join(sorted(known))}")
         aux = list(aux or [])
         summary["aux"] = aux
-        summary["features"] = {"sparse": features.sparse, "dense": features.dense,
-                               "label_count": features.label_count}
+        summary["features"] = {"declared": features.declarations(), "label_count": features.label_count}
         if dst is FileType.pb:
             log(f"aux features (table 1): {', '.join(aux) if aux else '(none)'}")
     plan = _output_plan(files, output, dst)

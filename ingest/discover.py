@@ -18,23 +18,33 @@ from .features import Schema, make_feature
 from .formats import FileType
 from .sources import open_unit, plan_units, read_into
 
-__all__ = ["TextFeatures", "RecordFeatures", "scan_text_features", "scan_record_features", "scan_features"]
+__all__ = ["FoundFeatures", "scan_text_features", "scan_record_features", "scan_features"]
 
 _SCAN_CHUNK = 8 << 20
 
 
 @dataclass
-class TextFeatures:
-    """Every feature of some text input: sparse names and dense widths in order of first appearance."""
+class FoundFeatures:
+    """Every feature of some sample files, in order of first appearance.
+
+    ``sparse`` is a list of ``(name, table)``, ``dense`` maps a name to ``(width, table)``;
+    text has table 0 only.  ``label_count`` is the fewest labels a sample has,
+    ``max_labels`` the most.
+    """
 
     sparse: list
     dense: dict
-    label_count: int     # labels every line has (the fewest)
-    max_labels: int      # labels the longest line has
+    label_count: int
+    max_labels: int
 
-    def schema(self):
-        specs = [make_feature(n, "sparse") for n in self.sparse]
-        specs += [make_feature(n, "dense", nvec=w) for n, w in self.dense.items()]
+    def declarations(self):
+        """``(name, type, table, nvec)`` of every feature, sparse ones first (nvec None)."""
+        return ([(n, "sparse", t, None) for n, t in self.sparse]
+                + [(n, "dense", t, w) for n, (w, t) in self.dense.items()])
+
+    def schema(self, serialized=False):
+        specs = [make_feature(n, kind, table=t, nvec=w, serialized=serialized)
+                 for n, kind, t, w in self.declarations()]
         return Schema(specs, self.label_count)
 
 
@@ -90,7 +100,7 @@ def _scan_unit(unit, limit):
 
 
 def scan_text_features(files, threads=1, limit=None):
-    """``TextFeatures`` of text files (``(url, size)`` pairs), scanned in parallel threads."""
+    """``FoundFeatures`` of text files (``(url, size)`` pairs), scanned in parallel threads."""
     units = plan_units(files, splittable=False)
     with concurrent.futures.ThreadPoolExecutor(max(1, threads)) as pool:
         found = list(pool.map(lambda u: _scan_unit(u, limit), units))
@@ -106,23 +116,8 @@ def scan_text_features(files, threads=1, limit=None):
                                 source=unit.url, offset=0, text=name, expected="one width per dense feature",
                                 kind="DENSE_WIDTH")
         lo, hi = min(lo, int(labels_seen[0])), max(hi, int(labels_seen[1]))
-    return TextFeatures(sparse, dense, max(lo, 0) if hi >= 0 else 0, max(hi, 0))
-
-
-@dataclass
-class RecordFeatures:
-    """Every feature of some pb/spb input: ``(name, table)`` pairs and dense widths, in order of appearance."""
-
-    sparse: list
-    dense: dict    # name -> (width, table)
-    label_count: int     # labels every sample has (the fewest)
-    max_labels: int      # labels the longest sample has
-    tables: int
-
-    def schema(self):
-        specs = [make_feature(n, "sparse", table=t, serialized=False) for n, t in self.sparse]
-        specs += [make_feature(n, "dense", nvec=w, table=t) for n, (w, t) in self.dense.items()]
-        return Schema(specs, self.label_count)
+    return FoundFeatures([(n, 0) for n in sparse], {n: (w, 0) for n, w in dense.items()},
+                         max(lo, 0) if hi >= 0 else 0, max(hi, 0))
 
 
 def _scan_records_unit(unit, simple, limit):
@@ -154,7 +149,7 @@ def _scan_records_unit(unit, simple, limit):
 
 
 def scan_record_features(files, simple, threads=1, limit=None):
-    """``RecordFeatures`` of pb/spb files (``(url, size)`` pairs), scanned in parallel threads."""
+    """``FoundFeatures`` of pb/spb files (``(url, size)`` pairs), scanned in parallel threads."""
     units = plan_units(files, splittable=False)
     with concurrent.futures.ThreadPoolExecutor(max(1, threads)) as pool:
         found = list(pool.map(lambda u: _scan_records_unit(u, simple, limit), units))
@@ -172,12 +167,11 @@ def scan_record_features(files, simple, threads=1, limit=None):
             elif kind == 2:
                 dense[name] = (width, table)
         lo, hi = min(lo, int(labels_seen[0])), max(hi, int(labels_seen[1]))
-    tables = 1 + max([t for _, t in sparse] + [t for _, t in dense.values()] + [0])
-    return RecordFeatures(sparse, dense, max(lo, 0) if hi >= 0 else 0, max(hi, 0), tables)
+    return FoundFeatures(sparse, dense, max(lo, 0) if hi >= 0 else 0, max(hi, 0))
 
 
 def scan_features(files, file_type, threads=1, limit=None):
-    """``TextFeatures`` or ``RecordFeatures`` of files of one format (first ``limit`` bytes of each when given)."""
+    """``FoundFeatures`` of files of one format (first ``limit`` bytes of each when given)."""
     if FileType(file_type) is FileType.txt:
         return scan_text_features(files, threads, limit)
     return scan_record_features(files, FileType(file_type) is FileType.spb, threads, limit)

@@ -1,20 +1,10 @@
 """``ingest inspect``: tables, features, counts and the first samples of any sample file."""
 from .convert import format_of
 from .discover import scan_features
-from .formats import FileType
 from .reader import DataReader
 from .sources import expand_paths
 
 __all__ = ["inspect"]
-
-
-def _declared(features, file_type):
-    """``(name, type, table, nvec)`` of every feature found."""
-    if file_type is FileType.txt:
-        return ([(n, "sparse", 0, None) for n in features.sparse]
-                + [(n, "dense", 0, w) for n, w in features.dense.items()])
-    return ([(n, "sparse", t, None) for n, t in features.sparse]
-            + [(n, "dense", t, w) for n, (w, t) in features.dense.items()])
 
 
 def inspect(path, n=3, file_type=None):
@@ -28,7 +18,7 @@ def inspect(path, n=3, file_type=None):
     files = expand_paths([path])
     ftype = format_of(files[0][0], file_type)
     features = scan_features(files, ftype)
-    declared = _declared(features, ftype)
+    declared = features.declarations()
     reader = DataReader("inspect", paths=[path], file_type=ftype).label_count(features.label_count)
     for name, kind, table, nvec in declared:
         reader.feature(name=name, type=kind, table=table, nvec=nvec, serialized=True)

@@ -36,16 +36,11 @@ WARM_UP_BATCH_SIZE = 8
 def infer_features(paths, file_type):
     """Every feature in the first ``AUTO_BYTES`` of the first input and the label count.
 
-    Returns ``(features, label_count)`` with features as ``(name, type, nvec, table)``.
+    Returns ``(features, label_count)`` with features as ``(name, type, table, nvec)``.
     """
     files = expand_paths(paths)[:1]
     found = scan_features(files, file_type, limit=AUTO_BYTES)
-    if FileType(file_type) is FileType.txt:
-        features = ([(n, "sparse", None, 0) for n in found.sparse]
-                    + [(n, "dense", w, 0) for n, w in found.dense.items()])
-    else:
-        features = ([(n, "sparse", None, t) for n, t in found.sparse]
-                    + [(n, "dense", w, t) for n, (w, t) in found.dense.items()])
+    features = found.declarations()
     if not features and found.label_count == 0:
         raise ConfigError(f"{files[0][0]}: no feature or label in the first {AUTO_BYTES >> 20} MiB; "
                           f"declare the features with --features FILE")
@@ -55,7 +50,7 @@ def infer_features(paths, file_type):
 def read_feature_file(path):
     """Features listed in a text file, one per line: ``NAME sparse`` or ``NAME dense NVEC``.
 
-    Blank lines and ``#`` comments are ignored.  Returns a list of ``(name, type, nvec, table)``.
+    Blank lines and ``#`` comments are ignored.  Returns a list of ``(name, type, table, nvec)``.
     """
     try:
         with open(path, encoding="utf-8") as f:
@@ -66,9 +61,9 @@ def read_feature_file(path):
     for number, line in enumerate(lines, 1):
         words = line.split("#", 1)[0].split()
         if len(words) == 2 and words[1] == "sparse":
-            features.append((words[0], "sparse", None, 0))
+            features.append((words[0], "sparse", 0, None))
         elif len(words) == 3 and words[1] == "dense" and words[2].isdigit():
-            features.append((words[0], "dense", int(words[2]), 0))
+            features.append((words[0], "dense", 0, int(words[2])))
         elif words:
             raise ConfigError(f"{path}:{number}: {line.strip()!r}: expected 'NAME sparse' or 'NAME dense NVEC'")
     if not features:
@@ -94,7 +89,7 @@ def _declarer(args, first_input):
         if features is None:
             synthetic.declare(reader)
         else:
-            for name, ftype, nvec, table in features:
+            for name, ftype, table, nvec in features:
                 reader.feature(name=name, type=ftype, nvec=nvec, table=table)
         return reader.label_count(labels)
 
