@@ -144,7 +144,9 @@ class DataReader:
         return self
 
     def max_group_size(self, n):
-        """Most samples in one group; the next line starts a new group (default 8192)."""
+        """Text: most samples in one group; the next line starts a new group (default 8192).
+
+        A pb group is one record, whatever its size."""
         self._option()
         self._max_group_size = _positive_int("max_group_size", n)
         return self
@@ -193,10 +195,12 @@ class DataReader:
             raise ConfigError(f"reader {self.name!r}: nothing to read, declare a feature or label_count >= 1")
         on_skip = self._stats.skipped if self._policy == "skip" else None
         schema = self.schema
-        options = {"max_group_size": self._max_group_size, "on_skip": on_skip}
-        if self._max_record_bytes is not None:
-            if self._file_type is formats.FileType.txt:
+        options = {"on_skip": on_skip}
+        if self._file_type is formats.FileType.txt:
+            if self._max_record_bytes is not None:
                 raise ConfigError("max_record_bytes applies to pb and spb files, not txt")
+            options["max_group_size"] = self._max_group_size
+        elif self._max_record_bytes is not None:
             options["max_record_bytes"] = self._max_record_bytes
         fmt = formats.make_format(self._file_type, schema, **options)
         files = expand_paths(self._paths)

@@ -80,8 +80,7 @@ class ProtobufFormat(UnitFormat):
     """
 
     def __init__(self, schema, simple=False, on_skip=None, chunk_bytes=4 << 20,
-                 max_record_bytes=DEFAULT_MAX_RECORD_BYTES, max_group_size=None):
-        del max_group_size  # a pb group is one record
+                 max_record_bytes=DEFAULT_MAX_RECORD_BYTES):
         self.schema = schema
         self.simple = simple
         self.on_skip = on_skip
