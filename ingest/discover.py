@@ -16,7 +16,8 @@ from ._native.protobuf import scan_record_names
 from .errors import DataError
 from .features import Schema, make_feature
 from .formats import FileType
-from .sources import open_unit, plan_units, read_into
+from .formats.base import grown, refill
+from .sources import open_unit, plan_units
 
 __all__ = ["FoundFeatures", "scan_text_features", "scan_record_features", "scan_features"]
 
@@ -56,20 +57,19 @@ def _scan_file(unit, limit, scan):
     ``at_end`` is True when the file itself ended (not the limit).
     """
     buf = np.empty(_SCAN_CHUNK, np.uint8)
-    filled = read = 0
-    eof = False
+    filled = done = 0  # done: bytes of the file before buf[0]
     with open_unit(unit) as f:
-        while not eof:
-            n = read_into(f, memoryview(buf)[filled:])
-            read += n
-            eof = n == 0 or (limit is not None and read >= limit)
-            filled += n
-            used = scan(buf, filled, n == 0)
-            if used == 0 and not eof and filled == len(buf):
-                buf = np.concatenate([buf, np.empty(len(buf), np.uint8)])  # a line or record longer than it
+        while True:
+            filled, eof = refill(f, buf, filled, None if limit is None else limit - done)
+            used = scan(buf, filled, eof and (limit is None or done + filled < limit))
+            if eof:
+                return
+            if used == 0:  # a line or record longer than the buffer
+                buf = grown(buf, filled)
                 continue
             buf[:filled - used] = buf[used:filled]
             filled -= used
+            done += used
 
 
 def _scan_unit(unit, limit):

@@ -12,8 +12,7 @@ from .._native.names import build_name_table
 from ..errors import DataError
 from ..features import DenseLayout
 from ..pipeline.block import Block, Table
-from ..sources import read_into
-from .base import UnitFormat
+from .base import UnitFormat, grown, refill
 
 __all__ = ["ProtobufFormat", "ProtobufDecodeError", "DEFAULT_MAX_RECORD_BYTES"]
 
@@ -121,11 +120,8 @@ class ProtobufFormat(UnitFormat):
         records = 0    # records of this unit before buf[0]
         eof = False
         while True:
-            while not eof and filled < len(buf):
-                n = read_into(f, memoryview(buf)[filled:])
-                if n == 0:
-                    eof = True
-                filled += n
+            if not eof:
+                filled, eof = refill(f, buf, filled)
             if filled == 0:
                 return
             status, consumed, nrec, nerr = K.decode_chunk(
@@ -140,17 +136,11 @@ class ProtobufFormat(UnitFormat):
                 self.on_skip(err)
             if status == K.UNFRAMED:
                 return  # no length prefix to trust: the rest of the unit is lost (reported above)
-            if consumed == 0 and not eof:
+            if consumed == 0:
                 if status == K.FULL:
                     scratch = scratch.grown()
                 else:  # one record larger than the buffer
-                    need = int(np.frombuffer(buf[:4].tobytes(), "<u4")[0]) + 4
-                    bigger = np.empty(max(2 * len(buf), need), np.uint8)
-                    bigger[:filled] = buf[:filled]
-                    buf = bigger
-                continue
-            if consumed == 0 and status == K.FULL:
-                scratch = scratch.grown()
+                    buf = grown(buf, filled, int(np.frombuffer(buf[:4].tobytes(), "<u4")[0]) + 4)
                 continue
             buf[:filled - consumed] = buf[consumed:filled]
             filled -= consumed

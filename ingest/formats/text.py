@@ -12,8 +12,8 @@ from .._native.names import build_name_table
 from ..errors import TextParseError
 from ..features import DenseLayout
 from ..pipeline.block import Block, Table, empty_aux_tables
-from ..sources import open_unit, read_into
-from .base import UnitFormat
+from ..sources import open_unit
+from .base import UnitFormat, grown, refill
 
 __all__ = ["TextFormat", "group_start_at_or_after", "count_lines_before"]
 
@@ -233,14 +233,8 @@ class TextFormat(UnitFormat):
         lines_done = 0        # lines of this unit before buf[0]
         eof = False
         while True:
-            while not eof and filled < len(buf):
-                want = len(buf) - filled
-                if end is not None:
-                    want = min(want, end - base - filled)
-                n = read_into(f, memoryview(buf)[filled:filled + want]) if want > 0 else 0
-                if n == 0:
-                    eof = True
-                filled += n
+            if not eof:
+                filled, eof = refill(f, buf, filled, None if end is None else end - base)
             if filled == 0:
                 return
             status, consumed, lines, nrows, ngroups, ntok, nsid, nerr = K.parse_text_chunk(
@@ -266,9 +260,7 @@ class TextFormat(UnitFormat):
                 if status == K.FULL:
                     scratch = scratch.grown()
                 else:  # one group larger than the buffer
-                    bigger = np.empty(2 * len(buf), np.uint8)
-                    bigger[:filled] = buf[:filled]
-                    buf = bigger
+                    buf = grown(buf, filled)
                 continue
             buf[:filled - consumed] = buf[consumed:filled]
             filled -= consumed
