@@ -207,7 +207,9 @@ def _records_to_text(unit, schema, simple, write, first_group):
     names = _blob([s.name.encode() for s in schema.sparse])
     dn_names = _blob([s.name.encode() for s in schema.dense])
     layout = DenseLayout(schema.dense)
-    local = [{s.name: j for j, s in enumerate(schema.sparse_in(t))} for t in range(schema.tables)]
+    # each feature's position among its table's features of its kind (names are unique)
+    place = {s.name: j for t in range(schema.tables) for specs in (schema.sparse_in(t), schema.dense_in(t))
+             for j, s in enumerate(specs)}
     out = np.empty(1 << 22, np.uint8)
     group = first_group
     for blk in fmt.read_unit(unit):
@@ -221,11 +223,10 @@ def _records_to_text(unit, schema, simple, write, first_group):
         starts = np.empty((len(schema.sparse), n), np.int64)
         ends = np.empty((len(schema.sparse), n), np.int64)
         for f, spec in enumerate(schema.sparse):
-            off = blk.tables[spec.table].sp_offsets[local[spec.table][spec.name]]
+            off = blk.tables[spec.table].sp_offsets[place[spec.name]]
             starts[f] = off[rows[spec.table]]
             ends[f] = off[rows[spec.table] + 1]
-        pos_in = {s.name: j for t in range(schema.tables) for j, s in enumerate(schema.dense_in(t))}
-        dense = (np.hstack([blk.tables[s.table].dense[pos_in[s.name]][rows[s.table]] for s in schema.dense])
+        dense = (np.hstack([blk.tables[s.table].dense[place[s.name]][rows[s.table]] for s in schema.dense])
                  if schema.dense else np.zeros((n, 0), np.float32))
         sizes = np.diff(blk.group_offsets)
         numbers = np.where(sizes > 1, group + np.arange(len(sizes)), -1)
