@@ -475,6 +475,43 @@ def _decode_record(buf, a, b, simple, label_count, slots, names, name_off, feat,
             if fa < 0:
                 return _fail(st, MALFORMED, fpos, k, line, -1, 0)
             p = fb
+            # the canonical shape of a declared sparse Feature, in one pass: type (08 01),
+            # name (12 n ...), then only values each of exactly key (08 ...) and maybe value
+            # (15 ....).  Anything else rolls its tokens back and takes the general path below,
+            # which alone decides what the bytes mean and which error they are.
+            if (fa + 4 <= fb and buf[_u(fa)] == 0x08 and buf[_u(fa + 1)] == 1 and buf[_u(fa + 2)] == 0x12
+                    and buf[_u(fa + 3)] < 0x80 and fa + 4 + np.int64(buf[_u(fa + 3)]) <= fb):
+                na = fa + 4
+                nb = na + np.int64(buf[_u(fa + 3)])
+                code = lookup_name(buf, na, nb, slots, names, name_off)
+                if code >= 0 and feat[code, 2] == k and feat[code, 0] == SPARSE:
+                    fi = feat[code, 1]
+                    ntok0 = ntok
+                    q = nb
+                    while q < fb:
+                        if buf[_u(q)] != 0x1a or q + 1 >= fb:
+                            break
+                        va = q + 2
+                        vb = va + np.int64(buf[_u(q + 1)])
+                        if buf[_u(q + 1)] >= 0x80 or vb > fb or va >= vb or buf[_u(va)] != 0x08:
+                            break
+                        v, r = _varint(buf, va + 1, vb)
+                        if r < 0:
+                            break
+                        value = np.float32(1.0)
+                        if r + 5 == vb and buf[_u(r)] == 0x15:
+                            value = _f32(buf, r + 1, bits)
+                        elif r != vb:
+                            break
+                        tok_feat[ntok] = fi
+                        tok_key[ntok] = np.int64(v)
+                        tok_hkey[ntok] = 0
+                        tok_val[ntok] = value
+                        ntok += 1
+                        q = vb
+                    if q == fb:
+                        continue
+                    ntok = ntok0
             # a Feature: first its type and name, which may come after the values
             ftype = np.int64(-1)
             na = -1
