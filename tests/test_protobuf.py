@@ -169,6 +169,36 @@ def test_decoder_matches_protobuf(tmp_path, data, label_count, tables, simple, s
     assert got == want
 
 
+def _value(key, value=None, tail=b""):
+    body = tag(1, 0) + varint(key & (2 ** 64 - 1))
+    if value is not None:
+        body += tag(2, 5) + struct.pack("<f", value)
+    return length_delimited(3, body + tail)
+
+
+_CANONICAL = tag(1, 0) + varint(1) + length_delimited(2, b"a")
+
+
+@pytest.mark.parametrize("feature", [
+    _CANONICAL + _value(1, 0.5) + _value(2) + _value(-3, 2.0),                # the fast path throughout
+    _CANONICAL + _value(1, 0.5) + length_delimited(2, b"b") + _value(2),      # a later name wins
+    _CANONICAL + _value(1) + tag(1, 0) + varint(1) + _value(2 ** 40),         # type repeated
+    _CANONICAL + _value(1, 0.5, tail=tag(4, 0) + varint(9)) + _value(2),      # hkey in a value
+    _CANONICAL + _value(1, 0.5, tail=tag(9, 0) + varint(9)) + _value(2),      # unknown field in a value
+    _CANONICAL + _value(1, 0.5) + tag(7, 5) + b"\0\0\0\0" + _value(2),        # unknown field in the feature
+    _CANONICAL + length_delimited(3, tag(2, 5) + struct.pack("<f", 1.5) + tag(1, 0) + varint(4)),  # value first
+    _CANONICAL + length_delimited(3, tag(1, 0) + varint(4) + tag(1, 0) + varint(6)),  # last key wins
+    tag(1, 0) + varint(1) + length_delimited(2, b"a" * 200) + _value(1),      # a name of a 2-byte length
+])
+def test_canonical_fast_path_agrees_with_protobuf(tmp_path, feature):
+    """Features that start in the canonical shape and then leave it decode as the library says."""
+    record = _record_with_feature(feature)
+    schema = _schema(1, 2, {}, None)
+    got = _decode(tmp_path, frame([record]), schema, False, 1 << 16)
+    want = _plain_f32(_expected([pb.SampleGroup.FromString(record)], schema, False, None))
+    assert got == want and any(got[0]["sparse"].values())
+
+
 def test_hkeys_come_out_as_pairs(tmp_path):
     g = pb.SampleGroup()
     g.labels.add().values.append(1)
