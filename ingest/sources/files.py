@@ -133,7 +133,7 @@ class ReadAhead(io.RawIOBase):
         self._chunk = chunk
         self._queue = queue.Queue(depth)
         self._stop = threading.Event()
-        self._current = b""
+        self._current = memoryview(b"")
         self._pos = 0
         self._ended = False
         self._thread = threading.Thread(target=self._run, name="ingest-readahead", daemon=True)
@@ -174,7 +174,7 @@ class ReadAhead(io.RawIOBase):
                 if not item:
                     self._ended = True
                     break
-                self._current, self._pos = item, 0
+                self._current, self._pos = memoryview(item), 0  # slices without copies
             k = min(len(view) - n, len(self._current) - self._pos)
             view[n:n + k] = self._current[self._pos:self._pos + k]
             n += k
