@@ -2,7 +2,7 @@
 
 __all__ = [
     "IngestError", "ConfigError", "SourceError", "DataError", "TextParseError",
-    "GroupTooLargeError", "ReaderClosedError",
+    "GroupTooLargeError", "ReaderClosedError", "DslError", "DslLimitError",
 ]
 
 
@@ -12,6 +12,19 @@ class IngestError(Exception):
 
 class ConfigError(IngestError, ValueError):
     """A reader option, feature declaration or command-line argument is invalid."""
+
+
+class DslError(ConfigError):
+    """A feature-DSL expression that does not parse or check; the message shows it with a caret.
+
+    Attributes: ``feature``, ``expression`` and the 1-based ``column`` of the offending text.
+    """
+
+    def __init__(self, message, feature=None, expression=None, column=None):
+        super().__init__(message)
+        self.feature = feature
+        self.expression = expression
+        self.column = column
 
 
 class SourceError(IngestError, OSError):
@@ -94,6 +107,10 @@ class TextParseError(DataError):
 
 class GroupTooLargeError(DataError):
     """With ``split_group(False)``, a sample group larger than the batch size."""
+
+
+class DslLimitError(DataError):
+    """A DSL expression whose result for one row has more pairs than the reader allows."""
 
 
 class ReaderClosedError(IngestError):

@@ -73,7 +73,12 @@ def make_feature(name, type, table=0, nvec=None, serialized=False, dsl=None, cut
             raise ConfigError(f"sparse feature {name!r}: mask applies to dense features only")
         nvec = 0
     if dsl is not None:
-        raise ConfigError(f"feature {name!r}: dsl= is not supported yet (feature DSL, issue 4)")
+        if not isinstance(dsl, str):
+            raise ConfigError(f"feature {name!r}: dsl={dsl!r}, expected an expression string")
+        if cutoff or mask is not None:
+            raise ConfigError(f"feature {name!r}: cutoff and mask apply to parsed features, not dsl ones")
+        if ftype is FeatureType.dense and nvec != 1:
+            raise ConfigError(f"dense dsl feature {name!r}: nvec={nvec!r}, expected 1 (one value per row)")
     return FeatureSpec(name, ftype, int(table), int(nvec), bool(serialized), dsl, int(cutoff), mask)
 
 
@@ -84,13 +89,18 @@ class Schema:
     sample, tables 1.. are the aux tables of structured compression (FORMATS.md section 2).
     """
 
-    def __init__(self, specs, label_count):
+    def __init__(self, specs, label_count, tables=None):
         self.specs = tuple(specs)
         self.label_count = label_count
         self.by_name = {s.name: s for s in self.specs}
         self.sparse = tuple(s for s in self.specs if s.type is FeatureType.sparse)
         self.dense = tuple(s for s in self.specs if s.type is FeatureType.dense)
-        self.tables = max((s.table for s in self.specs), default=0) + 1
+        self.tables = max((s.table for s in self.specs), default=0) + 1 if tables is None else tables
+
+    @property
+    def raw(self):
+        """The features parsed from the input (without DSL ones), over the same tables."""
+        return Schema([s for s in self.specs if s.dsl is None], self.label_count, self.tables)
 
     def sparse_in(self, table):
         """Sparse features of one table, in declaration order."""

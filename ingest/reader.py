@@ -3,8 +3,10 @@ import warnings
 import weakref
 
 from . import formats
-from .errors import ConfigError, ReaderClosedError
-from .features import Schema, make_feature
+from .dsl.compiler import check, compile_feature, home_table, parse, single_valued
+from .dsl.stage import DslStage
+from .errors import ConfigError, DslError, ReaderClosedError
+from .features import FeatureType, Schema, make_feature
 from .pipeline.batcher import BatchBuilder
 from .pipeline.runner import Pipeline
 from .pipeline.stats import Stats
@@ -20,6 +22,31 @@ def _positive_int(name, value, minimum=1):
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ConfigError(f"{name}={value!r}: expected an int >= {minimum}")
     return value
+
+
+def _check_dsl(spec, known):
+    """Check a DSL feature against the features declared before it; returns its checked tree."""
+    tree = check(parse(spec.dsl, spec.name), spec.dsl, spec.name, known)
+    home = home_table(tree, known)
+    if spec.table > home:
+        raise DslError(f"feature {spec.name!r}: table={spec.table}, but its expression reads table {home}; "
+                       f"a DSL feature lives in the shallowest table it reads ({home}) or a shallower one",
+                       feature=spec.name, expression=spec.dsl, column=1)
+    if spec.type is FeatureType.dense and not single_valued(tree, known):
+        raise DslError(f"feature {spec.name!r}: a dense DSL feature needs an expression of one value per row "
+                       f"(an aggregate, cosine or dot), got\n  {spec.dsl}\n  ^",
+                       feature=spec.name, expression=spec.dsl, column=1)
+    return tree
+
+
+def _dsl_stage(schema):
+    """The op stage computing the schema's DSL features, or None when there are none."""
+    specs = {s.name: s for s in schema.specs}
+    plans = []
+    for spec in schema.specs:
+        if spec.dsl is not None:
+            plans += compile_feature(spec, _check_dsl(spec, specs), specs)
+    return DslStage(schema, schema.raw, plans) if plans else None
 
 
 class DataReader:
@@ -107,7 +134,15 @@ class DataReader:
         spec = make_feature(name, type, table, nvec, serialized, dsl, cutoff, mask)
         if any(s.name == spec.name for s in self._specs):
             raise ConfigError(f"feature {name!r} is declared twice")
+        if spec.dsl is not None:
+            _check_dsl(spec, {s.name: s for s in self._specs})
         self._specs.append(spec)
+        return self
+
+    def features(self, specs):
+        """Declare several features (FeatureSpecs, e.g. from ``ingest.load_feature_conf``), in order."""
+        for s in specs:
+            self.feature(s.name, s.type, s.table, s.nvec or None, s.serialized, s.dsl, s.cutoff, s.mask)
         return self
 
     def split_group(self, on=True):
@@ -202,13 +237,13 @@ class DataReader:
             options["max_group_size"] = self._max_group_size
         elif self._max_record_bytes is not None:
             options["max_record_bytes"] = self._max_record_bytes
-        fmt = formats.make_format(self._file_type, schema, **options)
+        fmt = formats.make_format(self._file_type, schema.raw, **options)
         files = expand_paths(self._paths)
         units = plan_units(files, compression=self._compression, splittable=fmt.splittable,
                            task_num=self._task[1], unit_bytes=self._unit_bytes)
         mine = units[self._task[0]::self._task[1]]
         builder = BatchBuilder(schema, self._batch_size, self._pad)
-        self._pipeline = Pipeline(mine, self._epochs, fmt, builder, threads=self._threads,
+        self._pipeline = Pipeline(mine, self._epochs, fmt, builder, ops=_dsl_stage(schema), threads=self._threads,
                                   deterministic=self._deterministic, split_group=self._split_group,
                                   drop_last=self._drop_last, on_skip=on_skip, stats=self._stats,
                                   prefetch=self._prefetch)

@@ -40,6 +40,8 @@ class Pipeline:
     units : list of WorkUnit
         This shard's units, in order; repeated ``epochs`` times (0 = forever).
     fmt : format front end with ``read_unit(unit, stop)``
+    ops : callable or None
+        Block -> Block, run by the parse worker on each block (the DSL stage).
     builder : BatchBuilder
     threads : int
     deterministic : bool
@@ -48,10 +50,11 @@ class Pipeline:
     """
 
     def __init__(self, units, epochs, fmt, builder, *, threads, deterministic, split_group,
-                 drop_last, on_skip, stats, prefetch=4, queue_blocks=4):
+                 drop_last, on_skip, stats, ops=None, prefetch=4, queue_blocks=4):
         self.units = units
         self.epochs = epochs
         self.fmt = fmt
+        self.ops = ops
         self.builder = builder
         self.threads = threads
         self.deterministic = deterministic
@@ -125,6 +128,10 @@ class Pipeline:
                     t0 = time.perf_counter()
                     for blk in blocks:
                         self.stats.add_time("parse", time.perf_counter() - t0)
+                        if self.ops is not None:
+                            t0 = time.perf_counter()
+                            blk = self.ops(blk)
+                            self.stats.add_time("ops", time.perf_counter() - t0)
                         self.stats.add(bytes=blk.nbytes, samples=blk.nrows,
                                        groups=len(blk.group_offsets) - 1, blocks=1)
                         if not self._put(q, blk):

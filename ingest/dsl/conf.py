@@ -1,0 +1,83 @@
+"""XDL's feature configuration files: one ``Name=...;Type=Numeric|KV|ID;Expr=...`` per line."""
+import fsspec
+
+from ..errors import ConfigError, DslError
+from ..features import make_feature
+from .compiler import Call, Name, parse
+
+__all__ = ["load_feature_conf"]
+
+# ASCII whitespace and the ideographic space (U+3000), which XDL's files allowed around fields
+_SPACES = " \t\r\n\f\v\u3000"
+_TYPES = {"numeric": ("dense", 1), "kv": ("sparse", None), "id": ("sparse", None)}
+
+
+def load_feature_conf(path):
+    """The DSL features of a conf file, as FeatureSpecs in dependency order.
+
+    Blank lines and lines starting with ``#`` are skipped.  ``Type=Numeric`` is a dense
+    feature of one value; ``KV`` and ``ID`` are sparse (batches always carry values; for
+    ``ID`` they are whatever the expression gives).  Entries may use each other in any
+    order; a cycle is a ``DslError``.  Declare them with ``reader.features(specs)`` after
+    the features they read.
+    """
+    entries = {}
+    with fsspec.open(path, "rt", encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            line = line.strip(_SPACES)
+            if not line or line.startswith("#"):
+                continue
+            fields = {}
+            for part in line.split(";"):
+                if not part.strip(_SPACES):
+                    continue
+                key, sep, value = part.partition("=")
+                key = key.strip(_SPACES).lower()
+                if not sep or key not in ("name", "type", "expr") or key in fields:
+                    raise ConfigError(f"{path}:{lineno}: {part.strip(_SPACES)!r}: expected Name=..., Type=... "
+                                      "and Expr=... once each, separated by ';'")
+                fields[key] = value.strip(_SPACES)
+            missing = [k for k in ("name", "type", "expr") if k not in fields]
+            if missing:
+                raise ConfigError(f"{path}:{lineno}: missing {', '.join(k.capitalize() for k in missing)}=")
+            kind = _TYPES.get(fields["type"].lower())
+            if kind is None:
+                raise ConfigError(f"{path}:{lineno}: Type={fields['type']!r}, expected Numeric, KV or ID")
+            name = fields["name"]
+            if name in entries:
+                raise ConfigError(f"{path}:{lineno}: feature {name!r} is defined twice")
+            try:
+                spec = make_feature(name, kind[0], nvec=kind[1], dsl=fields["expr"])
+                tree = parse(spec.dsl, name)
+            except ConfigError as exc:
+                raise type(exc)(f"{path}:{lineno}: {exc}") from None
+            entries[name] = (spec, tree, lineno)
+    order = []
+    state = {}  # name -> 1 while visiting, 2 when placed
+
+    def visit(name):
+        state[name] = 1
+        spec, tree, lineno = entries[name]
+        for ref in _names(tree):
+            if ref.name not in entries or state.get(ref.name) == 2:
+                continue
+            if state.get(ref.name) == 1:
+                text = spec.dsl
+                raise DslError(f"{path}:{lineno}: feature {name!r}: {ref.name!r} depends on {name!r} (a cycle)"
+                               f"\n  {text}\n  {' ' * (ref.col - 1)}^", feature=name, expression=text, column=ref.col)
+            visit(ref.name)
+        state[name] = 2
+        order.append(spec)
+
+    for name in entries:
+        if name not in state:
+            visit(name)
+    return order
+
+
+def _names(node):
+    if isinstance(node, Name):
+        yield node
+    elif isinstance(node, Call):
+        for a in node.args:
+            yield from _names(a)

@@ -1,0 +1,207 @@
+"""The feature-DSL interpreter (FORMATS.md section 4): a plan of opcodes run per row of a table.
+
+``ingest.dsl`` compiles an expression into ``ops`` (one row per operation: opcode,
+destination register, operands) over numbered registers.  ``run_plan`` evaluates it for
+every row of one table of a block: a register holds a list of (key, value) pairs in a
+per-row arena (int64 keys, float64 values), and the output register of each row is
+appended to one CSR feature.  Inputs (leaves) are declared features read through the
+``refer`` chain when they live in a deeper (aux) table.
+"""
+import numpy as np
+from numba import njit
+
+# opcodes: (op, dst, a, b, c)
+LEAF_SPARSE = 1   # a: leaf
+LEAF_DENSE = 2    # a: leaf
+CARTESIAN = 3     # a, b: registers
+MATCH = 4         # a, b: registers
+HASH = 5          # a: register, b: buckets
+BUCKETIZE = 6     # a: register, b: first constant, c: number of boundaries
+LOG = 7           # a: register
+SUM = 8
+COUNT = 9
+AVG = 10
+MAX = 11
+MIN = 12
+COSINE = 13       # a, b: registers
+DOT = 14
+OP_COLUMNS = 5
+
+# columns of the leaf table: (table, base in leaf_off or dense_flat, dense width or 0 for sparse)
+L_TABLE = 0
+L_BASE = 1
+L_WIDTH = 2
+
+# status of run_plan
+DONE = 0
+GROW_ARENA = 1  # a row needs more arena: grow to at least `need`, call again from `row`
+GROW_OUT = 2    # the output is full: grow it to at least `need`, call again from `row`
+TOO_MANY = 3    # a row's result would exceed `limit` pairs
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_LOG_EPS = 1e-8
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _mix(x):
+    """The splitmix64 finalizer: a bijection of 64-bit words in which every bit flips every other."""
+    x ^= x >> np.uint64(30)
+    x *= _M1
+    x ^= x >> np.uint64(27)
+    x *= _M2
+    x ^= x >> np.uint64(31)
+    return x
+
+
+@njit(nogil=True, cache=True)
+def cross64(a, b):
+    """The crossed key of int64 keys ``a`` then ``b``: ``mix(mix(a + golden) ^ b) >> 1``, in [0, 2**63)."""
+    x = _mix(np.uint64(a) + _GOLDEN) ^ np.uint64(b)
+    return np.int64(_mix(x) >> np.uint64(1))
+
+
+@njit(nogil=True, cache=True)
+def run_plan(ops, consts, out_reg, nregs, leaves, leaf_off, pool_keys, pool_hkeys, pool_vals, dense_flat,
+             refer_flat, refer_base, table, ntables, row, nrows, akeys, avals, out_off, out_keys, out_vals,
+             out_n, limit):
+    """Evaluate the plan for rows ``row .. nrows - 1`` of ``table``; returns ``(status, row, need, out_n)``.
+
+    Row ``r``'s result is ``out_keys/out_vals[out_off[r]:out_off[r + 1]]``; ``out_off[row]``
+    must be set.  Sparse leaf ``i`` of row ``r`` (of its own table) holds the pool pairs
+    ``leaf_off[base + r] : leaf_off[base + r + 1]``; a key with a non-zero high word enters
+    as ``cross64(hkey, key)``.  Dense leaf ``i`` gives ``(j, v_j)`` for its ``width``
+    elements at ``dense_flat[base + r * width + j]``.  A table-k row refers to row
+    ``refer_flat[refer_base[k] + r]`` of table k + 1.
+    """
+    start = np.empty(nregs, np.int64)
+    size = np.empty(nregs, np.int64)
+    rows = np.empty(ntables, np.int64)
+    has_h = len(pool_hkeys) > 0
+    cap = len(akeys)
+    while row < nrows:
+        rows[table] = row
+        for k in range(table, ntables - 1):
+            rows[k + 1] = refer_flat[refer_base[k] + rows[k]]
+        top = 0
+        for i in range(ops.shape[0]):
+            op = ops[i, 0]
+            dst = ops[i, 1]
+            a = ops[i, 2]
+            b = ops[i, 3]
+            # pairs this op writes, checked against the arena before writing
+            if op == LEAF_SPARSE:
+                r = rows[leaves[a, L_TABLE]]
+                base = leaves[a, L_BASE]
+                p0 = leaf_off[base + r]
+                need = leaf_off[base + r + 1] - p0
+            elif op == LEAF_DENSE:
+                need = leaves[a, L_WIDTH]
+            elif op == CARTESIAN:
+                need = size[a] * size[b]
+            elif op == MATCH or op == HASH or op == BUCKETIZE or op == LOG:
+                need = size[a]
+            else:
+                need = 1
+            if need > limit:
+                return TOO_MANY, row, need, out_n
+            if top + need > cap:
+                return GROW_ARENA, row, top + need, out_n
+            s = top
+            n = 0
+            if op == LEAF_SPARSE:
+                for j in range(need):
+                    key = pool_keys[p0 + j]
+                    if has_h and pool_hkeys[p0 + j] != 0:
+                        key = cross64(pool_hkeys[p0 + j], key)
+                    akeys[s + j] = key
+                    avals[s + j] = pool_vals[p0 + j]
+                n = need
+            elif op == LEAF_DENSE:
+                w = leaves[a, L_WIDTH]
+                d0 = leaves[a, L_BASE] + rows[leaves[a, L_TABLE]] * w
+                for j in range(w):
+                    akeys[s + j] = j
+                    avals[s + j] = dense_flat[d0 + j]
+                n = w
+            elif op == CARTESIAN:
+                for x in range(start[a], start[a] + size[a]):
+                    for y in range(start[b], start[b] + size[b]):
+                        akeys[s + n] = cross64(akeys[x], akeys[y])
+                        avals[s + n] = avals[x] * avals[y]
+                        n += 1
+            elif op == MATCH:
+                for x in range(start[a], start[a] + size[a]):
+                    for y in range(start[b], start[b] + size[b]):
+                        if akeys[y] == akeys[x]:  # the first occurrence in b
+                            akeys[s + n] = akeys[x]
+                            avals[s + n] = avals[x] * avals[y]
+                            n += 1
+                            break
+            elif op == HASH:
+                for x in range(start[a], start[a] + size[a]):
+                    akeys[s + n] = cross64(akeys[x], 0) % b
+                    avals[s + n] = avals[x]
+                    n += 1
+            elif op == BUCKETIZE:
+                c = ops[i, 4]
+                for x in range(start[a], start[a] + size[a]):
+                    v = avals[x]
+                    k = 0
+                    while k < c and consts[b + k] <= v:
+                        k += 1
+                    akeys[s + n] = k
+                    avals[s + n] = 1.0
+                    n += 1
+            elif op == LOG:
+                for x in range(start[a], start[a] + size[a]):
+                    akeys[s + n] = akeys[x]
+                    avals[s + n] = np.log(avals[x] + _LOG_EPS)
+                    n += 1
+            elif op == COSINE or op == DOT:
+                m = min(size[a], size[b])
+                dot = 0.0
+                na = 0.0
+                nb = 0.0
+                for j in range(m):
+                    va = avals[start[a] + j]
+                    vb = avals[start[b] + j]
+                    dot += va * vb
+                    na += va * va
+                    nb += vb * vb
+                akeys[s] = 0
+                avals[s] = dot if op == DOT else dot / (np.sqrt(na) * np.sqrt(nb) + _LOG_EPS)
+                n = 1
+            else:  # aggregates: one pair
+                key = np.int64(0)
+                acc = 0.0
+                for j in range(size[a]):
+                    v = avals[start[a] + j]
+                    if op == SUM or op == AVG:
+                        acc += v
+                    elif op == MAX or op == MIN:
+                        if j == 0 or (v > acc if op == MAX else v < acc):
+                            acc = v
+                            key = akeys[start[a] + j]
+                if op == COUNT:
+                    acc = float(size[a])
+                elif op == AVG and size[a] > 0:
+                    acc /= size[a]
+                akeys[s] = key
+                avals[s] = acc
+                n = 1
+            start[dst] = s
+            size[dst] = n
+            top = s + n
+        n = size[out_reg]
+        if out_n + n > len(out_keys):
+            return GROW_OUT, row, out_n + n, out_n
+        s = start[out_reg]
+        for j in range(n):
+            out_keys[out_n + j] = akeys[s + j]
+            out_vals[out_n + j] = avals[s + j]
+        out_n += n
+        out_off[row + 1] = out_n
+        row += 1
+    return DONE, row, 0, out_n
