@@ -1,8 +1,9 @@
 """ingest: high-throughput sample ingestion for sparse CTR / recommendation training."""
-from . import features
+from . import dsl, features
 from .batch import Batch, InvalidBatchError, SparseFeature
-from .errors import (ConfigError, DataError, GroupTooLargeError, IngestError, ReaderClosedError,
-                     SourceError, TextParseError)
+from .dsl import load_feature_conf
+from .errors import (ConfigError, DataError, DslError, DslLimitError, GroupTooLargeError, IngestError,
+                     ReaderClosedError, SourceError, TextParseError)
 from .convert import convert
 from .formats import FileType as parsers
 from .formats.protobuf import ProtobufDecodeError
@@ -10,8 +11,9 @@ from .inspect import inspect
 from .reader import DataReader
 
 __all__ = [
-    "DataReader", "Batch", "SparseFeature", "features", "parsers", "convert", "inspect",
-    "IngestError", "ConfigError", "SourceError", "DataError", "TextParseError", "ProtobufDecodeError",
-    "GroupTooLargeError", "ReaderClosedError", "InvalidBatchError",
+    "DataReader", "Batch", "SparseFeature", "features", "dsl", "parsers", "convert", "inspect",
+    "load_feature_conf", "IngestError", "ConfigError", "DslError", "SourceError", "DataError",
+    "TextParseError", "ProtobufDecodeError", "DslLimitError", "GroupTooLargeError", "ReaderClosedError",
+    "InvalidBatchError",
 ]
 __version__ = "0.1.0"

@@ -41,11 +41,11 @@ class DslStage:
         Most pairs one row of an expression may produce (``DslLimitError`` beyond).
     """
 
-    def __init__(self, schema, raw, plans, limit=MAX_PAIRS_PER_ROW):
+    def __init__(self, schema, raw, plans, limit=None):
         self.schema = schema
         self.raw = raw
         self.plans = plans
-        self.limit = limit
+        self.limit = MAX_PAIRS_PER_ROW if limit is None else limit
 
     def __call__(self, blk):
         cols = {}

@@ -1,0 +1,325 @@
+"""The feature DSL: the kernel against the pure-Python twin, XDL's worked cases, cross64, errors, conf files."""
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+import ingest
+from ingest import sample_pb2 as pb
+from ingest.errors import DslError, DslLimitError
+
+from conftest import flatten
+from dsl_twin import cross64 as twin_cross64, evaluate, render
+from pbwire import frame
+
+# features of the generated data: sparse a, b, c and dense d (width 3) per sample; sparse u and
+# dense e (width 2) on the aux line a sample refers to
+SPARSE0 = ("a", "b", "c")
+AUX_TABLE = {"a": 0, "b": 0, "c": 0, "d": 0, "u": 1, "e": 1}
+WIDTH = {"d": 3, "e": 2}
+
+# published test vectors of cross64 (docs/dsl.md)
+CROSS64_VECTORS = [
+    (0, 0, 2598789274482403935),
+    (1, 2, 291940170188633529),
+    (2, 1, 8737326102237630251),
+    (-1, 0, 2461230878022469052),
+    (2 ** 63 - 1, -2 ** 63, 2722747965676189055),
+    (123456789, 987654321, 7895786312483830334),
+]
+
+
+@pytest.mark.parametrize("a,b,want", CROSS64_VECTORS)
+def test_cross64_vectors(a, b, want):
+    assert ingest.dsl.cross64(a, b) == want
+    assert twin_cross64(a, b) == want
+
+
+@given(a=st.integers(-2 ** 63, 2 ** 63 - 1), b=st.integers(-2 ** 63, 2 ** 63 - 1))
+def test_cross64_matches_twin(a, b):
+    got = ingest.dsl.cross64(a, b)
+    assert got == twin_cross64(a, b) and 0 <= got < 2 ** 63
+
+
+# -- generated expressions over generated samples ----------------------------------------------------
+
+_pairs = st.lists(st.tuples(st.integers(-3, 6), st.floats(-4, 4, width=32)), max_size=4)
+_vector = st.lists(st.floats(-4, 4, width=32), min_size=1, max_size=1)
+_leaf = st.sampled_from(sorted(AUX_TABLE))
+_unary = st.sampled_from(["log", "value", "sum", "count", "avg", "max", "min", "logsum", "logavg", "logmax", "logmin"])
+
+
+def _extend(inner):
+    return st.one_of(
+        st.tuples(st.sampled_from(["cartesian", "match", "intersection"]), inner, inner),
+        st.tuples(st.sampled_from(["cartesian", "match"]), inner, inner, inner),
+        st.tuples(_unary, inner),
+        st.tuples(st.just("hash"), inner, st.integers(1, 1000)),
+        st.builds(lambda a, bounds: ("bucketize", a, *sorted(bounds)), inner,
+                  st.lists(st.floats(-4, 4, width=16), min_size=1, max_size=3)),
+        st.tuples(st.sampled_from(["cosine", "dot"]), inner, inner))
+
+
+_expr = st.recursive(_leaf, _extend, max_leaves=4)
+
+
+@st.composite
+def _groups(draw):
+    groups = []
+    for _ in range(draw(st.integers(1, 4))):
+        aux = [{"u": draw(_pairs), "e": [draw(st.floats(-4, 4, width=32)) for _ in range(2)]}
+               for _ in range(draw(st.integers(1, 2)))]
+        samples = []
+        for _ in range(draw(st.integers(1, 3))):
+            s = {n: draw(_pairs) for n in SPARSE0}
+            s["d"] = [draw(st.floats(-4, 4, width=32)) for _ in range(3)]
+            s["refer"] = draw(st.integers(0, len(aux) - 1))
+            samples.append(s)
+        groups.append((samples, aux))
+    return groups
+
+
+def _add(line, name, got):
+    if name in WIDTH:
+        f = line.features.add(type=pb.kDense, name=name)
+        f.values.add().vector.extend(got)
+    elif got:
+        f = line.features.add(type=pb.kSparse, name=name)
+        for k, v in got:
+            f.values.add(key=k, value=v)
+
+
+def _write(path, groups):
+    records = []
+    for samples, aux in groups:
+        g = pb.SampleGroup()
+        t0, t1 = g.feature_tables.add(), g.feature_tables.add()
+        for s in samples:
+            g.labels.add().values.append(1.0)
+            line = t0.feature_lines.add(refer=s["refer"])
+            for name in ("a", "b", "c", "d"):
+                _add(line, name, s[name])
+        for a in aux:
+            line = t1.feature_lines.add()
+            for name in ("u", "e"):
+                _add(line, name, a[name])
+        records.append(g.SerializeToString())
+    path.write_bytes(frame(records))
+
+
+def _raw_reader(path):
+    reader = ingest.DataReader("dsl", [str(path)], file_type="pb").label_count(1).batch_size(3)
+    for name, table in AUX_TABLE.items():
+        if name in WIDTH:
+            reader.feature(name, "dense", table=table, nvec=WIDTH[name])
+        else:
+            reader.feature(name, "sparse", table=table)
+    return reader
+
+
+def _close(got, want):
+    """Keys equal; values equal as float32, up to an ulp of the float64 log; NaN equals NaN."""
+    if [k for k, _ in got] != [k for k, _ in want]:
+        return False
+    g = np.array([v for _, v in got], np.float64)
+    w = np.array([v for _, v in want], np.float32).astype(np.float64)
+    return bool(np.all(np.isclose(g, w, rtol=1e-6, atol=1e-9, equal_nan=True)))
+
+
+@given(groups=_groups(), exprs=st.lists(_expr, min_size=1, max_size=3), as_dense=st.booleans(),
+       on_aux=st.booleans())
+def test_kernel_matches_twin(tmp_path, groups, exprs, as_dense, on_aux):
+    """Every function, nested, over table-0 and aux inputs, against the pure-Python evaluator."""
+    path = tmp_path / "g.pb"
+    _write(path, groups)
+    reader = _raw_reader(path)
+    declared = {}
+    for i, expr in enumerate(exprs):
+        name = f"x{i}"
+        text = render(expr)
+        aux_only = all(AUX_TABLE[n] == 1 for n in _leaves(expr))
+        if as_dense and i == 0:  # an aggregate is one value per row: it may be a dense feature
+            expr = ("sum", expr)
+            text = render(expr)
+            reader.feature(name, "dense", nvec=1, dsl=text)
+        else:
+            reader.feature(name, "sparse", dsl=text, table=1 if on_aux and aux_only else 0)
+        declared[name] = expr
+    got = [s for b in reader.startup().read_all() for s in flatten(b)]
+    samples = [dict(s, **aux[s["refer"]]) for ss, aux in groups for s in ss]
+    assert len(got) == len(samples)
+    for g, s in zip(got, samples):
+        for name, expr in declared.items():
+            want = evaluate(expr, s)
+            if name in g["dense"]:
+                assert _close(list(enumerate(g["dense"][name])), [(0, want[0][1])]), (render(expr), s)
+            else:
+                assert _close(g["sparse"][name], want), (render(expr), s, g["sparse"][name], want)
+
+
+def _leaves(expr):
+    if isinstance(expr, str):
+        return [expr]
+    if isinstance(expr, tuple):
+        return [n for a in expr[1:] for n in _leaves(a)]
+    return []
+
+
+# -- worked cases -------------------------------------------------------------------------------------
+
+def _text_reader(tmp_path, line, *sparse):
+    path = tmp_path / "s.txt"
+    path.write_text(line + "\n")
+    reader = ingest.DataReader("dsl", [str(path)]).label_count(1)
+    for name in sparse:
+        reader.feature(name, "sparse", serialized=True)
+    return reader
+
+
+def test_xdl_worked_case(tmp_path):
+    """min(max(sum(match(ad_cate_id, log(nick_cate_pv_14))))) gives one pair: key 0 and the sum of two products."""
+    reader = _text_reader(tmp_path, "s|g|ad_cate_id@2:0.1,0:0.2,5:0.3;nick_cate_pv_14@0:0.1,1:0.2,2:0.3,3:0.4||1",
+                          "ad_cate_id", "nick_cate_pv_14")
+    expr = "min(max(sum(match(ad_cate_id, log(nick_cate_pv_14)))))"
+    reader.feature("x", "sparse", serialized=True, dsl=expr)
+    reader.feature("x_dense", "dense", nvec=1, dsl=expr)
+    [batch] = reader.startup().read_all()
+    f32 = lambda v: float(np.float32(v))  # noqa: E731 - the parsed inputs are float32
+    want = f32(0.1) * math.log(f32(0.3) + 1e-8) + f32(0.2) * math.log(f32(0.1) + 1e-8)
+    assert batch["x"].ids.tolist() == [0]
+    assert batch["x"].values[0] == np.float32(want)
+    assert abs(want - (0.1 * math.log(0.3 + 1e-8) + 0.2 * math.log(0.1 + 1e-8))) < 1e-7
+    assert batch["x_dense"][0, 0] == np.float32(want)
+
+
+def test_cartesian_of_three_nests_left_to_right(tmp_path):
+    reader = _text_reader(tmp_path, "s|g|a@1:1,2:2,3:3,4:4;b@10:1,20:1,30:1,40:1,50:0.5;c@7:1,8:2,9:-1||1",
+                          "a", "b", "c")
+    reader.feature("abc", "sparse", serialized=True, dsl="cartesian(a, b, c)")
+    [batch] = reader.startup().read_all()
+    a = [(1, 1.0), (2, 2.0), (3, 3.0), (4, 4.0)]
+    b = [(10, 1.0), (20, 1.0), (30, 1.0), (40, 1.0), (50, 0.5)]
+    c = [(7, 1.0), (8, 2.0), (9, -1.0)]
+    want = [(twin_cross64(twin_cross64(ka, kb), kc), va * vb * vc) for ka, va in a for kb, vb in b for kc, vc in c]
+    assert len(want) == 60
+    assert batch["abc"].ids.tolist() == [k for k, _ in want]
+    assert batch["abc"].values.tolist() == [v for _, v in want]
+
+
+def test_high_words_enter_as_crossed_keys(tmp_path):
+    g = pb.SampleGroup()
+    g.labels.add().values.append(1)
+    f = g.feature_tables.add().feature_lines.add().features.add(type=pb.kSparse, name="a")
+    f.values.add(key=5, hkey=7)
+    f.values.add(key=6)
+    path = tmp_path / "h.pb"
+    path.write_bytes(frame([g.SerializeToString()]))
+    reader = ingest.DataReader("h", [str(path)], file_type="pb").feature("a", "sparse")
+    reader.feature("h", "sparse", serialized=True, dsl="hash(a, 1000)")
+    [batch] = reader.startup().read_all()
+    assert batch["h"].ids.tolist() == [twin_cross64(twin_cross64(7, 5), 0) % 1000, twin_cross64(6, 0) % 1000]
+
+
+def test_aux_only_expression_is_computed_per_aux_line(tmp_path):
+    """An aggregate over an aux feature, declared on table 1, has one row per aux line; on table 0, one per sample."""
+    groups = [([{"a": [], "b": [], "c": [], "d": [0, 0, 0], "refer": r} for r in (0, 0, 1)],
+               [{"u": [(1, 2.0), (2, 3.0)], "e": [1, 1]}, {"u": [(5, 1.0)], "e": [0, 0]}])]
+    path = tmp_path / "aux.pb"
+    _write(path, groups)
+    reader = _raw_reader(path).batch_size(8)
+    reader.feature("su_aux", "sparse", table=1, serialized=True, dsl="sum(u)")
+    reader.feature("su", "sparse", serialized=True, dsl="cartesian(sum(u), a)")
+    reader.feature("su0", "sparse", serialized=True, dsl="sum(u)")
+    [batch] = reader.startup().read_all()
+    assert batch.table_rows[1] == 3  # two aux lines and the padding row
+    assert batch["su_aux"].values.tolist() == [5.0, 1.0]
+    assert batch["su_aux"].offsets.tolist() == [0, 1, 2, 2]
+    assert batch["su0"].values.tolist() == [5.0, 5.0, 1.0]
+    assert batch["su"].values.tolist() == []
+
+
+def test_result_too_large_is_a_located_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(ingest.dsl.stage, "MAX_PAIRS_PER_ROW", 10)
+    reader = _text_reader(tmp_path, "s7|g|a@1,2,3,4;b@1,2,3,4||1", "a", "b")
+    reader.feature("ab", "sparse", dsl="cartesian(a, b)")
+    with pytest.raises(DslLimitError) as exc:
+        reader.startup().read_all()
+    assert "'ab'" in str(exc.value) and "16 pairs" in str(exc.value) and "'s7'" in str(exc.value)
+    assert exc.value.source.endswith("s.txt")
+
+
+# -- errors at feature() time --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("expr,column,says", [
+    ("cartesain(a, b)", 1, "unknown function 'cartesain'"),
+    ("cartesian(a, zz)", 14, "unknown feature 'zz'"),
+    ("log(a, b)", 1, "log() takes 1 argument, got 2"),
+    ("cartesian(a)", 1, "takes at least 2 arguments"),
+    ("cartesian(a,", 13, "unexpected end of the expression"),
+    ("match(a b)", 9, "unexpected 'b'"),
+    ("hash(a, 2.5)", 9, "whole number of buckets"),
+    ("hash(a, b)", 9, "takes numbers after its first argument"),
+    ("bucketize(a, 3, 1)", 17, "must not decrease"),
+    ("log(3)", 5, "a number where a feature"),
+    ("sum(log(x))", 9, "refers to 'x' itself"),
+])
+def test_errors_show_a_caret(expr, column, says):
+    reader = ingest.DataReader("e", ["unused.txt"]).feature("a", "sparse").feature("b", "sparse")
+    with pytest.raises(DslError) as exc:
+        reader.feature("x", "sparse", dsl=expr)
+    msg = str(exc.value)
+    assert says in msg, msg
+    assert exc.value.column == column
+    line, caret = msg.splitlines()[-2:]
+    assert line.strip() == expr and caret.index("^") - line.index(expr) == column - 1
+
+
+def test_declaration_errors():
+    reader = ingest.DataReader("e", ["unused.txt"]).feature("a", "sparse").feature("u", "sparse", table=1)
+    with pytest.raises(DslError, match="one value per row"):
+        reader.feature("x", "dense", nvec=1, dsl="log(a)")
+    with pytest.raises(ingest.ConfigError, match="nvec"):
+        reader.feature("x", "dense", nvec=2, dsl="sum(a)")
+    with pytest.raises(DslError, match="shallowest table"):
+        reader.feature("x", "sparse", table=1, dsl="cartesian(a, u)")
+    with pytest.raises(ingest.ConfigError, match="cutoff"):
+        reader.feature("x", "sparse", cutoff=2, dsl="log(a)")
+    reader.feature("y", "sparse", dsl="log(a)")
+    reader.feature("z", "sparse", dsl="cartesian(y, u)")  # DSL features may use earlier ones
+
+
+# -- XDL's conf files ------------------------------------------------------------------------------------
+
+def test_load_feature_conf(tmp_path):
+    conf = tmp_path / "features.conf"
+    conf.write_text("# crosses\n"
+                    "Name=ab ; Type=KV ; Expr=cartesian(a, b)\n"
+                    "\u3000Name=\u3000s\u3000;Type=Numeric;Expr=sum(ab)\u3000\n"
+                    "\n"
+                    "Name=later;Type=ID;Expr=match(early, a)\n"
+                    "Name=early;Type=ID;Expr=value(b)\n", encoding="utf-8")
+    specs = ingest.load_feature_conf(str(conf))
+    assert [(s.name, s.type.value, s.nvec, s.dsl) for s in specs] == [
+        ("ab", "sparse", 0, "cartesian(a, b)"), ("s", "dense", 1, "sum(ab)"),
+        ("early", "sparse", 0, "value(b)"), ("later", "sparse", 0, "match(early, a)")]
+    path = tmp_path / "s.txt"
+    path.write_text("s|g|a@1:2,2:1;b@2:5||1\n")
+    reader = ingest.DataReader("c", [str(path)]).feature("a", "sparse").feature("b", "sparse").features(specs)
+    [batch] = reader.startup().read_all()
+    assert batch["s"][0, 0] == 15.0
+    assert batch["later"].values.tolist() == [5.0]
+
+
+@pytest.mark.parametrize("text,says", [
+    ("Name=x;Type=KV;Expr=log(y)\nName=y;Type=KV;Expr=log(x)\n", "a cycle"),
+    ("Name=x;Type=Float;Expr=log(a)\n", "Type='Float'"),
+    ("Name=x;Expr=log(a)\n", "missing Type="),
+    ("Name=x;Type=KV;Expr=log(a\n", "features.conf:1"),
+])
+def test_conf_errors(tmp_path, text, says):
+    conf = tmp_path / "features.conf"
+    conf.write_text(text)
+    with pytest.raises(ingest.ConfigError) as exc:
+        ingest.load_feature_conf(str(conf))
+    assert says in str(exc.value)
