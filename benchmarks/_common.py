@@ -2,6 +2,7 @@
 a description of the machine, markdown tables."""
 import os
 import platform
+import statistics
 import sys
 from pathlib import Path
 
@@ -9,8 +10,9 @@ import numba
 import numpy as np
 
 from ingest import synthetic
+from ingest.cli.bench import measure
 
-__all__ = ["OUT", "synthetic_file", "machine", "markdown_table"]
+__all__ = ["OUT", "synthetic_file", "machine", "markdown_table", "alternated_runs"]
 
 OUT = Path(__file__).resolve().parent / "out"  # git-ignored
 
@@ -50,3 +52,34 @@ def markdown_table(header, rows):
     lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " |" for row in cells]
     lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
     return "\n".join(lines)
+
+
+def alternated_runs(makers, samples, runs):
+    """Warm-up, then ``runs`` rounds running each reader of ``makers`` (name -> () -> DataReader) back to back.
+
+    The VM is noisy over minutes, so runs alternate; ratios to the first entry are the
+    medians of the per-round ratios, by wall time and by CPU time of the whole process.
+    Every run must deliver ``samples`` samples.
+    """
+    for make in makers.values():
+        measure(make())
+    rounds = []
+    for _ in range(runs):
+        one = {}
+        for name, make in makers.items():
+            one[name] = measure(make())
+            if one[name]["samples"] != samples:
+                raise SystemExit(f"{name}: {one[name]['samples']} samples, expected {samples}")
+        rounds.append(one)
+    first = next(iter(makers))
+    out = {}
+    for name in makers:
+        runs_of = [r[name] for r in rounds]
+        out[name] = {"samples_per_s": statistics.median(r["samples_per_s"] for r in runs_of),
+                     "mb_per_s": statistics.median(r["mb_per_s"] for r in runs_of),
+                     "samples_per_cpu_s": statistics.median(r["samples_per_cpu_s"] for r in runs_of),
+                     "runs": [r["samples_per_s"] for r in runs_of],
+                     "ratio": statistics.median(r[name]["samples_per_s"] / r[first]["samples_per_s"] for r in rounds),
+                     "cpu_ratio": statistics.median(r[name]["samples_per_cpu_s"] / r[first]["samples_per_cpu_s"]
+                                                    for r in rounds)}
+    return out

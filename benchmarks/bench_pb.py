@@ -20,10 +20,9 @@ import time
 
 import ingest
 from ingest import synthetic
-from ingest.cli.bench import measure
 from ingest.convert import convert
 
-from _common import OUT, machine, markdown_table, synthetic_file
+from _common import OUT, alternated_runs, machine, markdown_table, synthetic_file
 
 BATCH_SIZE = 1024
 SEED = 0
@@ -38,36 +37,6 @@ def reader_for(path, file_type, aux):
     for name, nvec in synthetic.DENSE.items():
         reader.feature(name=name, type="dense", nvec=nvec, table=1 if name in aux else 0)
     return reader
-
-
-def read_runs(inputs, samples, runs):
-    """Warm-up, then ``runs`` rounds reading each of ``inputs`` (name -> (path, file_type, aux)) back to back.
-
-    The VM is noisy over minutes, so runs alternate; ratios to the first input are the
-    medians of the per-round ratios.
-    """
-    for path, file_type, aux in inputs.values():
-        measure(reader_for(path, file_type, aux))
-    rounds = []
-    for _ in range(runs):
-        one = {}
-        for name, (path, file_type, aux) in inputs.items():
-            one[name] = measure(reader_for(path, file_type, aux))
-            if one[name]["samples"] != samples:
-                raise SystemExit(f"bench_pb: {path} gave {one[name]['samples']} samples, expected {samples}")
-        rounds.append(one)
-    first = next(iter(inputs))
-    out = {}
-    for name in inputs:
-        runs_of = [r[name] for r in rounds]
-        out[name] = {"samples_per_s": statistics.median(r["samples_per_s"] for r in runs_of),
-                     "mb_per_s": statistics.median(r["mb_per_s"] for r in runs_of),
-                     "samples_per_cpu_s": statistics.median(r["samples_per_cpu_s"] for r in runs_of),
-                     "runs": [r["samples_per_s"] for r in runs_of],
-                     "ratio": statistics.median(r[name]["samples_per_s"] / r[first]["samples_per_s"] for r in rounds),
-                     "cpu_ratio": statistics.median(r[name]["samples_per_cpu_s"] / r[first]["samples_per_cpu_s"]
-                                                    for r in rounds)}
-    return out
 
 
 def convert_runs(text, out, runs):
@@ -97,8 +66,10 @@ def main(argv=None):
         convert([str(text)], str(OUT / f"{text.stem}{suffix}"), aux="auto", **quiet)
     files = {"text": text, "pb": OUT / f"{text.stem}.pb", "pb.zst": pb_zst, "pb.lz4": OUT / f"{text.stem}.pb.lz4"}
     sizes = {name: path.stat().st_size for name, path in files.items()}
-    read = read_runs({"text": (text, "txt", set()), "pb": (files["pb"], "pb", aux), "pb.zst": (pb_zst, "pb", aux),
-                      "pb.lz4": (files["pb.lz4"], "pb", aux)}, args.samples, args.runs)
+    inputs = {"text": (text, "txt", set()), "pb": (files["pb"], "pb", aux), "pb.zst": (pb_zst, "pb", aux),
+              "pb.lz4": (files["pb.lz4"], "pb", aux)}
+    read = alternated_runs({name: (lambda i=i: reader_for(*i)) for name, i in inputs.items()},
+                           args.samples, args.runs)
     report = {"date": datetime.date.today().isoformat(), "machine": machine(), "samples": args.samples,
               "seed": SEED, "batch_size": BATCH_SIZE, "runs": args.runs, "aux": sorted(aux), "sizes": sizes,
               "convert_seconds": convert_s, "convert_mb_per_s": sizes["text"] / convert_s / 1e6, "read": read}

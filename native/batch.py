@@ -3,15 +3,17 @@ from numba import njit
 
 
 @njit(nogil=True, cache=True)
-def copy_sparse_ranges(src_offsets, src_keys, src_hkeys, src_values, lo, hi, nranges, row0,
-                       pair, key_base, value_base, dst_offsets, dst_keys, dst_pairs, dst_values):
+def copy_sparse_ranges(src_offsets, src_keys, src_hkeys, src_values, dsl_keys, dsl_values, from_dsl, lo, hi,
+                       nranges, row0, pair, key_base, value_base, dst_offsets, dst_keys, dst_pairs, dst_values):
     """Append rows ``lo[g]:hi[g]`` (g < nranges) of every sparse feature of a table at row ``row0``.
 
     ``dst_offsets[f]`` (int64 ``[R + 1]``) holds row offsets local to feature ``f``;
     ``dst_offsets[f, row0]`` must already be set.  Feature ``f`` writes its values at
     ``value_base[f] + local offset``, and its ids at ``key_base[f] + local offset`` either
     into ``dst_pairs`` as ``(hkey, key)`` when ``pair[f]`` or into ``dst_keys``.
-    ``src_hkeys`` of length 0 means all high words are 0.  Returns the next free row.
+    ``src_hkeys`` of length 0 means all high words are 0.  Features with ``from_dsl[f]``
+    (when it is not empty) are read from ``dsl_keys``/``dsl_values``, high words 0.
+    Returns the next free row.
     """
     has_hkeys = len(src_hkeys) > 0
     row = row0
@@ -24,15 +26,18 @@ def copy_sparse_ranges(src_offsets, src_keys, src_hkeys, src_values, lo, hi, nra
             cur = dst_offsets[f, row]
             vb = value_base[f] + cur
             kb = key_base[f] + cur
+            dsl = len(from_dsl) > 0 and from_dsl[f]
+            keys = dsl_keys if dsl else src_keys
+            values = dsl_values if dsl else src_values
             for i in range(s1 - s0):
-                dst_values[vb + i] = src_values[s0 + i]
+                dst_values[vb + i] = values[s0 + i]
             if pair[f]:
                 for i in range(s1 - s0):
-                    dst_pairs[kb + i, 0] = src_hkeys[s0 + i] if has_hkeys else 0
-                    dst_pairs[kb + i, 1] = src_keys[s0 + i]
+                    dst_pairs[kb + i, 0] = src_hkeys[s0 + i] if has_hkeys and not dsl else 0
+                    dst_pairs[kb + i, 1] = keys[s0 + i]
             else:
                 for i in range(s1 - s0):
-                    dst_keys[kb + i] = src_keys[s0 + i]
+                    dst_keys[kb + i] = keys[s0 + i]
             for r in range(r0, r1):
                 dst_offsets[f, row + r - r0 + 1] = cur + src_offsets[f, r + 1] - s0
         row += r1 - r0

@@ -27,10 +27,13 @@ COSINE = 13       # a, b: registers
 DOT = 14
 OP_COLUMNS = 5
 
-# columns of the leaf table: (table, base in leaf_off or dense_flat, dense width or 0 for sparse)
+# columns of the leaf table: table, base in leaf_off or dense_flat, dense width (0: sparse),
+# and for a sparse leaf its pool (0: the block's parsed columns, 1: results of earlier plans)
 L_TABLE = 0
 L_BASE = 1
 L_WIDTH = 2
+L_POOL = 3
+LEAF_COLUMNS = 4
 
 # status of run_plan
 DONE = 0
@@ -55,30 +58,36 @@ def _mix(x):
     return x
 
 
-@njit(nogil=True, cache=True)
-def cross64(a, b):
-    """The crossed key of int64 keys ``a`` then ``b``: ``mix(mix(a + golden) ^ b) >> 1``, in [0, 2**63)."""
+@njit(nogil=True, cache=True, inline="always")
+def _cross(a, b):
     x = _mix(np.uint64(a) + _GOLDEN) ^ np.uint64(b)
     return np.int64(_mix(x) >> np.uint64(1))
 
 
 @njit(nogil=True, cache=True)
-def run_plan(ops, consts, out_reg, nregs, leaves, leaf_off, pool_keys, pool_hkeys, pool_vals, dense_flat,
-             refer_flat, refer_base, table, ntables, row, nrows, akeys, avals, out_off, out_keys, out_vals,
-             out_n, limit):
+def cross64(a, b):
+    """The crossed key of int64 keys ``a`` then ``b``: ``mix(mix(a + golden) ^ b) >> 1``, in [0, 2**63)."""
+    return _cross(a, b)
+
+
+@njit(nogil=True, cache=True)
+def run_plan(ops, consts, out_reg, nregs, leaves, leaf_off, raw_keys, raw_hkeys, raw_vals, dsl_keys, dsl_vals,
+             dense_flat, refer_flat, refer_base, table, ntables, row, nrows, akeys, avals, out_off, out_keys,
+             out_vals, out_n, limit):
     """Evaluate the plan for rows ``row .. nrows - 1`` of ``table``; returns ``(status, row, need, out_n)``.
 
     Row ``r``'s result is ``out_keys/out_vals[out_off[r]:out_off[r + 1]]``; ``out_off[row]``
-    must be set.  Sparse leaf ``i`` of row ``r`` (of its own table) holds the pool pairs
-    ``leaf_off[base + r] : leaf_off[base + r + 1]``; a key with a non-zero high word enters
-    as ``cross64(hkey, key)``.  Dense leaf ``i`` gives ``(j, v_j)`` for its ``width``
-    elements at ``dense_flat[base + r * width + j]``.  A table-k row refers to row
-    ``refer_flat[refer_base[k] + r]`` of table k + 1.
+    must be set.  Sparse leaf ``i`` of row ``r`` (of its own table) holds the pairs
+    ``leaf_off[base + r] : leaf_off[base + r + 1]`` of its pool: the block's parsed columns
+    (``raw_*``; a key with a non-zero high word enters as ``cross64(hkey, key)``) or the
+    results of earlier plans (``dsl_*``).  Dense leaf ``i`` gives ``(j, v_j)`` for its
+    ``width`` elements at ``dense_flat[base + r * width + j]``.  A table-k row refers to
+    row ``refer_flat[refer_base[k] + r]`` of table k + 1.
     """
     start = np.empty(nregs, np.int64)
     size = np.empty(nregs, np.int64)
     rows = np.empty(ntables, np.int64)
-    has_h = len(pool_hkeys) > 0
+    has_h = len(raw_hkeys) > 0
     cap = len(akeys)
     while row < nrows:
         rows[table] = row
@@ -111,12 +120,17 @@ def run_plan(ops, consts, out_reg, nregs, leaves, leaf_off, pool_keys, pool_hkey
             s = top
             n = 0
             if op == LEAF_SPARSE:
-                for j in range(need):
-                    key = pool_keys[p0 + j]
-                    if has_h and pool_hkeys[p0 + j] != 0:
-                        key = cross64(pool_hkeys[p0 + j], key)
-                    akeys[s + j] = key
-                    avals[s + j] = pool_vals[p0 + j]
+                if leaves[a, L_POOL] == 0:
+                    for j in range(need):
+                        key = raw_keys[p0 + j]
+                        if has_h and raw_hkeys[p0 + j] != 0:
+                            key = _cross(raw_hkeys[p0 + j], key)
+                        akeys[s + j] = key
+                        avals[s + j] = raw_vals[p0 + j]
+                else:
+                    for j in range(need):
+                        akeys[s + j] = dsl_keys[p0 + j]
+                        avals[s + j] = dsl_vals[p0 + j]
                 n = need
             elif op == LEAF_DENSE:
                 w = leaves[a, L_WIDTH]
@@ -128,7 +142,7 @@ def run_plan(ops, consts, out_reg, nregs, leaves, leaf_off, pool_keys, pool_hkey
             elif op == CARTESIAN:
                 for x in range(start[a], start[a] + size[a]):
                     for y in range(start[b], start[b] + size[b]):
-                        akeys[s + n] = cross64(akeys[x], akeys[y])
+                        akeys[s + n] = _cross(akeys[x], akeys[y])
                         avals[s + n] = avals[x] * avals[y]
                         n += 1
             elif op == MATCH:
@@ -141,7 +155,7 @@ def run_plan(ops, consts, out_reg, nregs, leaves, leaf_off, pool_keys, pool_hkey
                             break
             elif op == HASH:
                 for x in range(start[a], start[a] + size[a]):
-                    akeys[s + n] = cross64(akeys[x], 0) % b
+                    akeys[s + n] = _cross(akeys[x], 0) % b
                     avals[s + n] = avals[x]
                     n += 1
             elif op == BUCKETIZE:

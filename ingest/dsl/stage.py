@@ -20,11 +20,16 @@ __all__ = ["DslStage", "MAX_PAIRS_PER_ROW"]
 MAX_PAIRS_PER_ROW = 1 << 22
 
 
-class _Sparse:
-    """A sparse column of a block: row ``r`` is ``keys/vals/hkeys[off[r] - off[0] : off[r + 1] - off[0]]``."""
+class _Result:
+    """A sparse DSL result over the rows of one table: row ``r`` is ``keys/vals[off[r]:off[r + 1]]``."""
 
-    def __init__(self, off, keys, vals, hkeys):
-        self.off, self.keys, self.vals, self.hkeys = off, keys, vals, hkeys
+    def __init__(self, off, keys, vals):
+        self.off, self.keys, self.vals = off, keys, vals
+
+
+_NONE_I = np.empty(0, np.int64)
+_NONE_F = np.empty(0, np.float64)
+_NONE_F32 = np.empty(0, np.float32)
 
 
 class DslStage:
@@ -46,51 +51,46 @@ class DslStage:
         self.raw = raw
         self.plans = plans
         self.limit = MAX_PAIRS_PER_ROW if limit is None else limit
+        # where each parsed feature is in a block: name -> (table, index among its kind)
+        self.parsed = {}
+        for t in range(raw.tables):
+            self.parsed.update({s.name: (t, f) for f, s in enumerate(raw.sparse_in(t))})
+            self.parsed.update({s.name: (t, d) for d, s in enumerate(raw.dense_in(t))})
 
     def __call__(self, blk):
-        cols = {}
-        for t, tab in enumerate(blk.tables):
-            for f, spec in enumerate(self.raw.sparse_in(t)):
-                off = tab.sp_offsets[f]
-                a, b = off[0], off[-1]
-                cols[spec.name] = _Sparse(off, blk.sp_keys[a:b], blk.sp_values[a:b],
-                                          None if blk.sp_hkeys is None else blk.sp_hkeys[a:b])
-            for d, spec in enumerate(self.raw.dense_in(t)):
-                cols[spec.name] = tab.dense[d]
         refer = [tab.refer for tab in blk.tables[:-1]]
         refer_base = np.cumsum([0] + [len(r) for r in refer])
-        refer_flat = np.concatenate(refer) if refer else np.empty(0, np.int64)
+        refer_flat = np.concatenate(refer) if refer else _NONE_I
+        results = {}
         for plan in self.plans:
-            cols[plan.name] = self._run(plan, blk, cols, refer_flat, refer_base)
-        return self._block(blk, cols)
+            results[plan.name] = self._run(plan, blk, results, refer_flat, refer_base)
+        return self._block(blk, results)
 
-    def _run(self, plan, blk, cols, refer_flat, refer_base):
-        leaves = np.zeros((len(plan.leaves), 3), np.int64)
-        offs, keys, vals, hkeys, dense = [], [], [], [], []
-        n_off = n_pool = n_dense = 0
-        with_h = blk.sp_hkeys is not None
+    def _run(self, plan, blk, results, refer_flat, refer_base):
+        leaves = np.zeros((len(plan.leaves), K.LEAF_COLUMNS), np.int64)
+        offs, dsl_keys, dsl_vals, dense = [], [], [], []
+        n_off = n_dsl = n_dense = 0
         for i, (name, table, width) in enumerate(plan.leaves):
-            col = cols[name]
             leaves[i, K.L_TABLE] = table
             leaves[i, K.L_WIDTH] = width
-            if width:
+            if width:  # a parsed dense feature
+                col = blk.tables[table].dense[self.parsed[name][1]]
                 leaves[i, K.L_BASE] = n_dense
                 dense.append(col.ravel())
                 n_dense += col.size
                 continue
             leaves[i, K.L_BASE] = n_off
-            offs.append(col.off - col.off[0] + n_pool)
-            keys.append(col.keys)
-            vals.append(col.vals)
-            if with_h:
-                hkeys.append(col.hkeys if col.hkeys is not None else np.zeros(len(col.keys), np.int64))
-            n_off += len(col.off)
-            n_pool += len(col.keys)
-        leaf_off = np.concatenate(offs) if offs else np.empty(0, np.int64)
-        pool_keys = np.concatenate(keys) if keys else np.empty(0, np.int64)
-        pool_vals = np.concatenate(vals).astype(np.float64) if vals else np.empty(0, np.float64)
-        pool_hkeys = np.concatenate(hkeys) if hkeys else np.empty(0, np.int64)
-        dense_flat = np.concatenate(dense).astype(np.float64) if dense else np.empty(0, np.float64)
+            if name in results:  # an earlier plan's result
+                res = results[name]
+                leaves[i, K.L_POOL] = 1
+                offs.append(res.off + n_dsl)
+                dsl_keys.append(res.keys)
+                dsl_vals.append(res.vals)
+                n_dsl += len(res.keys)
+            else:  # a parsed sparse feature: offsets into the block's own arrays
+                offs.append(blk.tables[table].sp_offsets[self.parsed[name][1]])
+            n_off += len(offs[-1])
+        leaf_off = np.concatenate(offs) if offs else _NONE_I
         nrows = blk.tables[plan.table].nrows
         out_off = np.empty(nrows + 1, np.int64)
         out_off[0] = 0
@@ -98,12 +98,14 @@ class DslStage:
         out_vals = np.empty(len(out_keys), np.float64)
         akeys = np.empty(1024, np.int64)
         avals = np.empty(1024, np.float64)
+        args = (leaves, leaf_off, blk.sp_keys, _NONE_I if blk.sp_hkeys is None else blk.sp_hkeys, blk.sp_values,
+                np.concatenate(dsl_keys) if dsl_keys else _NONE_I, np.concatenate(dsl_vals) if dsl_vals else _NONE_F,
+                np.concatenate(dense).astype(np.float64) if dense else _NONE_F, refer_flat, refer_base,
+                plan.table, len(blk.tables))
         row = out_n = 0
         while True:
-            status, row, need, out_n = K.run_plan(
-                plan.ops, plan.consts, plan.out_reg, plan.nregs, leaves, leaf_off, pool_keys, pool_hkeys, pool_vals,
-                dense_flat, refer_flat, refer_base, plan.table, len(blk.tables), row, nrows, akeys, avals,
-                out_off, out_keys, out_vals, out_n, self.limit)
+            status, row, need, out_n = K.run_plan(plan.ops, plan.consts, plan.out_reg, plan.nregs, *args, row, nrows,
+                                                  akeys, avals, out_off, out_keys, out_vals, out_n, self.limit)
             if status == K.DONE:
                 break
             if status == K.TOO_MANY:
@@ -116,7 +118,7 @@ class DslStage:
                 out_vals = np.concatenate([out_vals[:out_n], np.empty(size - out_n, np.float64)])
         if plan.dense:  # single-valued: exactly one pair per row
             return out_vals[:nrows].astype(np.float32).reshape(nrows, 1)
-        return _Sparse(out_off, out_keys[:out_n], out_vals[:out_n], None)
+        return _Result(out_off, out_keys[:out_n], out_vals[:out_n])
 
     def _too_many(self, plan, blk, row, need):
         if plan.table == 0:
@@ -129,30 +131,28 @@ class DslStage:
                              source=blk.source, offset=blk.start, text=str(need), feature=name,
                              expected=f"at most {self.limit:,} pairs per row (a cartesian of big inputs?)")
 
-    def _block(self, blk, cols):
-        """The block with every feature of the schema: raw columns kept in place, DSL ones appended."""
-        keys, vals, hkeys = [blk.sp_keys], [blk.sp_values], [blk.sp_hkeys]
-        n_pool = len(blk.sp_keys)
+    def _block(self, blk, results):
+        """The block with every feature of the schema: parsed columns in place, DSL ones in the DSL pool."""
+        keys, vals = [], []
+        n_pool = 0
         tables = []
         for t, tab in enumerate(blk.tables):
-            raw_pos = {s.name: f for f, s in enumerate(self.raw.sparse_in(t))}
             rows = []
-            for spec in self.schema.sparse_in(t):
-                if spec.name in raw_pos:
-                    rows.append(tab.sp_offsets[raw_pos[spec.name]])
+            from_dsl = np.zeros(len(self.schema.sparse_in(t)), np.bool_)
+            for f, spec in enumerate(self.schema.sparse_in(t)):
+                if spec.name in self.parsed:
+                    rows.append(tab.sp_offsets[self.parsed[spec.name][1]])
                     continue
-                col = cols[spec.name]
-                rows.append(col.off + n_pool)
-                keys.append(col.keys)
-                vals.append(col.vals.astype(np.float32))
-                if blk.sp_hkeys is not None:
-                    hkeys.append(np.zeros(len(col.keys), np.int64))
-                n_pool += len(col.keys)
+                res = results[spec.name]
+                rows.append(res.off + n_pool)
+                from_dsl[f] = True
+                keys.append(res.keys)
+                vals.append(res.vals)
+                n_pool += len(res.keys)
             offsets = np.stack(rows) if rows else np.empty((0, tab.nrows + 1), np.int64)
-            raw_dense = {s.name: d for d, s in enumerate(self.raw.dense_in(t))}
-            dense = tuple(tab.dense[raw_dense[s.name]] if s.name in raw_dense else cols[s.name]
+            dense = tuple(tab.dense[self.parsed[s.name][1]] if s.name in self.parsed else results[s.name]
                           for s in self.schema.dense_in(t))
-            tables.append(Table(tab.nrows, offsets, dense, tab.refer))
-        return dataclasses.replace(
-            blk, tables=tuple(tables), sp_keys=np.concatenate(keys), sp_values=np.concatenate(vals),
-            sp_hkeys=None if blk.sp_hkeys is None else np.concatenate(hkeys))
+            tables.append(Table(tab.nrows, offsets, dense, tab.refer, from_dsl if from_dsl.any() else None))
+        return dataclasses.replace(blk, tables=tuple(tables),
+                                   dsl_keys=np.concatenate(keys) if keys else _NONE_I,
+                                   dsl_values=np.concatenate(vals).astype(np.float32) if vals else _NONE_F32)

@@ -9,6 +9,8 @@ from ..errors import GroupTooLargeError
 __all__ = ["BatchBuilder", "cut_batches"]
 
 _NO_HKEYS = np.empty(0, np.int64)
+_NO_VALUES = np.empty(0, np.float32)
+_NO_FLAGS = np.empty(0, np.bool_)
 
 
 class BatchBuilder:
@@ -111,7 +113,11 @@ class BatchBuilder:
             hkeys = blk.sp_hkeys if blk.sp_hkeys is not None else _NO_HKEYS
             for out, src in zip(dense, tab.dense):
                 copy_dense_ranges(src, lo, hi, m, out, row)
-            row = copy_sparse_ranges(tab.sp_offsets, blk.sp_keys, hkeys, blk.sp_values, lo, hi, m, row,
+            if tab.from_dsl is None:
+                dsl = (_NO_HKEYS, _NO_VALUES, _NO_FLAGS)
+            else:
+                dsl = (blk.dsl_keys, blk.dsl_values, tab.from_dsl)
+            row = copy_sparse_ranges(tab.sp_offsets, blk.sp_keys, hkeys, blk.sp_values, *dsl, lo, hi, m, row,
                                      pair, key_base, value_base, offsets, keys, pairs, values)
         # padding and the aux padding row: empty sparse rows, zero dense rows
         offsets[:, row + 1:] = offsets[:, row:row + 1]

@@ -21,12 +21,16 @@ class Table:
         One array per dense feature of this table (schema order), masked already.
     refer : int64 [nrows] or None
         Row of the next table (in this block) each row refers to; None for the last table.
+    from_dsl : bool [F_t] or None
+        Features computed by the DSL stage, whose offsets point into the block's
+        ``dsl_keys``/``dsl_values`` instead; None when there are none.
     """
 
     nrows: int
     sp_offsets: np.ndarray
     dense: tuple
     refer: object = None
+    from_dsl: object = None
 
 
 @dataclass(eq=False)
@@ -44,6 +48,8 @@ class Block:
     sp_hkeys : int64 [T] or None
         High 64 bits of 128-bit ids; None when all are 0.
     sp_values : float32 [T]
+    dsl_keys : int64 [D], dsl_values : float32 [D], or None
+        Sparse features computed by the DSL stage (``Table.from_dsl``).
     labels : float32 [nrows, label_count]
     timestamps : int64 [nrows]
     sid_bytes : uint8 [S], sid_offsets : int64 [nrows + 1]
@@ -66,6 +72,8 @@ class Block:
     source: str = ""
     start: int = 0
     end: int = 0
+    dsl_keys: object = None
+    dsl_values: object = None
 
     @property
     def nrows(self):

@@ -1,0 +1,76 @@
+"""Benchmark of the feature DSL: what four crosses cost the reader, text and pb.
+
+On the synthetic ads samples, every feature declared, one parse thread, ``batch_size(1024)``:
+the same file read without and with four DSL features (issue 4's bar: two ``cartesian``, one
+``match``, one aggregation over an aux-table feature):
+
+    ad_x_gender = cartesian(cate, gender)
+    ad_x_age    = cartesian(brand, age)
+    cate_match  = match(cate, cate_pref)
+    clk_logsum  = logsum(clk_hist)          # clk_hist is in aux table 1 in the pb file
+
+The pb file is the text converted with ``--aux auto`` (the user features in table 1), so the
+aggregation runs once per aux line; in the text file every feature is in table 0.  One
+warm-up run each, then ``--runs`` rounds alternating plain and DSL readers; medians, and the
+median of the per-round ratios.  Writes ``benchmarks/out/bench_dsl.json``.
+
+    python benchmarks/bench_dsl.py [--samples 120000] [--runs 5]
+"""
+import argparse
+import datetime
+import json
+
+from ingest.convert import convert
+
+from _common import OUT, alternated_runs, machine, markdown_table, synthetic_file
+from bench_pb import reader_for
+
+CROSSES = {
+    "ad_x_gender": "cartesian(cate, gender)",
+    "ad_x_age": "cartesian(brand, age)",
+    "cate_match": "match(cate, cate_pref)",
+    "clk_logsum": "logsum(clk_hist)",
+}
+
+
+def with_crosses(reader):
+    for name, expr in CROSSES.items():
+        reader.feature(name=name, type="sparse", dsl=expr)
+    return reader
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--samples", type=int, default=120_000, help="synthetic samples (default: 120000)")
+    parser.add_argument("--runs", type=int, default=5, help="timed rounds (default: 5)")
+    args = parser.parse_args(argv)
+
+    text = synthetic_file(args.samples)
+    pb = OUT / f"{text.stem}.pb"
+    summary = convert([str(text)], str(pb), aux="auto", log=lambda *_: None)
+    aux = set(summary["aux"])
+    inputs = {"text": (text, "txt", set()), "pb": (pb, "pb", aux)}
+    results = {}
+    for name, spec in inputs.items():
+        results[name] = alternated_runs({"plain": lambda s=spec: reader_for(*s),
+                                         "dsl": lambda s=spec: with_crosses(reader_for(*s))},
+                                        args.samples, args.runs)
+    report = {"date": datetime.date.today().isoformat(), "machine": machine(), "samples": args.samples,
+              "runs": args.runs, "crosses": CROSSES, "aux": sorted(aux), "read": results}
+    (OUT / "bench_dsl.json").write_text(json.dumps(report, indent=2) + "\n")
+
+    m = report["machine"]
+    print(f"{args.samples:,} samples, 1 parse thread, batch_size 1024, median of {args.runs} rounds; "
+          f"{m['nproc']} cores ({m['cpu']}), {report['date']}\n")
+    rows = []
+    for name, r in results.items():
+        plain, dsl = r["plain"], r["dsl"]
+        rows.append([name, f"{plain['samples_per_s']:,.0f}", f"{dsl['samples_per_s']:,.0f}",
+                     f"{1 - dsl['ratio']:.1%}", f"{1 - dsl['cpu_ratio']:.1%}"])
+    print(markdown_table(["input", "samples/s without", "samples/s with 4 crosses", "cost (wall)",
+                          "cost (CPU)"], rows))
+    print(f"JSON: {OUT / 'bench_dsl.json'}")
+
+
+if __name__ == "__main__":
+    main()
