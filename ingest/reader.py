@@ -94,6 +94,7 @@ class DataReader:
         self._compression = None
         self._deterministic = False
         self._prefetch = 4
+        self._unique = False
         self._unit_bytes = None
         self._stats = Stats()
         self._pipeline = None
@@ -204,6 +205,12 @@ class DataReader:
         self._deterministic = bool(on)
         return self
 
+    def unique_ids(self, on=True):
+        """Per batch and sparse feature: ``unique_ids``, ``inverse``, ``unique_rows``, ``unique_row_offsets``."""
+        self._option()
+        self._unique = bool(on)
+        return self
+
     def prefetch(self, n):
         """Batches built ahead of the consumer (default 4)."""
         self._option()
@@ -242,7 +249,7 @@ class DataReader:
         units = plan_units(files, compression=self._compression, splittable=fmt.splittable,
                            task_num=self._task[1], unit_bytes=self._unit_bytes)
         mine = units[self._task[0]::self._task[1]]
-        builder = BatchBuilder(schema, self._batch_size, self._pad)
+        builder = BatchBuilder(schema, self._batch_size, self._pad, unique=self._unique, stats=self._stats)
         self._pipeline = Pipeline(mine, self._epochs, fmt, builder, ops=_dsl_stage(schema), threads=self._threads,
                                   deterministic=self._deterministic, split_group=self._split_group,
                                   drop_last=self._drop_last, on_skip=on_skip, stats=self._stats,

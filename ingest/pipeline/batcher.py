@@ -1,8 +1,11 @@
 """Cutting the block stream into batches (FORMATS.md section 3 batching rules)."""
+import time
+
 import numpy as np
 
 from .._native.batch import (copy_dense_ranges, copy_sparse_ranges, group_ranges, refer_ranges,
                              write_indicators)
+from .._native.unique import unique_ids
 from ..batch import Batch, SparseFeature
 from ..errors import GroupTooLargeError
 
@@ -21,10 +24,12 @@ class BatchBuilder:
     every row of table k to its row of table k + 1 in the batch.
     """
 
-    def __init__(self, schema, batch_size, pad):
+    def __init__(self, schema, batch_size, pad, unique=False, stats=None):
         self.schema = schema
         self.batch_size = batch_size
         self.pad = pad
+        self.unique = unique
+        self.stats = stats
         self.tables = schema.tables
         self.sparse = [schema.sparse_in(t) for t in range(self.tables)]
         self.dense = [schema.dense_in(t) for t in range(self.tables)]
@@ -85,6 +90,13 @@ class BatchBuilder:
             row += k
         labels[n:] = 0
         timestamps[n:] = 0
+        if self.unique:
+            t0 = time.perf_counter()
+            for feat in features.values():
+                if isinstance(feat, SparseFeature):
+                    add_unique_ids(feat)
+            if self.stats is not None:
+                self.stats.add_time("unique", time.perf_counter() - t0)
         return Batch(n, labels, timestamps, np.concatenate(sid_parts), sid_offsets, features, indicators,
                      tables=self.table_of, table_rows=rows)
 
@@ -131,6 +143,28 @@ class BatchBuilder:
         for spec, arr in zip(self.dense[t], dense):
             out[spec.name] = arr
         return out
+
+
+def add_unique_ids(feat):
+    """Fill ``unique_ids``, ``inverse``, ``unique_rows`` and ``unique_row_offsets`` of a SparseFeature."""
+    ids = feat.ids
+    n = len(ids)
+    size = 16
+    while size <= 2 * n:
+        size *= 2
+    slots = np.full(size, -1, np.int32)
+    pairs = ids.ndim == 2
+    uniq = np.empty((n, 2), np.int64)
+    inverse = np.empty(n, np.int32)
+    counts = np.empty(n, np.int64)
+    row_offsets = np.empty(n + 1, np.int64)
+    rows = np.empty(n, np.int32)
+    u = unique_ids(ids[:, 0] if pairs else _NO_HKEYS, ids[:, 1] if pairs else ids, feat.offsets, slots,
+                   uniq[:, 0], uniq[:, 1], inverse, counts, row_offsets, rows)
+    feat.unique_ids = uniq[:u].copy() if pairs else uniq[:u, 1].copy()
+    feat.inverse = inverse
+    feat.unique_rows = rows
+    feat.unique_row_offsets = row_offsets[:u + 1].copy()
 
 
 def cut_batches(blocks, builder, *, split_group=True, drop_last=False, on_skip=None):

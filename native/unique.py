@@ -1,0 +1,68 @@
+"""Per-batch unique ids of one sparse feature (FORMATS.md section 3): an open-addressing hash table.
+
+``unique_ids`` fills, for the ``N`` ids of a feature in a batch, the distinct ids in order of
+first occurrence, ``inverse`` (``unique[inverse] == ids``), and for each distinct id the rows
+it occurs in (``unique_rows[unique_row_offsets[u]:unique_row_offsets[u + 1]]``, in occurrence
+order: XDL's sidx/sseg).  A 128-bit id is the pair (hkey, key).
+"""
+import numpy as np
+from numba import njit
+
+from .jit import helper
+
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _hash(h, k):
+    x = np.uint64(k) ^ (np.uint64(h) * _M2)
+    x ^= x >> np.uint64(30)
+    x *= _M1
+    x ^= x >> np.uint64(27)
+    x *= _M2
+    x ^= x >> np.uint64(31)
+    return x
+
+
+@helper
+def unique_ids(hkeys, keys, offsets, slots, uniq_h, uniq_k, inverse, counts, unique_row_offsets, unique_rows):
+    """Fill the outputs for ids ``(hkeys[i], keys[i])`` (``hkeys`` empty: all 0); returns ``U``.
+
+    ``slots`` (int32, a power of two > N, all -1) is the table; ``uniq_h``/``uniq_k`` and
+    ``counts`` need room for N entries, ``unique_row_offsets`` for N + 1, ``unique_rows``
+    and ``inverse`` for N.  Row ``r`` holds ids ``offsets[r]:offsets[r + 1]``.
+    """
+    n = len(keys)
+    has_h = len(hkeys) > 0
+    mask = np.uint64(len(slots) - 1)
+    nu = 0
+    for i in range(n):
+        k = keys[i]
+        h = hkeys[i] if has_h else 0
+        s = _hash(h, k) & mask
+        while True:
+            u = slots[s]
+            if u < 0:
+                slots[s] = nu
+                uniq_k[nu] = k
+                uniq_h[nu] = h
+                counts[nu] = 1
+                inverse[i] = nu
+                nu += 1
+                break
+            if uniq_k[u] == k and uniq_h[u] == h:
+                inverse[i] = u
+                counts[u] += 1
+                break
+            s = (s + np.uint64(1)) & mask
+    unique_row_offsets[0] = 0
+    for u in range(nu):
+        unique_row_offsets[u + 1] = unique_row_offsets[u] + counts[u]
+        counts[u] = unique_row_offsets[u]  # now the next free place of u
+    for r in range(len(offsets) - 1):
+        for i in range(offsets[r], offsets[r + 1]):
+            u = inverse[i]
+            unique_rows[counts[u]] = r
+            counts[u] += 1
+    return nu

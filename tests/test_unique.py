@@ -1,0 +1,70 @@
+"""Per-batch unique ids: the hash-table kernel against a dict, and through the reader."""
+import numpy as np
+from hypothesis import given, strategies as st
+
+import ingest
+from ingest import SparseFeature
+from ingest.pipeline.batcher import add_unique_ids
+
+from conftest import make_reader
+
+
+def naive_unique(ids, offsets):
+    """The twin: distinct ids in first-occurrence order, inverse, rows of each distinct id."""
+    keys = [tuple(i) if isinstance(i, list) else i for i in ids.tolist()]
+    order, inverse = {}, []
+    for k in keys:
+        inverse.append(order.setdefault(k, len(order)))
+    rows_of = [[] for _ in order]
+    for r in range(len(offsets) - 1):
+        for i in range(offsets[r], offsets[r + 1]):
+            rows_of[inverse[i]].append(r)
+    return list(order), inverse, rows_of
+
+
+_key = st.integers(-3, 3) | st.integers(-2 ** 63, 2 ** 63 - 1)
+
+
+@given(rows=st.lists(st.lists(st.tuples(st.integers(-1, 1) | st.integers(-2 ** 63, 2 ** 63 - 1), _key),
+                              max_size=6), max_size=12), pairs=st.booleans())
+def test_kernel_matches_twin(rows, pairs):
+    offsets = np.zeros(len(rows) + 1, np.int64)
+    offsets[1:] = np.cumsum([len(r) for r in rows])
+    flat = [p for r in rows for p in r]
+    ids = np.array(flat, np.int64).reshape(len(flat), 2)
+    if not pairs:
+        ids = np.ascontiguousarray(ids[:, 1])
+    feat = SparseFeature("f", ids, np.ones(len(flat), np.float32), offsets)
+    add_unique_ids(feat)
+    order, inverse, rows_of = naive_unique(ids, offsets)
+    got_u = [tuple(u) for u in feat.unique_ids.tolist()] if pairs else feat.unique_ids.tolist()
+    assert got_u == order
+    assert feat.inverse.tolist() == inverse
+    uo = feat.unique_row_offsets
+    assert [feat.unique_rows[uo[u]:uo[u + 1]].tolist() for u in range(len(order))] == rows_of
+
+
+def test_reader_fills_unique_ids_for_every_sparse_feature(tmp_path):
+    path = tmp_path / "u.txt"
+    path.write_text("a|g|x@5,7,5;y@1:0.5||1\nb|g|x@7,9;y@1:2.0||0\nc|h|x@9||1\n")
+    reader = make_reader([path], sparse=["x"], batch_size=(2,), unique_ids=True)
+    reader.feature("y", "sparse")  # ids as (hkey, key) pairs
+    batches = reader.startup().read_all()
+    first = batches[0]
+    first.validate()
+    x = first["x"]
+    assert x.unique_ids.tolist() == [5, 7, 9]
+    assert x.inverse.tolist() == [0, 1, 0, 1, 2]
+    assert x.unique_row_offsets.tolist() == [0, 2, 4, 5]
+    assert x.unique_rows.tolist() == [0, 0, 0, 1, 1]
+    assert first["y"].unique_ids.tolist() == [[0, 1]]
+    assert batches[1]["x"].unique_ids.tolist() == [9]  # per batch
+    assert "unique" in reader.stats()["seconds"]
+
+
+def test_unique_ids_off_by_default(tmp_path):
+    path = tmp_path / "u.txt"
+    path.write_text("a|g|x@5||1\n")
+    [batch] = make_reader([path], sparse=["x"]).startup().read_all()
+    assert batch["x"].unique_ids is None
+    assert ingest.DataReader("r", [str(path)]).unique_ids(True)._unique
