@@ -10,6 +10,7 @@ from .features import FeatureType, Schema, make_feature
 from .pipeline.batcher import BatchBuilder
 from .pipeline.runner import Pipeline
 from .pipeline.stats import Stats
+from .pipeline.timeline import Timeline
 from .sources import expand_paths, plan_units
 from .sources.compression import check_codec
 
@@ -95,6 +96,7 @@ class DataReader:
         self._deterministic = False
         self._prefetch = 4
         self._unique = False
+        self._timeline_path = None
         self._unit_bytes = None
         self._stats = Stats()
         self._pipeline = None
@@ -211,6 +213,13 @@ class DataReader:
         self._unique = bool(on)
         return self
 
+    def timeline(self, path):
+        """Record a Chrome trace of the run (a track per thread, an event per chunk, op and batch), written
+        to ``path`` when the input is exhausted or the reader shuts down."""
+        self._option()
+        self._timeline_path = str(path)
+        return self
+
     def prefetch(self, n):
         """Batches built ahead of the consumer (default 4)."""
         self._option()
@@ -255,6 +264,8 @@ class DataReader:
                                   drop_last=self._drop_last, on_skip=on_skip, stats=self._stats,
                                   prefetch=self._prefetch)
         self._started = True
+        if self._timeline_path is not None:
+            self._stats.timeline = Timeline()
         self._stats.start_clock()
         self._pipeline.start()
         self._finalizer = weakref.finalize(self, self._pipeline.close)
@@ -270,6 +281,7 @@ class DataReader:
             return self._pipeline.next_batch()
         except StopIteration:
             self._report_skipped()
+            self._write_timeline()
             raise
 
     def read_all(self):
@@ -283,13 +295,22 @@ class DataReader:
                           f"first: {stats['first_errors'][0]}", RuntimeWarning, stacklevel=3)
 
     def stats(self):
-        """Counters (bytes, samples, groups, blocks, batches, units, errors_skipped) and seconds per stage."""
+        """Counters (bytes, samples, groups, blocks, batches, units, errors_skipped) and seconds per stage.
+
+        Stages: ``read`` (reading and decompressing, or waiting for the read-ahead thread), ``parse``,
+        ``ops`` (DSL), summed over the parse workers; ``batch`` and ``unique`` on the batcher thread;
+        ``wait``, the time the consumer waited for a batch; and ``wall`` since ``startup()``."""
         return self._stats.snapshot()
+
+    def _write_timeline(self):
+        if self._stats.timeline is not None:
+            self._stats.timeline.write(self._timeline_path)
 
     def shutdown(self):
         """Stop the threads (also when the consumer stopped early); the reader cannot be restarted."""
         if self._pipeline is not None:
             self._pipeline.close()
+            self._write_timeline()
         if self._finalizer is not None:
             self._finalizer.detach()
 

@@ -1,23 +1,42 @@
 """What every format front end shares: opening a work unit, and the read buffer it parses from."""
+import threading
+import time
+
 import numpy as np
 
 from ..sources import open_unit, read_into
 
-__all__ = ["UnitFormat", "refill", "grown"]
+__all__ = ["UnitFormat", "refill", "grown", "take_read_seconds"]
+
+
+_reading = threading.local()
+
+
+def take_read_seconds():
+    """Seconds this thread spent in ``refill`` (reading, or waiting for read-ahead) since the last call."""
+    seconds = getattr(_reading, "seconds", 0.0)
+    _reading.seconds = 0.0
+    return seconds
 
 
 def refill(f, buf, filled, limit=None):
     """Read into ``buf[filled:]`` until it is full, holds ``limit`` bytes, or the stream ends.
 
-    Returns ``(filled, eof)``.
+    Returns ``(filled, eof)``.  The time it takes is added up per thread (``take_read_seconds``).
     """
+    t0 = time.perf_counter()
     stop = len(buf) if limit is None else min(len(buf), limit)
+    eof = False
     while filled < stop:
         n = read_into(f, memoryview(buf)[filled:stop])
         if n == 0:
-            return filled, True
+            eof = True
+            break
         filled += n
-    return filled, limit is not None and filled >= limit
+    else:
+        eof = limit is not None and filled >= limit
+    _reading.seconds = getattr(_reading, "seconds", 0.0) + time.perf_counter() - t0
+    return filled, eof
 
 
 class UnitFormat:

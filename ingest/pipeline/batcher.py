@@ -53,6 +53,7 @@ class BatchBuilder:
         return plan
 
     def build(self, pieces):
+        t0 = time.perf_counter()
         n = sum(r1 - r0 for _, r0, r1 in pieces)
         rows0 = self.batch_size if self.pad else n
         padded = rows0 > n
@@ -90,13 +91,15 @@ class BatchBuilder:
             row += k
         labels[n:] = 0
         timestamps[n:] = 0
+        t1 = time.perf_counter()
+        if self.stats is not None:
+            self.stats.stage("batch", t0, t1, size=n)
         if self.unique:
-            t0 = time.perf_counter()
             for feat in features.values():
                 if isinstance(feat, SparseFeature):
                     add_unique_ids(feat)
             if self.stats is not None:
-                self.stats.add_time("unique", time.perf_counter() - t0)
+                self.stats.stage("unique", t1, time.perf_counter())
         return Batch(n, labels, timestamps, np.concatenate(sid_parts), sid_offsets, features, indicators,
                      tables=self.table_of, table_rows=rows)
 

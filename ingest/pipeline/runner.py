@@ -12,6 +12,7 @@ import threading
 import time
 
 from ..errors import IngestError, ReaderClosedError
+from ..formats.base import take_read_seconds
 from .batcher import cut_batches
 
 __all__ = ["Pipeline"]
@@ -125,19 +126,20 @@ class Pipeline:
                 if self.stop.is_set():
                     return
                 with contextlib.closing(self.fmt.read_unit(unit, self.stop)) as blocks:
+                    take_read_seconds()
                     t0 = time.perf_counter()
-                    for blk in blocks:
-                        self.stats.add_time("parse", time.perf_counter() - t0)
+                    for blk in blocks:  # the format reads and parses in next()
+                        self._read_parse(t0, unit, blk.nbytes, blk.nrows)
                         if self.ops is not None:
                             t0 = time.perf_counter()
                             blk = self.ops(blk)
-                            self.stats.add_time("ops", time.perf_counter() - t0)
+                            self.stats.stage("ops", t0, time.perf_counter(), rows=blk.nrows)
                         self.stats.add(bytes=blk.nbytes, samples=blk.nrows,
                                        groups=len(blk.group_offsets) - 1, blocks=1)
                         if not self._put(q, blk):
                             return
                         t0 = time.perf_counter()
-                    self.stats.add_time("parse", time.perf_counter() - t0)
+                    self._read_parse(t0, unit, 0, 0)
                 self.stats.add(units=1)
                 if not self._put(q, _UNIT_DONE):
                     return
@@ -145,6 +147,13 @@ class Pipeline:
             self._put(q, exc)
         finally:
             self._put(q, _WORKER_DONE)
+
+    def _read_parse(self, t0, unit, nbytes, rows):
+        """Count the time since ``t0``: what ``refill`` spent as read, the rest as parse."""
+        t1 = time.perf_counter()
+        read = min(take_read_seconds(), t1 - t0)
+        self.stats.stage("read", t0, t0 + read)
+        self.stats.stage("parse", t0 + read, t1, unit=unit.url, offset=unit.start, bytes=nbytes, rows=rows)
 
     # -- batcher ---------------------------------------------------------------------------
     def _blocks(self):
@@ -177,13 +186,10 @@ class Pipeline:
         try:
             batches = cut_batches(self._blocks(), self.builder, split_group=self.split_group,
                                   drop_last=self.drop_last, on_skip=self.on_skip)
-            t0 = time.perf_counter()
-            for batch in batches:
-                self.stats.add_time("batch", time.perf_counter() - t0)
+            for batch in batches:  # the builder counts its own time
                 self.stats.add(batches=1)
                 if not self._put(self.out, batch):
                     return
-                t0 = time.perf_counter()
             self._put(self.out, _END)
         except ReaderClosedError:
             pass
@@ -197,7 +203,7 @@ class Pipeline:
             raise StopIteration
         t0 = time.perf_counter()
         item = self._get(self.out)
-        self.stats.add_time("wait", time.perf_counter() - t0)
+        self.stats.stage("wait", t0, time.perf_counter())
         if item is _END:
             self.finished = True
             self.close()

@@ -11,7 +11,8 @@ KEEP_ERRORS = 100
 class Stats:
     """Thread-safe counters of one reader; ``snapshot()`` is what ``reader.stats()`` returns."""
 
-    def __init__(self):
+    def __init__(self, timeline=None):
+        self.timeline = timeline
         self._lock = threading.Lock()
         self._counts = Counter()
         self._times = Counter()
@@ -29,6 +30,13 @@ class Stats:
     def add_time(self, stage, seconds):
         with self._lock:
             self._times[stage] += seconds
+
+    def stage(self, stage, start, end, **args):
+        """Count ``end - start`` seconds (``perf_counter``) to ``stage``, and record it on the timeline."""
+        with self._lock:
+            self._times[stage] += end - start
+        if self.timeline is not None:
+            self.timeline.span(stage, start, end, args)
 
     def skipped(self, error):
         """Count an error whose line, record or group was skipped under ``on_error("skip")``."""
