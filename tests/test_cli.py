@@ -29,3 +29,30 @@ def test_bench_missing_input_is_a_one_line_error(capsys):
     assert bench.main(["/nonexistent/file.txt"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("ingest-bench: ") and "/nonexistent/file.txt" in err and "\n" not in err
+
+
+def test_bench_timeline_unique_ids_and_dsl(tmp_path, capsys):
+    """--timeline writes a Chrome trace with a track per thread; --unique-ids and --dsl show in the stages."""
+    conf = tmp_path / "crosses.conf"
+    conf.write_text("Name=ad_x_age;Type=KV;Expr=cartesian(cate, age)\n")
+    trace = tmp_path / "trace.json"
+    args = ["--synthetic", "3000", "--batch-size", "512", "--threads", "2", "--unique-ids", "--dsl", str(conf),
+            "--timeline", str(trace), "--json"]
+    assert bench.main(args) in (0, None)
+    out = json.loads(capsys.readouterr().out)
+    assert out["samples"] == 3000
+    assert {"read", "parse", "ops", "batch", "unique", "wait"} <= set(out["stats"]["seconds"])
+    events = json.loads(trace.read_text())["traceEvents"]
+    tracks = {e["args"]["name"] for e in events if e["ph"] == "M"}
+    assert {"ingest-parse-0", "ingest-parse-1", "ingest-batcher", "MainThread"} <= tracks
+    spans = [e for e in events if e["ph"] == "X"]
+    assert sum(e["args"]["size"] for e in spans if e["name"] == "batch") == 3000
+    assert sum(e["args"]["rows"] for e in spans if e["name"] == "parse") == 3000
+    assert sum(1 for e in spans if e["name"] == "ops") == sum(1 for e in spans if e["name"] == "parse" and e["args"]["rows"])
+    assert all(e["dur"] >= 0 for e in spans)
+
+
+def test_bench_report_shows_stages(capsys):
+    assert bench.main(["--synthetic", "2000", "--no-progress"]) in (0, None)
+    report = capsys.readouterr().out
+    assert "stages" in report and "parse" in report and "wait" in report

@@ -1,6 +1,8 @@
 """``ingest-bench`` (also ``ingest bench``): throughput of a reader over sample files.
 
-First a warm-up reader with the same options over the first input takes one batch, so
+Prints samples/s, MB/s, batches/s, p50/p99 batch latency, the seconds of each pipeline stage
+(read, parse, ops, batch, unique, and the consumer's wait), peak RSS and, kept apart, the
+warm-up (numba compile or cache load).  First a warm-up reader with the same options over the first input takes one batch, so
 that the numba kernels are compiled or loaded from the cache; its batch size is 8 (the
 real one with --no-split-group, as a whole group may not fit in 8).  Its time is reported
 as ``compile_seconds`` and excluded.  The timed run goes from ``startup()`` to the end of
@@ -20,6 +22,7 @@ import numpy as np
 
 from .. import synthetic
 from ..discover import scan_features
+from ..dsl import load_feature_conf
 from ..errors import ConfigError, IngestError
 from ..formats import FileType
 from ..reader import DataReader
@@ -108,7 +111,27 @@ def warm_up(reader):
     return time.perf_counter() - t0
 
 
-def measure(reader):
+class Progress:
+    """A one-line progress report on stderr, redrawn at most every ``interval`` seconds."""
+
+    def __init__(self, stream=sys.stderr, interval=0.5):
+        self.stream = stream
+        self.interval = interval
+        self.t0 = self.last = time.perf_counter()
+
+    def __call__(self, samples, reader, final=False):
+        now = time.perf_counter()
+        if not final and now - self.last < self.interval:
+            return
+        self.last = now
+        mb = reader.stats()["bytes"] / 1e6
+        rate = samples / max(now - self.t0, 1e-9)
+        self.stream.write(f"\r{samples:>14,} samples  {mb:>10,.1f} MB  {rate:>12,.0f} samples/s"
+                          + ("\n" if final else ""))
+        self.stream.flush()
+
+
+def measure(reader, progress=None):
     """Read every batch of ``reader`` (not started yet) and time it.
 
     Returns
@@ -120,7 +143,8 @@ def measure(reader):
         (None with fewer than two batches), ``first_batch_ms`` (from ``startup()``),
         ``cpu_seconds`` (CPU time of the whole process, every thread, over the run: on a
         shared VM it is steadier than wall time, which counts time stolen by neighbours),
-        ``samples_per_cpu_s`` and ``stats`` (``reader.stats()``).
+        ``samples_per_cpu_s`` and ``stats`` (``reader.stats()``).  ``progress(samples, reader,
+        final=False)`` is called after each batch when given.
     """
     stamps = []
     samples = 0
@@ -131,7 +155,11 @@ def measure(reader):
         for batch in reader:
             stamps.append(time.perf_counter())
             samples += batch.size
+            if progress is not None:
+                progress(samples, reader)
         seconds = time.perf_counter() - t0
+        if progress is not None:
+            progress(samples, reader, final=True)
         cpu_seconds = time.process_time() - c0
         stats = reader.stats()
     finally:
@@ -162,7 +190,11 @@ def peak_rss_mb():
 def _reader(name, paths, args, declare):
     reader = DataReader(name, paths=paths, file_type=args.format)
     reader.batch_size(args.batch_size).threads(args.threads).epochs(args.epochs).split_group(args.split_group)
-    return declare(reader)
+    reader.unique_ids(args.unique_ids)
+    declare(reader)
+    if args.dsl is not None:
+        reader.features(load_feature_conf(args.dsl))
+    return reader
 
 
 def _bench(args, paths):
@@ -171,7 +203,11 @@ def _bench(args, paths):
     warm_batch_size = WARM_UP_BATCH_SIZE if args.split_group else args.batch_size
     compile_seconds = warm_up(_reader("ingest-bench-warm-up", paths[:1], args, declare)
                               .batch_size(warm_batch_size))
-    timed = measure(_reader("ingest-bench", paths, args, declare))
+    reader = _reader("ingest-bench", paths, args, declare)
+    if args.timeline is not None:
+        reader.timeline(args.timeline)
+    show = args.progress if args.progress is not None else (sys.stderr.isatty() and not args.json)
+    timed = measure(reader, Progress() if show else None)
     stats = timed.pop("stats")
     return {**timed, **per_core(timed, args.threads), "batch_size": args.batch_size,
             "compile_seconds": compile_seconds, "peak_rss_mb": peak_rss_mb(), "stats": stats}
@@ -196,10 +232,21 @@ def format_report(result):
                        f"{r['batches_per_s']:,.1f} batches/s"),
         ("per core", f"{r['samples_per_s_per_core']:,.0f} samples/s   {r['mb_per_s_per_core']:,.1f} MB/s"),
         ("latency", f"p50 {ms(r['p50_ms'])}   p99 {ms(r['p99_ms'])}   first batch {ms(r['first_batch_ms'])}"),
+        ("stages", _stages(r["stats"]["seconds"], r["samples"])),
         ("peak RSS", f"{r['peak_rss_mb']:,.0f} MB"),
     ]
     width = max(len(label) for label, _ in lines)
     return "\n".join(f"{label:<{width}}  {value}" for label, value in lines)
+
+
+STAGES = ("read", "parse", "ops", "batch", "unique", "wait")
+
+
+def _stages(seconds, samples):
+    """Seconds per pipeline stage (summed over threads) and microseconds per sample."""
+    parts = [f"{name} {seconds[name]:.2f} s ({seconds[name] / max(samples, 1) * 1e6:.2f} us/sample)"
+             for name in STAGES if name in seconds]
+    return "   ".join(parts) or "-"
 
 
 def run(args, prog="ingest-bench"):
@@ -275,6 +322,16 @@ def add_arguments(parser):
     parser.add_argument("--split-group", action=argparse.BooleanOptionalAction, default=True,
                         help="let a sample group span two batches; --no-split-group keeps groups whole "
                              "(default: split)")
+    parser.add_argument("--unique-ids", action="store_true",
+                        help="compute per-batch unique ids of every sparse feature (reader.unique_ids)")
+    parser.add_argument("--dsl", metavar="FILE",
+                        help="DSL features to compute, XDL's conf lines 'Name=..;Type=KV|ID|Numeric;Expr=..' "
+                             "(ingest.load_feature_conf), declared after --features")
+    parser.add_argument("--timeline", metavar="FILE",
+                        help="write a Chrome trace of the timed run (chrome://tracing, Perfetto): a track per "
+                             "thread, an event per chunk read and parsed, op run and batch built")
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                        help="a progress line on stderr (default: when stderr is a terminal and not --json)")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object (samples, bytes, batches, seconds, samples_per_s, "
                              "mb_per_s, batches_per_s, p50_ms, p99_ms, threads, batch_size, compile_seconds, "
