@@ -151,7 +151,8 @@ class Batch:
         return {name: torch.from_numpy(arr) for name, arr in self.arrays().items()}
 
     def release(self):
-        """Hand the batch's buffers back; the batch must not be used afterwards."""
+        """Drop the batch's arrays so that their buffers return to the reader's pool (arrays taken from
+        the batch before stay valid: a buffer is reused only when nothing refers to it)."""
         self._features = {}
         self.labels = self.timestamps = self.sid_bytes = self.sid_offsets = None
         self._sample_ids = None

@@ -6,6 +6,7 @@ import numpy as np
 from .._native.batch import (copy_dense_ranges, copy_sparse_ranges, group_ranges, refer_ranges,
                              write_indicators)
 from .._native.unique import unique_ids
+from .pool import BufferPool
 from ..batch import Batch, SparseFeature
 from ..errors import GroupTooLargeError
 
@@ -24,8 +25,9 @@ class BatchBuilder:
     every row of table k to its row of table k + 1 in the batch.
     """
 
-    def __init__(self, schema, batch_size, pad, unique=False, stats=None):
+    def __init__(self, schema, batch_size, pad, unique=False, stats=None, pool=None):
         self.schema = schema
+        self.pool = pool if pool is not None else BufferPool()
         self.batch_size = batch_size
         self.pad = pad
         self.unique = unique
@@ -67,7 +69,7 @@ class BatchBuilder:
         features = {s.name: found[s.name] for s in self.schema.specs}
         indicators = []
         for k in range(self.tables - 1):
-            ind = np.empty(rows[k], np.int32)
+            ind = self.pool.lease(rows[k], np.int32)
             row = packed = 0
             for (blk, _, _), plan in zip(pieces, plans):
                 lo, hi, m = plan[k]
@@ -75,10 +77,11 @@ class BatchBuilder:
                 row, packed = write_indicators(blk.tables[k].refer, lo, hi, next_lo, next_hi, m, ind, row, packed)
             ind[row:] = rows[k + 1] - 1
             indicators.append(ind)
-        labels = np.empty((rows0, self.schema.label_count), np.float32)
-        timestamps = np.empty(rows0, np.int64)
-        sid_parts = []
-        sid_offsets = np.empty(n + 1, np.int64)
+        labels = self.pool.lease((rows0, self.schema.label_count), np.float32)
+        timestamps = self.pool.lease(rows0, np.int64)
+        sid_bytes = self.pool.lease(sum(int(blk.sid_offsets[r1] - blk.sid_offsets[r0]) for blk, r0, r1 in pieces),
+                                    np.uint8)
+        sid_offsets = self.pool.lease(n + 1, np.int64)
         sid_offsets[0] = 0
         row = 0
         for blk, r0, r1 in pieces:
@@ -86,8 +89,9 @@ class BatchBuilder:
             labels[row:row + k] = blk.labels[r0:r1]
             timestamps[row:row + k] = blk.timestamps[r0:r1]
             a, b = blk.sid_offsets[r0], blk.sid_offsets[r1]
-            sid_parts.append(blk.sid_bytes[a:b])
-            sid_offsets[row + 1:row + k + 1] = blk.sid_offsets[r0 + 1:r1 + 1] - a + sid_offsets[row]
+            at = sid_offsets[row]
+            sid_bytes[at:at + b - a] = blk.sid_bytes[a:b]
+            sid_offsets[row + 1:row + k + 1] = blk.sid_offsets[r0 + 1:r1 + 1] - a + at
             row += k
         labels[n:] = 0
         timestamps[n:] = 0
@@ -97,10 +101,10 @@ class BatchBuilder:
         if self.unique:
             for feat in features.values():
                 if isinstance(feat, SparseFeature):
-                    add_unique_ids(feat)
+                    add_unique_ids(feat, self.pool)
             if self.stats is not None:
                 self.stats.stage("unique", t1, time.perf_counter())
-        return Batch(n, labels, timestamps, np.concatenate(sid_parts), sid_offsets, features, indicators,
+        return Batch(n, labels, timestamps, sid_bytes, sid_offsets, features, indicators,
                      tables=self.table_of, table_rows=rows)
 
     def _table(self, t, pieces, plans, rows):
@@ -116,11 +120,12 @@ class BatchBuilder:
         pair_counts = np.where(pair, counts, 0)
         key_counts = counts - pair_counts
         key_base = np.where(pair, np.cumsum(pair_counts) - pair_counts, np.cumsum(key_counts) - key_counts)
-        offsets = np.zeros((len(specs), rows + 1), np.int64)
-        keys = np.empty(int(key_counts.sum()), np.int64)
-        pairs = np.empty((int(pair_counts.sum()), 2), np.int64)
-        values = np.empty(int(counts.sum()), np.float32)
-        dense = [np.empty((rows, s.width), np.float32) for s in self.dense[t]]
+        offsets = self.pool.lease((len(specs), rows + 1), np.int64)
+        offsets[:, 0] = 0
+        keys = self.pool.lease(int(key_counts.sum()), np.int64)
+        pairs = self.pool.lease((int(pair_counts.sum()), 2), np.int64)
+        values = self.pool.lease(int(counts.sum()), np.float32)
+        dense = [self.pool.lease((rows, s.width), np.float32) for s in self.dense[t]]
         row = 0
         for (blk, _, _), plan in zip(pieces, plans):
             lo, hi, m = plan[t]
@@ -148,26 +153,28 @@ class BatchBuilder:
         return out
 
 
-def add_unique_ids(feat):
+def add_unique_ids(feat, pool):
     """Fill ``unique_ids``, ``inverse``, ``unique_rows`` and ``unique_row_offsets`` of a SparseFeature."""
     ids = feat.ids
     n = len(ids)
     size = 16
     while size <= 2 * n:
         size *= 2
-    slots = np.full(size, -1, np.int32)
+    slots = pool.lease(size, np.int32)
+    slots.fill(-1)
     pairs = ids.ndim == 2
-    uniq = np.empty((n, 2), np.int64)
-    inverse = np.empty(n, np.int32)
-    counts = np.empty(n, np.int64)
-    row_offsets = np.empty(n + 1, np.int64)
-    rows = np.empty(n, np.int32)
+    uniq_h = pool.lease(n, np.int64)
+    uniq = pool.lease((n, 2) if pairs else n, np.int64)
+    counts = pool.lease(n, np.int64)
+    row_offsets = pool.lease(n + 1, np.int64)
+    feat.inverse = pool.lease(n, np.int32)
+    feat.unique_rows = pool.lease(n, np.int32)
     u = unique_ids(ids[:, 0] if pairs else _NO_HKEYS, ids[:, 1] if pairs else ids, feat.offsets, slots,
-                   uniq[:, 0], uniq[:, 1], inverse, counts, row_offsets, rows)
-    feat.unique_ids = uniq[:u].copy() if pairs else uniq[:u, 1].copy()
-    feat.inverse = inverse
-    feat.unique_rows = rows
-    feat.unique_row_offsets = row_offsets[:u + 1].copy()
+                   uniq_h, uniq[:, 1] if pairs else uniq, feat.inverse, counts, row_offsets, feat.unique_rows)
+    if pairs:
+        uniq[:u, 0] = uniq_h[:u]
+    feat.unique_ids = uniq[:u]
+    feat.unique_row_offsets = row_offsets[:u + 1]
 
 
 def cut_batches(blocks, builder, *, split_group=True, drop_last=False, on_skip=None):

@@ -1,0 +1,230 @@
+"""ingest against the pipelines a user would pick instead, on the same synthetic samples.
+
+Four readers of the same 120,000 synthetic ads samples, every feature (11 sparse with their
+values, 2 dense, 2 labels), batches of 1024, at 1 and 2 threads, with and without per-batch
+unique ids:
+
+- ``ingest text``: ``DataReader`` over the text file (``threads(n)``, ``unique_ids``);
+- ``ingest pb``: ``DataReader`` over the same samples converted to ``pb`` with ``--aux auto``;
+- ``tf.data text``: ``TextLineDataset`` -> ``batch(1024)`` -> ``map`` of ``tf.strings`` ops that
+  split the XDL text format into per-feature ragged ids and values, dense matrices and labels
+  (``num_parallel_calls=n``);
+- ``TFRecord``: the samples as ``tf.train.Example`` (per sparse feature an int64 list of ids and a
+  float list of values, dense and labels fixed-length floats) -> ``batch(1024)`` ->
+  ``tf.io.parse_example`` with ``RaggedFeature``s (``num_parallel_calls=n``).
+
+With unique ids on, the TensorFlow pipelines add ``tf.unique`` over each sparse feature's ids in
+the map.  TensorFlow runs in a subprocess per configuration with its thread pools (intra-op,
+inter-op, the dataset's private pool) set to n.  Each reader: one warm-up pass, then ``--runs``
+timed passes over all batches in Python; medians.  Prints a table with ratios of ingest to its
+peer, writes ``benchmarks/out/bench_peers.json``.  Needs ``pip install 'ingest[tf]'``.
+
+    python benchmarks/bench_peers.py [--samples 120000] [--runs 3]
+"""
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import ingest
+from ingest import synthetic
+from ingest.convert import convert
+
+from _common import OUT, machine, markdown_table, synthetic_file
+
+BATCH_SIZE = 1024
+THREADS = (1, 2)
+
+
+# -- ingest ---------------------------------------------------------------------------------------
+def ingest_reader(path, file_type, aux, threads, unique):
+    reader = ingest.DataReader("bench_peers", paths=[str(path)], file_type=file_type)
+    reader.label_count(synthetic.LABEL_COUNT).batch_size(BATCH_SIZE).threads(threads).unique_ids(unique)
+    for name in synthetic.SPARSE:
+        reader.feature(name=name, type="sparse", serialized=True, table=1 if name in aux else 0)
+    for name, nvec in synthetic.DENSE.items():
+        reader.feature(name=name, type="dense", nvec=nvec, table=1 if name in aux else 0)
+    return reader
+
+
+def ingest_runs(make, runs):
+    """Samples/s of ``runs`` full passes after one warm-up pass."""
+    rates = []
+    for i in range(runs + 1):
+        reader = make()
+        t0 = time.perf_counter()
+        n = sum(b.size for b in reader.startup())
+        if i:
+            rates.append(n / (time.perf_counter() - t0))
+    return rates
+
+
+# -- TensorFlow (in a subprocess per configuration) -------------------------------------------------
+def _tf(threads):
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(threads)
+    return tf
+
+
+def _options(tf, threads):
+    options = tf.data.Options()
+    options.threading.private_threadpool_size = threads
+    return options
+
+
+def tf_text_dataset(tf, path, threads, unique):
+    """XDL text lines parsed with tf.strings: per sparse feature ragged ids and values."""
+    names = list(synthetic.SPARSE)
+    dense = list(synthetic.DENSE.items())
+
+    def parse(lines):
+        fields = tf.strings.split(lines, "|").to_tensor(shape=[None, 6])
+        out = {"labels": tf.strings.to_number(tf.strings.split(fields[:, 4], ",").to_tensor(), tf.float32)}
+        entries = tf.strings.split(tf.strings.split(fields[:, 2], ";"), "@").to_tensor()  # [B, F, 2]
+        feat_names = entries[:, :, 0]
+        tokens = tf.strings.split(entries[:, :, 1], ",")  # ragged [B, F, V]: "key" or "key:value"
+        flat = tokens.flat_values
+        keys = tokens.with_flat_values(tf.strings.to_number(tf.strings.regex_replace(flat, ":.*", ""), tf.int64))
+        weight = tf.strings.regex_replace(flat, "^[^:]*:?", "")
+        weights = tokens.with_flat_values(tf.strings.to_number(tf.where(weight == "", "1", weight), tf.float32))
+        for name in names:
+            mask = tf.equal(feat_names, name)
+            ids = tf.ragged.boolean_mask(keys, mask).merge_dims(1, 2)
+            out[name] = (ids, tf.ragged.boolean_mask(weights, mask).merge_dims(1, 2))
+            if unique:
+                out[name + "/unique"] = tf.unique(ids.flat_values)
+        dense_entries = tf.strings.split(tf.strings.split(fields[:, 3], ";"), "@").to_tensor()
+        for j, (name, nvec) in enumerate(dense):
+            vector = tf.strings.split(dense_entries[:, j, 1], ",").to_tensor(shape=[None, nvec])
+            out[name] = tf.strings.to_number(vector, tf.float32)
+        return out
+
+    ds = tf.data.TextLineDataset(str(path)).batch(BATCH_SIZE).map(parse, num_parallel_calls=threads)
+    return ds.prefetch(4).with_options(_options(tf, threads))
+
+
+def tf_record_write(tf, text_path, out_path):
+    """The samples of the text file as tf.train.Example records (read with ingest)."""
+    reader = ingest_reader(text_path, "txt", set(), 1, False)
+    with tf.io.TFRecordWriter(str(out_path)) as writer:
+        for batch in reader.startup():
+            for r in range(batch.size):
+                feature = {"labels": tf.train.Feature(float_list=tf.train.FloatList(value=batch.labels[r]))}
+                for name in synthetic.SPARSE:
+                    f = batch[name]
+                    a, b = f.offsets[r], f.offsets[r + 1]
+                    feature[name + "/ids"] = tf.train.Feature(int64_list=tf.train.Int64List(value=f.ids[a:b]))
+                    feature[name + "/values"] = tf.train.Feature(float_list=tf.train.FloatList(value=f.values[a:b]))
+                for name in synthetic.DENSE:
+                    feature[name] = tf.train.Feature(float_list=tf.train.FloatList(value=batch[name][r]))
+                writer.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+
+
+def tf_record_dataset(tf, path, threads, unique):
+    spec = {"labels": tf.io.FixedLenFeature([synthetic.LABEL_COUNT], tf.float32)}
+    for name in synthetic.SPARSE:
+        spec[name + "/ids"] = tf.io.RaggedFeature(tf.int64)
+        spec[name + "/values"] = tf.io.RaggedFeature(tf.float32)
+    for name, nvec in synthetic.DENSE.items():
+        spec[name] = tf.io.FixedLenFeature([nvec], tf.float32)
+
+    def parse(records):
+        out = tf.io.parse_example(records, spec)
+        if unique:
+            for name in synthetic.SPARSE:
+                out[name + "/unique"] = tf.unique(out[name + "/ids"].flat_values)
+        return out
+
+    ds = tf.data.TFRecordDataset(str(path)).batch(BATCH_SIZE).map(parse, num_parallel_calls=threads)
+    return ds.prefetch(4).with_options(_options(tf, threads))
+
+
+def tf_worker(kind, path, threads, unique, runs):
+    tf = _tf(threads)
+    make = tf_text_dataset if kind == "tf-text" else tf_record_dataset
+    rates = []
+    for i in range(runs + 1):
+        ds = make(tf, path, threads, unique)
+        t0 = time.perf_counter()
+        n = 0
+        for batch in ds:
+            n += int(batch["labels"].shape[0])
+        if i:
+            rates.append(n / (time.perf_counter() - t0))
+    return rates
+
+
+def tf_runs(kind, path, threads, unique, runs):
+    cmd = [sys.executable, __file__, "--worker", kind, "--input", str(path), "--threads", str(threads),
+           "--runs", str(runs)] + (["--unique"] if unique else [])
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"bench_peers: {kind} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# -- main --------------------------------------------------------------------------------------------
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--samples", type=int, default=120_000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--input", help=argparse.SUPPRESS)
+    parser.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--unique", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--write-tfrecord", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        print(json.dumps(tf_worker(args.worker, args.input, args.threads, args.unique, args.runs)))
+        return
+    if args.write_tfrecord:
+        tf_record_write(_tf(2), args.input, args.write_tfrecord)
+        return
+
+    text = synthetic_file(args.samples)
+    pb = OUT / f"{text.stem}.pb"
+    aux = set(convert([str(text)], str(pb), aux="auto", log=lambda *_: None)["aux"])
+    tfrecord = OUT / f"{text.stem}.tfrecord"
+    if not tfrecord.exists():
+        print(f"writing {tfrecord} ...", file=sys.stderr, flush=True)
+        subprocess.run([sys.executable, __file__, "--input", str(text), "--write-tfrecord", str(tfrecord) + ".partial"],
+                       check=True)
+        os.replace(str(tfrecord) + ".partial", tfrecord)
+
+    results = []
+    for unique in (False, True):
+        for threads in THREADS:
+            row = {"unique": unique, "threads": threads}
+            row["ingest text"] = ingest_runs(lambda: ingest_reader(text, "txt", set(), threads, unique), args.runs)
+            row["ingest pb"] = ingest_runs(lambda: ingest_reader(pb, "pb", aux, threads, unique), args.runs)
+            row["tf.data text"] = tf_runs("tf-text", text, threads, unique, args.runs)
+            row["TFRecord"] = tf_runs("tf-record", tfrecord, threads, unique, args.runs)
+            results.append(row)
+            print(f"unique={unique} threads={threads}: " + ", ".join(
+                f"{k} {statistics.median(v):,.0f}/s" for k, v in row.items() if isinstance(v, list)),
+                file=sys.stderr, flush=True)
+    report = {"date": datetime.date.today().isoformat(), "machine": machine(), "samples": args.samples,
+              "runs": args.runs, "batch_size": BATCH_SIZE, "results": results}
+    (OUT / "bench_peers.json").write_text(json.dumps(report, indent=2) + "\n")
+    m = report["machine"]
+    print(f"{args.samples:,} samples, batch_size {BATCH_SIZE}, median samples/s of {args.runs} runs; "
+          f"{m['nproc']} cores ({m['cpu']}), {report['date']}\n")
+    rows = []
+    for r in results:
+        med = {k: statistics.median(v) for k, v in r.items() if isinstance(v, list)}
+        rows.append(["on" if r["unique"] else "off", r["threads"]] + [f"{med[k]:,.0f}" for k in
+                    ("ingest text", "tf.data text", "ingest pb", "TFRecord")]
+                    + [f"{med['ingest text'] / med['tf.data text']:.1f}x", f"{med['ingest pb'] / med['TFRecord']:.1f}x"])
+    print(markdown_table(["unique ids", "threads", "ingest text", "tf.data text", "ingest pb", "TFRecord",
+                          "text vs tf.data", "pb vs TFRecord"], rows))
+    print(f"JSON: {OUT / 'bench_peers.json'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+"""Reused batch buffers: a pool of byte arrays handed out as typed views.
+
+A buffer is free again as soon as nothing outside the pool refers to it: neither the batch
+that leased it nor any array the consumer took from that batch (a numpy view keeps its
+base alive).  So a batch's memory returns to the pool when the consumer drops the batch
+(the next iteration, when the loop variable is rebound) or calls ``batch.release()``,
+and a consumer that keeps a batch, or one array of it, keeps that memory intact: reuse can
+never overwrite data still in use.  In steady state, batch building allocates no new
+buffers (``allocated`` stops growing).
+"""
+import sys
+import threading
+from collections import deque
+
+import numpy as np
+
+__all__ = ["BufferPool"]
+
+_MIN_BYTES = 4096
+
+
+def _refs_when_free():
+    """References to a pooled buffer that nothing else holds, as ``lease`` counts them."""
+    probe = deque([np.empty(1, np.uint8)])
+    buf = probe.popleft()
+    probe.append(buf)
+    return sys.getrefcount(buf)
+
+
+class BufferPool:
+    """Buffers by size class (powers of two), each class a queue scanned oldest first."""
+
+    def __init__(self):
+        self._classes = {}
+        self._lock = threading.Lock()
+        self._free_refs = _refs_when_free()
+        self.allocated = 0          # buffers created so far
+        self.allocated_bytes = 0
+
+    def lease(self, shape, dtype):
+        """A C-contiguous array of ``shape`` and ``dtype`` over a pooled buffer (contents undefined)."""
+        dtype = np.dtype(dtype)
+        count = int(np.prod(shape)) if isinstance(shape, tuple) else int(shape)
+        need = max(count * dtype.itemsize, 1)
+        size = _MIN_BYTES
+        while size < need:
+            size *= 2
+        with self._lock:
+            queue = self._classes.setdefault(size, deque())
+            buf = None
+            for _ in range(len(queue)):
+                candidate = queue.popleft()
+                queue.append(candidate)  # oldest first: the next lease looks at the next one
+                if sys.getrefcount(candidate) == self._free_refs:
+                    buf = candidate
+                    break
+                del candidate
+            if buf is None:
+                buf = np.empty(size, np.uint8)
+                queue.append(buf)
+                self.allocated += 1
+                self.allocated_bytes += size
+        return buf[:count * dtype.itemsize].view(dtype).reshape(shape)
+
+    def zeros(self, shape, dtype):
+        out = self.lease(shape, dtype)
+        out.fill(0)
+        return out

@@ -1,0 +1,60 @@
+"""Batch buffers come from a pool: reused once dropped, never while any array of a batch is held."""
+import numpy as np
+
+from ingest import synthetic
+from ingest.pipeline.pool import BufferPool
+
+from conftest import make_reader
+
+
+def test_a_buffer_is_reused_only_when_nothing_refers_to_it():
+    pool = BufferPool()
+    a = pool.lease(100, np.int64)
+    a[:] = 7
+    view = a[10:20]
+    del a
+    b = pool.lease(100, np.int64)          # the first buffer is still held through `view`
+    assert pool.allocated == 2 and np.all(view == 7)
+    del view, b
+    c = pool.lease((10, 10), np.float32)   # same size class: reused
+    assert pool.allocated == 2 and c.shape == (10, 10) and c.flags.c_contiguous
+
+
+def _reader(path, **options):
+    reader = make_reader([path], batch_size=(256,), **options)
+    return synthetic.declare(reader)
+
+
+def test_steady_state_allocates_no_batch_buffers(tmp_path):
+    path = tmp_path / "s.txt"
+    synthetic.write(path, 20000)
+    reader = _reader(path, unique_ids=True, epochs=6).startup()
+    pool = reader._pipeline.builder.pool
+    counts = []
+    for i, batch in enumerate(reader):  # each batch dropped when the loop moves on
+        batch.validate()
+        if i in (200, 460):  # the pool fills up over the first ~120 batches (4 in the queue, sizes vary)
+            counts.append(pool.allocated)
+    assert counts[0] == counts[1] > 0
+
+
+def test_batches_kept_by_the_consumer_stay_intact(tmp_path):
+    path = tmp_path / "s.txt"
+    synthetic.write(path, 5000)
+    kept = [(b["item"].ids.copy(), b["item"].ids, b.labels.copy(), b.labels) for b in _reader(path).startup()]
+    fresh = [b["item"].ids for b in _reader(path).startup()]
+    assert len(kept) == len(fresh) == 20
+    for (ids_copy, ids, labels_copy, labels), ids2 in zip(kept, fresh):
+        assert np.array_equal(ids, ids_copy) and np.array_equal(ids, ids2) and np.array_equal(labels, labels_copy)
+
+
+def test_release_returns_the_buffers(tmp_path):
+    path = tmp_path / "s.txt"
+    synthetic.write(path, 5000)
+    reader = _reader(path).startup()
+    pool = reader._pipeline.builder.pool
+    first = next(reader)
+    first.release()
+    list(reader)
+    grown = pool.allocated
+    assert grown < 20 * 20  # far fewer buffers than arrays of 20 batches
