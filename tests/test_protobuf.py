@@ -380,3 +380,54 @@ def test_max_record_bytes_option(tmp_path):
     assert reader.stats()["errors_by_kind"] == {"TOO_LONG": 1}
     with pytest.raises(ingest.ConfigError):
         ingest.DataReader("t", [str(path)]).max_record_bytes(8).startup()
+
+
+# -- byte ranges of uncompressed files ------------------------------------------------------------------
+
+def _numbered_groups(n):
+    records = []
+    for i in range(n):
+        g = pb.SampleGroup()
+        for j in range(1 + i % 3):
+            g.labels.add().values.append(float(j))
+            g.sample_ids.append(f"g{i}s{j}")
+            line = g.feature_tables.add().feature_lines.add() if j == 0 else g.feature_tables[0].feature_lines.add()
+            line.features.add(type=pb.kSparse, name="a").values.add(key=i * 10 + j, value=0.5)
+        records.append(g.SerializeToString())
+    return records
+
+
+def _sids(path, threads, unit_bytes=None, errors=None):
+    reader = ingest.DataReader("r", [str(path)], file_type="pb").feature("a", "sparse").threads(threads)
+    reader.deterministic(True).batch_size(7)
+    if unit_bytes:
+        reader.unit_bytes(unit_bytes)
+    if errors is not None:
+        reader.on_error("skip")
+    out = [batch.sample_id(r) for batch in reader.startup() for r in range(batch.size)]
+    if errors is not None:
+        errors.extend(reader.stats()["first_errors"])
+    return out
+
+
+def test_large_files_split_at_record_boundaries(tmp_path):
+    path = tmp_path / "big.pb"
+    path.write_bytes(frame(_numbered_groups(400)))
+    whole = _sids(path, 1)
+    assert len(whole) == sum(1 + i % 3 for i in range(400))
+    assert _sids(path, 2, unit_bytes=1024) == whole  # ~20 byte ranges, records cut nowhere
+
+
+def test_split_file_with_a_bad_length_reports_it_once(tmp_path):
+    records = _numbered_groups(300)
+    data = frame(records[:150]) + struct.pack("<I", 1 << 30) + b"\0" * 64 + frame(records[150:])
+    path = tmp_path / "bad.pb"
+    path.write_bytes(data)
+    whole_errors, split_errors = [], []
+    with pytest.warns(RuntimeWarning):
+        whole = _sids(path, 1, errors=whole_errors)
+    with pytest.warns(RuntimeWarning):
+        split = _sids(path, 2, unit_bytes=1024, errors=split_errors)
+    assert split == whole and len(whole) == sum(1 + i % 3 for i in range(150))
+    assert len(split_errors) == 1 and split_errors == whole_errors
+    assert "record 150" in split_errors[0]

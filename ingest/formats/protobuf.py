@@ -4,6 +4,8 @@ Records are read into a reusable buffer; ``decode_chunk`` takes the whole record
 and the partial one at the end is kept for the next read.  Per chunk the Python work is
 O(tables): a kernel call, the column layout and a Block.
 """
+import threading
+
 import numpy as np
 
 from .._native import protobuf as K
@@ -61,8 +63,45 @@ class _Scratch:
                 self.sid_off, self.group_start, self.errors, self.st)
 
 
+class _RecordStarts:
+    """Where the records of uncompressed pb/spb files start, walked once per file from the length prefixes.
+
+    This makes a large file splittable into byte ranges: a range holds the records that start
+    in it.  The walk stops at a length it cannot trust (above ``max_record_bytes``, or past the
+    end); the offset where it stopped is kept as the last start, so the range holding it
+    decodes up to there and reports the error, and later ranges hold nothing.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._files = {}
+
+    def starts(self, f, url, size, max_record):
+        with self._lock:
+            if url not in self._files:
+                self._files[url] = self._walk(f, size, max_record)
+            return self._files[url]
+
+    @staticmethod
+    def _walk(f, size, max_record):
+        starts = []
+        pos = 0
+        while pos + 4 <= size:
+            f.seek(pos)
+            length = int.from_bytes(f.read(4), "little")
+            if length > max_record or pos + 4 + length > size:
+                break
+            starts.append(pos)
+            pos += 4 + length
+        if pos < size:
+            starts.append(pos)  # a bad or cut length: the range holding it reports it
+        return np.array(starts, np.int64)
+
+
 class ProtobufFormat(UnitFormat):
     """Parses ``pb`` (``simple=False``) or ``spb`` work units into Blocks for one schema.
+
+    Uncompressed files are splittable: a byte range holds the records that start in it.
 
     Parameters
     ----------
@@ -78,6 +117,8 @@ class ProtobufFormat(UnitFormat):
         or not of this format), and the rest of the unit cannot be framed.
     """
 
+    splittable = True
+
     def __init__(self, schema, simple=False, on_skip=None, chunk_bytes=4 << 20,
                  max_record_bytes=DEFAULT_MAX_RECORD_BYTES):
         self.schema = schema
@@ -86,6 +127,7 @@ class ProtobufFormat(UnitFormat):
         self.chunk_bytes = chunk_bytes
         self.max_record_bytes = max_record_bytes
         self.message = "SampleSimple" if simple else "SampleGroup"
+        self._records = _RecordStarts()
         specs = schema.specs
         self.names = build_name_table([s.name for s in specs])
         sparse_pos = {s.name: i for i, s in enumerate(schema.sparse)}
@@ -113,15 +155,25 @@ class ProtobufFormat(UnitFormat):
                         self.layout.total, self.schema.label_count)
 
     def _read(self, f, unit, stop):
+        base = 0       # source offset of buf[0]
+        records = 0    # records of the file before buf[0]
+        limit = None   # bytes of the source from base that belong to this unit
+        if not unit.whole:  # a byte range: the records that start in it
+            starts = self._records.starts(f, unit.url, unit.size, self.max_record_bytes)
+            records = int(np.searchsorted(starts, unit.start))
+            last = len(starts) if unit.end is None else int(np.searchsorted(starts, unit.end))
+            if records >= last:
+                return
+            base = int(starts[records])
+            limit = (unit.size if last == len(starts) else int(starts[last])) - base
+            f.seek(base)
         scratch = self._new_scratch()
         buf = np.empty(self.chunk_bytes, np.uint8)
         filled = 0
-        base = 0       # source offset of buf[0]
-        records = 0    # records of this unit before buf[0]
         eof = False
         while True:
             if not eof:
-                filled, eof = refill(f, buf, filled)
+                filled, eof = refill(f, buf, filled, limit)
             if filled == 0:
                 return
             status, consumed, nrec, nerr = K.decode_chunk(
@@ -146,6 +198,8 @@ class ProtobufFormat(UnitFormat):
             filled -= consumed
             base += consumed
             records += nrec
+            if limit is not None:
+                limit -= consumed
             if eof and filled == 0:
                 return
             if stop is not None and stop.is_set():
