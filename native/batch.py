@@ -1,6 +1,8 @@
 """Kernels that build batches from blocks: row-range copies, aux-table ranges, indicators."""
 from numba import njit
 
+from .jit import helper
+
 
 @njit(nogil=True, cache=True)
 def copy_sparse_ranges(src_offsets, src_keys, src_hkeys, src_values, dsl_keys, dsl_values, from_dsl, lo, hi,
@@ -119,3 +121,33 @@ def fixed_width_rows(blob, offsets, out):
             out[r, k] = blob[a + k]
         for k in range(n, out.shape[1]):
             out[r, k] = 0
+
+
+@helper
+def count_ranges(offsets, lo, hi, nranges, counts):
+    """Add to ``counts[f]`` the values of feature ``f`` in rows ``lo[g]:hi[g]`` (g < nranges)."""
+    for f in range(offsets.shape[0]):
+        c = 0
+        for g in range(nranges):
+            c += offsets[f, hi[g]] - offsets[f, lo[g]]
+        counts[f] += c
+
+
+@helper
+def feature_bases(counts, pair, key_base, value_base):
+    """Where each feature's ids and values go in a table's arrays; returns ``(keys, pairs, values)`` totals.
+
+    Values of every feature share one array; ids go to the ``(hkey, key)`` pairs array when
+    ``pair[f]``, else to the keys array.
+    """
+    nk = npair = nv = 0
+    for f in range(len(counts)):
+        value_base[f] = nv
+        nv += counts[f]
+        if pair[f]:
+            key_base[f] = npair
+            npair += counts[f]
+        else:
+            key_base[f] = nk
+            nk += counts[f]
+    return nk, npair, nv

@@ -4,7 +4,7 @@ from hypothesis import given, strategies as st
 
 import ingest
 from ingest import SparseFeature
-from ingest.pipeline.batcher import add_unique_ids
+from ingest.pipeline.batcher import UniqueScratch, add_unique_ids
 from ingest.pipeline.pool import BufferPool
 
 from conftest import make_reader
@@ -36,7 +36,7 @@ def test_kernel_matches_twin(rows, pairs):
     if not pairs:
         ids = np.ascontiguousarray(ids[:, 1])
     feat = SparseFeature("f", ids, np.ones(len(flat), np.float32), offsets)
-    add_unique_ids(feat, BufferPool())
+    add_unique_ids(feat, BufferPool(), UniqueScratch())
     order, inverse, rows_of = naive_unique(ids, offsets)
     got_u = [tuple(u) for u in feat.unique_ids.tolist()] if pairs else feat.unique_ids.tolist()
     assert got_u == order

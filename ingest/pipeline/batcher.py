@@ -3,8 +3,8 @@ import time
 
 import numpy as np
 
-from .._native.batch import (copy_dense_ranges, copy_sparse_ranges, group_ranges, refer_ranges,
-                             write_indicators)
+from .._native.batch import (copy_dense_ranges, copy_sparse_ranges, count_ranges, feature_bases, group_ranges,
+                             refer_ranges, write_indicators)
 from .._native.unique import unique_ids
 from .pool import BufferPool
 from ..batch import Batch, SparseFeature
@@ -28,6 +28,7 @@ class BatchBuilder:
     def __init__(self, schema, batch_size, pad, unique=False, stats=None, pool=None):
         self.schema = schema
         self.pool = pool if pool is not None else BufferPool()
+        self.scratch = UniqueScratch()
         self.batch_size = batch_size
         self.pad = pad
         self.unique = unique
@@ -101,7 +102,7 @@ class BatchBuilder:
         if self.unique:
             for feat in features.values():
                 if isinstance(feat, SparseFeature):
-                    add_unique_ids(feat, self.pool)
+                    add_unique_ids(feat, self.pool, self.scratch)
             if self.stats is not None:
                 self.stats.stage("unique", t1, time.perf_counter())
         return Batch(n, labels, timestamps, sid_bytes, sid_offsets, features, indicators,
@@ -114,17 +115,15 @@ class BatchBuilder:
         counts = np.zeros(len(specs), np.int64)
         for (blk, _, _), plan in zip(pieces, plans):
             lo, hi, m = plan[t]
-            off = blk.tables[t].sp_offsets
-            counts += (off[:, hi[:m]] - off[:, lo[:m]]).sum(axis=1)
-        value_base = np.cumsum(counts) - counts
-        pair_counts = np.where(pair, counts, 0)
-        key_counts = counts - pair_counts
-        key_base = np.where(pair, np.cumsum(pair_counts) - pair_counts, np.cumsum(key_counts) - key_counts)
+            count_ranges(blk.tables[t].sp_offsets, lo, hi, m, counts)
+        key_base = np.empty(len(specs), np.int64)
+        value_base = np.empty(len(specs), np.int64)
+        nkeys, npairs, nvalues = feature_bases(counts, pair, key_base, value_base)
         offsets = self.pool.lease((len(specs), rows + 1), np.int64)
         offsets[:, 0] = 0
-        keys = self.pool.lease(int(key_counts.sum()), np.int64)
-        pairs = self.pool.lease((int(pair_counts.sum()), 2), np.int64)
-        values = self.pool.lease(int(counts.sum()), np.float32)
+        keys = self.pool.lease(nkeys, np.int64)
+        pairs = self.pool.lease((npairs, 2), np.int64)
+        values = self.pool.lease(nvalues, np.float32)
         dense = [self.pool.lease((rows, s.width), np.float32) for s in self.dense[t]]
         row = 0
         for (blk, _, _), plan in zip(pieces, plans):
@@ -144,8 +143,7 @@ class BatchBuilder:
         for out in dense:
             out[row:] = 0
         out = {}
-        for f, spec in enumerate(specs):
-            kb, vb, c = int(key_base[f]), int(value_base[f]), int(counts[f])
+        for f, (spec, kb, vb, c) in enumerate(zip(specs, key_base.tolist(), value_base.tolist(), counts.tolist())):
             ids = pairs[kb:kb + c] if pair[f] else keys[kb:kb + c]
             out[spec.name] = SparseFeature(spec.name, ids, values[vb:vb + c], offsets[f])
         for spec, arr in zip(self.dense[t], dense):
@@ -153,22 +151,44 @@ class BatchBuilder:
         return out
 
 
-def add_unique_ids(feat, pool):
-    """Fill ``unique_ids``, ``inverse``, ``unique_rows`` and ``unique_row_offsets`` of a SparseFeature."""
+class UniqueScratch:
+    """The hash table and work arrays of ``add_unique_ids``, kept by one batcher and grown when needed."""
+
+    def __init__(self):
+        self.slots = np.empty(0, np.int32)
+        self.uniq_h = np.empty(0, np.int64)
+        self.counts = np.empty(0, np.int64)
+
+    def table(self, n):
+        size = 16
+        while size <= 2 * n:
+            size *= 2
+        if len(self.slots) < size:
+            self.slots = np.empty(size, np.int32)
+        if len(self.counts) < n:
+            self.uniq_h = np.empty(2 * n, np.int64)
+            self.counts = np.empty(2 * n, np.int64)
+        slots = self.slots[:size]
+        slots.fill(-1)
+        return slots, self.uniq_h, self.counts
+
+
+def add_unique_ids(feat, pool, scratch):
+    """Fill ``unique_ids``, ``inverse``, ``unique_rows`` and ``unique_row_offsets`` of a SparseFeature.
+
+    Two leases per feature: one int32 buffer for inverse and rows, one int64 buffer for the
+    unique ids and their row offsets (both free once the batch and its arrays are gone).
+    """
     ids = feat.ids
     n = len(ids)
-    size = 16
-    while size <= 2 * n:
-        size *= 2
-    slots = pool.lease(size, np.int32)
-    slots.fill(-1)
     pairs = ids.ndim == 2
-    uniq_h = pool.lease(n, np.int64)
-    uniq = pool.lease((n, 2) if pairs else n, np.int64)
-    counts = pool.lease(n, np.int64)
-    row_offsets = pool.lease(n + 1, np.int64)
-    feat.inverse = pool.lease(n, np.int32)
-    feat.unique_rows = pool.lease(n, np.int32)
+    slots, uniq_h, counts = scratch.table(n)
+    small = pool.lease(2 * n, np.int32)
+    feat.inverse, feat.unique_rows = small[:n], small[n:]
+    width = 2 if pairs else 1
+    big = pool.lease(width * n + n + 1, np.int64)
+    uniq = big[:width * n].reshape((n, 2) if pairs else n)
+    row_offsets = big[width * n:]
     u = unique_ids(ids[:, 0] if pairs else _NO_HKEYS, ids[:, 1] if pairs else ids, feat.offsets, slots,
                    uniq_h, uniq[:, 1] if pairs else uniq, feat.inverse, counts, row_offsets, feat.unique_rows)
     if pairs:

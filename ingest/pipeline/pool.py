@@ -8,6 +8,7 @@ and a consumer that keeps a batch, or one array of it, keeps that memory intact:
 never overwrite data still in use.  In steady state, batch building allocates no new
 buffers (``allocated`` stops growing).
 """
+import math
 import sys
 import threading
 from collections import deque
@@ -40,11 +41,8 @@ class BufferPool:
     def lease(self, shape, dtype):
         """A C-contiguous array of ``shape`` and ``dtype`` over a pooled buffer (contents undefined)."""
         dtype = np.dtype(dtype)
-        count = int(np.prod(shape)) if isinstance(shape, tuple) else int(shape)
-        need = max(count * dtype.itemsize, 1)
-        size = _MIN_BYTES
-        while size < need:
-            size *= 2
+        count = math.prod(shape) if isinstance(shape, tuple) else shape
+        size = max(_MIN_BYTES, 1 << (count * dtype.itemsize - 1).bit_length())
         with self._lock:
             queue = self._classes.setdefault(size, deque())
             buf = None

@@ -1,0 +1,366 @@
+#!/usr/bin/env bash
+# Run a real single-node Kafka broker (KRaft, broker+controller in one JVM) and a real
+# HDFS (Hadoop MiniDFSCluster: NameNode + one DataNode in one JVM) on 127.0.0.1,
+# for integration tests.
+#
+#   scripts/services.sh start    # fetch jars once (Maven), start both, wait until they answer
+#   scripts/services.sh status   # exit 0 when both run, 3 otherwise
+#   scripts/services.sh stop     # idempotent
+#
+# start/status print KEY=VALUE lines on stdout (everything else goes to stderr), so
+#   eval "$(scripts/services.sh start)"        or        scripts/services.sh start >> "$GITHUB_ENV"
+# gives KAFKA_BOOTSTRAP, HDFS_URL, WEBHDFS_URL and HADOOP_CONF_DIR (a core-site.xml with
+# fs.defaultFS, read by hdfs-native).
+#
+# Every start begins with empty Kafka and HDFS data; `start` on running services
+# leaves them (and their data) alone.  Needs Java 17+, Maven, curl; Python with
+# kafka-python is used, when importable, to check that the broker serves metadata.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+state=${INGEST_SERVICES_DIR:-$HOME/.cache/ingest-services}
+
+KAFKA_VERSION=${KAFKA_VERSION:-4.1.1}
+HADOOP_VERSION=${HADOOP_VERSION:-3.4.3}
+KAFKA_PORT=${KAFKA_PORT:-19092}
+KAFKA_CONTROLLER_PORT=${KAFKA_CONTROLLER_PORT:-19093}
+HDFS_PORT=${HDFS_PORT:-19000}
+HDFS_HTTP_PORT=${HDFS_HTTP_PORT:-19870}
+START_TIMEOUT=${SERVICES_START_TIMEOUT:-180}   # seconds, per service, after the jars are there
+STOP_TIMEOUT=${SERVICES_STOP_TIMEOUT:-30}      # seconds before kill -9
+# Small heaps and the serial collector (few GC threads): these are test fixtures.
+KAFKA_JAVA_OPTS=${KAFKA_JAVA_OPTS:--Xmx256m -Xms64m -XX:+UseSerialGC}
+HDFS_JAVA_OPTS=${HDFS_JAVA_OPTS:--Xmx384m -Xms64m -XX:+UseSerialGC}
+JAVA=${JAVA_HOME:+$JAVA_HOME/bin/}java
+PYTHON=${PYTHON:-python3}
+
+kafka_dir=$state/kafka
+hdfs_dir=$state/hdfs
+kafka_lib=$state/lib/kafka-$KAFKA_VERSION
+hdfs_lib=$state/lib/hadoop-$HADOOP_VERSION
+
+log() { echo "services: $*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+# ---------------------------------------------------------------- helpers
+
+# alive PIDFILE MAINCLASS: the recorded pid runs and is still our JVM (not a reused pid).
+alive() {
+    local pid
+    pid=$(cat "$1" 2>/dev/null) || return 1
+    [ -n "$pid" ] && ps -p "$pid" -o args= 2>/dev/null | grep -q -- "$2"
+}
+
+# port_open PORT: something accepts TCP connections on 127.0.0.1:PORT (bash's /dev/tcp, no nc needed).
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# fetch_lib NAME POMDIR OUTDIR [-Dprop=value...]: copy the pom's runtime classpath into
+# OUTDIR once; a .complete marker makes an interrupted download start over.
+fetch_lib() {
+    local name=$1 pom=$2 out=$3
+    shift 3
+    [ -f "$out/.complete" ] && return 0
+    command -v mvn >/dev/null || die "mvn not found (needed once, to download the $name jars)"
+    log "downloading $name jars into $out (first run only)..."
+    rm -rf "$out.tmp" && mkdir -p "$out.tmp"
+    # -B/-ntp/style.color: plain output; MAVEN_OPTS: keep Maven's own JVM small.
+    if ! MAVEN_OPTS=${MAVEN_OPTS:--Xmx256m} mvn -B -ntp -q -Dstyle.color=never -f "$pom/pom.xml" \
+            dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$out.tmp" "$@" \
+            >"$out.mvn.log" 2>&1; then
+        tail -n 30 "$out.mvn.log" >&2
+        die "Maven could not fetch the $name jars (full log: $out.mvn.log)"
+    fi
+    touch "$out.tmp/.complete"
+    rm -rf "$out" && mv "$out.tmp" "$out"
+}
+
+# wait_until NAME PIDFILE MAINCLASS LOGFILE CHECK...: run CHECK every second until it
+# succeeds; fail early when the JVM dies, fail after START_TIMEOUT seconds.
+wait_until() {
+    local name=$1 pidfile=$2 main=$3 logfile=$4 t0=$SECONDS
+    shift 4
+    until "$@" >/dev/null 2>&1; do
+        if ! alive "$pidfile" "$main"; then
+            log "$name exited during start-up; last lines of $logfile:"
+            tail -n 40 "$logfile" >&2
+            return 1
+        fi
+        if [ $((SECONDS - t0)) -ge "$START_TIMEOUT" ]; then
+            log "$name did not answer within ${START_TIMEOUT}s; last lines of $logfile:"
+            tail -n 40 "$logfile" >&2
+            return 1
+        fi
+        sleep 1
+    done
+    log "$name is up ($((SECONDS - t0))s)"
+}
+
+# stop_one NAME PIDFILE MAINCLASS: SIGTERM (both JVMs shut down cleanly on it), then SIGKILL.
+stop_one() {
+    local name=$1 pidfile=$2 main=$3 pid t0=$SECONDS
+    if ! alive "$pidfile" "$main"; then
+        rm -f "$pidfile"
+        return 0
+    fi
+    pid=$(cat "$pidfile")
+    log "stopping $name (pid $pid)"
+    kill "$pid" 2>/dev/null || true
+    while alive "$pidfile" "$main"; do
+        if [ $((SECONDS - t0)) -ge "$STOP_TIMEOUT" ]; then
+            log "$name still running after ${STOP_TIMEOUT}s, sending SIGKILL"
+            kill -9 "$pid" 2>/dev/null || true
+            sleep 1
+            break
+        fi
+        sleep 0.5
+    done
+    rm -f "$pidfile"
+}
+
+check_java() {
+    local v
+    command -v "$JAVA" >/dev/null || die "java not found (Java 17+ is needed; set JAVA_HOME)"
+    # First line looks like: openjdk version "17.0.15" 2025-04-15  (or "1.8.0_392").
+    v=$("$JAVA" -version 2>&1 | sed -n '1s/.*version "\([0-9]*\).*/\1/p')
+    [ "${v:-0}" -ge 17 ] || die "Java 17+ is needed (Kafka 4 brokers), found: $("$JAVA" -version 2>&1 | head -n 1)"
+}
+
+# ---------------------------------------------------------------- Kafka
+
+kafka_main=kafka.Kafka
+kafka_pid=$kafka_dir/kafka.pid
+kafka_log=$kafka_dir/kafka.log
+
+kafka_ready() {
+    port_open "$KAFKA_PORT" || return 1
+    # A listening socket is not enough: the broker only serves metadata once it has
+    # caught up with the controller.  Ask for it when kafka-python is there...
+    # (`timeout`: kafka-python's own request timeouts differ between its versions.)
+    if "$PYTHON" -c 'import kafka' 2>/dev/null; then
+        timeout 20 "$PYTHON" - "127.0.0.1:$KAFKA_PORT" <<'EOF'
+import sys
+from kafka import KafkaConsumer
+c = KafkaConsumer(bootstrap_servers=sys.argv[1])
+c.topics()  # a MetadataRequest
+c.close()
+EOF
+    else
+        # ...otherwise trust the broker's own "started" line.
+        grep -q 'Kafka Server started' "$kafka_log"
+    fi
+}
+
+fetch_kafka() {
+    fetch_lib kafka "$here/services/kafka" "$kafka_lib" -Dkafka.version="$KAFKA_VERSION"
+}
+
+start_kafka() {
+    local cluster_id
+    mkdir -p "$kafka_dir"
+    rm -rf "$kafka_dir/data"      # fresh broker state on every start
+
+    cat >"$kafka_dir/server.properties" <<EOF
+# Written by scripts/services.sh: single-node KRaft (combined broker + controller).
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:$KAFKA_CONTROLLER_PORT
+listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+log.dirs=$kafka_dir/data
+num.partitions=1
+default.replication.factor=1
+auto.create.topics.enable=true
+# One node: internal topics can only have one replica; one partition each keeps
+# the first consumer-group / transaction use fast.
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+share.coordinator.state.topic.num.partitions=1
+# Tests should not wait 3 s for the first consumer-group rebalance.
+group.initial.rebalance.delay.ms=0
+# Fewer idle threads.
+num.network.threads=2
+num.io.threads=2
+EOF
+    # Kafka 4 logs through log4j2; everything goes to stdout, which is the log file.
+    # log4j2's own shutdown hook would stop logging in the middle of Kafka's shutdown.
+    cat >"$kafka_dir/log4j2.properties" <<'EOF'
+status = warn
+shutdownHook = disable
+appender.out.type = Console
+appender.out.name = out
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.out.ref = out
+EOF
+
+    # KRaft needs formatted storage.  Cluster id: 16 random bytes, URL-safe base64 without
+    # padding.  Static controller.quorum.voters, so no --standalone (that is for
+    # controller.quorum.bootstrap.servers, the dynamic quorum).
+    cluster_id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')
+    if ! "$JAVA" -Xmx128m -XX:+UseSerialGC -Dlog4j2.configurationFile="$kafka_dir/log4j2.properties" \
+            -cp "$kafka_lib/*" kafka.tools.StorageTool format -t "$cluster_id" \
+            -c "$kafka_dir/server.properties" >"$kafka_log" 2>&1; then
+        tail -n 20 "$kafka_log" >&2
+        die "formatting Kafka storage failed (log: $kafka_log)"
+    fi
+
+    log "starting Kafka $KAFKA_VERSION on 127.0.0.1:$KAFKA_PORT (log: $kafka_log)"
+    # shellcheck disable=SC2086  # KAFKA_JAVA_OPTS is a list of options
+    nohup "$JAVA" $KAFKA_JAVA_OPTS -XX:+ExitOnOutOfMemoryError \
+        -Dlog4j2.configurationFile="$kafka_dir/log4j2.properties" \
+        -cp "$kafka_lib/*" "$kafka_main" "$kafka_dir/server.properties" \
+        </dev/null >>"$kafka_log" 2>&1 &
+    echo $! >"$kafka_pid"
+}
+
+# ---------------------------------------------------------------- HDFS
+
+hdfs_main=org.apache.hadoop.test.MiniDFSClusterManager
+hdfs_pid=$hdfs_dir/hdfs.pid
+hdfs_log=$hdfs_dir/hdfs.log
+
+hdfs_ready() {
+    # details.json is written after MiniDFSCluster.waitActive(), i.e. once the DataNode
+    # has registered (so writes work, not only listings).
+    [ -s "$hdfs_dir/details.json" ] &&
+        curl -fsS --max-time 5 "http://127.0.0.1:$HDFS_HTTP_PORT/webhdfs/v1/?op=LISTSTATUS" |
+        grep -q FileStatuses
+}
+
+fetch_hdfs() {
+    local pins=()
+    # The pom's pins of jackson and the test jars default to what Hadoop 3.4.x builds with.
+    case $HADOOP_VERSION in
+        3.5.*) pins=(-Djackson.version=2.18.6 -Dmockito.version=4.11.0 -Djunit5.version=5.13.3) ;;
+    esac
+    fetch_lib hdfs "$here/services/hdfs" "$hdfs_lib" -Dhadoop.version="$HADOOP_VERSION" ${pins[@]+"${pins[@]}"}
+}
+
+start_hdfs() {
+    mkdir -p "$hdfs_dir/conf"
+    rm -f "$hdfs_dir/details.json"
+
+    # For clients that read HADOOP_CONF_DIR (hdfs-native: hdfs:///path, fsspec.filesystem("hdfs")).
+    cat >"$hdfs_dir/conf/core-site.xml" <<EOF
+<?xml version="1.0"?>
+<!-- Written by scripts/services.sh -->
+<configuration>
+  <property><name>fs.defaultFS</name><value>hdfs://127.0.0.1:$HDFS_PORT</value></property>
+</configuration>
+EOF
+
+    log "starting HDFS $HADOOP_VERSION on 127.0.0.1:$HDFS_PORT, WebHDFS :$HDFS_HTTP_PORT (log: $hdfs_log)"
+    # -format wipes the previous data (fresh state on every start).  Permissions are off so
+    # that any client user (WebHDFS without user.name is "dr.who") may write anywhere.
+    # cwd is the state dir because the test utilities create relative directories.
+    # shellcheck disable=SC2086  # HDFS_JAVA_OPTS is a list of options
+    (cd "$hdfs_dir" && exec nohup "$JAVA" $HDFS_JAVA_OPTS -XX:+ExitOnOutOfMemoryError \
+        -Dtest.build.data="$hdfs_dir/data" \
+        -cp "$hdfs_lib/*" "$hdfs_main" \
+        -format -datanodes 1 -nnport "$HDFS_PORT" -httpport "$HDFS_HTTP_PORT" \
+        -writeDetails "$hdfs_dir/details.json" \
+        -D hdfs.minidfs.basedir="$hdfs_dir/data" \
+        -D dfs.permissions.enabled=false \
+        </dev/null >"$hdfs_log" 2>&1) &
+    echo $! >"$hdfs_pid"
+}
+
+# ---------------------------------------------------------------- commands
+
+print_env() {
+    echo "KAFKA_BOOTSTRAP=127.0.0.1:$KAFKA_PORT"
+    echo "HDFS_URL=hdfs://127.0.0.1:$HDFS_PORT"
+    echo "WEBHDFS_URL=http://127.0.0.1:$HDFS_HTTP_PORT"
+    echo "HADOOP_CONF_DIR=$hdfs_dir/conf"
+}
+
+cmd_status() {
+    local up=0
+    if alive "$kafka_pid" "$kafka_main"; then
+        log "kafka: running (pid $(cat "$kafka_pid")), 127.0.0.1:$KAFKA_PORT"
+        up=$((up + 1))
+    else
+        log "kafka: stopped"
+    fi
+    if alive "$hdfs_pid" "$hdfs_main"; then
+        log "hdfs: running (pid $(cat "$hdfs_pid")), 127.0.0.1:$HDFS_PORT, WebHDFS :$HDFS_HTTP_PORT"
+        up=$((up + 1))
+    else
+        log "hdfs: stopped"
+    fi
+    [ "$up" -eq 2 ] || return 3
+    print_env
+}
+
+cmd_stop() {
+    stop_one kafka "$kafka_pid" "$kafka_main"
+    stop_one hdfs "$hdfs_pid" "$hdfs_main"
+}
+
+cmd_start() {
+    local start_k=0 start_h=0
+    alive "$kafka_pid" "$kafka_main" || start_k=1
+    alive "$hdfs_pid" "$hdfs_main" || start_h=1
+    if [ "$start_k$start_h" = 00 ]; then
+        cmd_status
+        return
+    fi
+    check_java
+    command -v curl >/dev/null || die "curl not found (used to check WebHDFS)"
+    # A port taken by something else would otherwise show up as a confusing bind error.
+    if [ "$start_k" = 1 ]; then
+        check_free_port "$KAFKA_PORT" KAFKA_PORT
+        check_free_port "$KAFKA_CONTROLLER_PORT" KAFKA_CONTROLLER_PORT
+    fi
+    if [ "$start_h" = 1 ]; then
+        check_free_port "$HDFS_PORT" HDFS_PORT
+        check_free_port "$HDFS_HTTP_PORT" HDFS_HTTP_PORT
+    fi
+
+    # Download first, so a Maven failure leaves nothing running.
+    if [ "$start_k" = 1 ]; then fetch_kafka; fi
+    if [ "$start_h" = 1 ]; then fetch_hdfs; fi
+
+    # From here on a failure stops what this run started (die -> cleanup).
+    trap "cleanup_started $start_k $start_h" EXIT
+    # Both JVMs boot in parallel; HDFS first, as it is the slower one.
+    if [ "$start_h" = 1 ]; then start_hdfs; fi
+    if [ "$start_k" = 1 ]; then start_kafka; fi
+    if [ "$start_k" = 1 ]; then
+        wait_until kafka "$kafka_pid" "$kafka_main" "$kafka_log" kafka_ready || die "start failed"
+    fi
+    if [ "$start_h" = 1 ]; then
+        wait_until hdfs "$hdfs_pid" "$hdfs_main" "$hdfs_log" hdfs_ready || die "start failed"
+    fi
+    trap - EXIT
+    cmd_status
+}
+
+# cleanup_started K H: on a failed start, stop the services this run launched (1 = launched).
+cleanup_started() {
+    local rc=$?
+    [ "$rc" -eq 0 ] && return 0
+    if [ "$1" = 1 ]; then stop_one kafka "$kafka_pid" "$kafka_main"; fi
+    if [ "$2" = 1 ]; then stop_one hdfs "$hdfs_pid" "$hdfs_main"; fi
+    return "$rc"
+}
+
+check_free_port() {
+    if port_open "$1"; then die "port $1 is already in use (set $2 to another port)"; fi
+}
+
+case ${1:-} in
+    start) cmd_start ;;
+    stop) cmd_stop ;;
+    status) cmd_status ;;
+    *) echo "usage: $0 start|stop|status" >&2; exit 2 ;;
+esac
