@@ -10,6 +10,8 @@ appended to one CSR feature.  Inputs (leaves) are declared features read through
 import numpy as np
 from numba import njit
 
+from .mix import mix64
+
 # opcodes: (op, dst, a, b, c)
 LEAF_SPARSE = 1   # a: leaf
 LEAF_DENSE = 2    # a: leaf
@@ -42,26 +44,13 @@ GROW_OUT = 2    # the output is full: grow it to at least `need`, call again fro
 TOO_MANY = 3    # a row's result would exceed `limit` pairs
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
 _LOG_EPS = 1e-8
 
 
 @njit(nogil=True, cache=True, inline="always")
-def _mix(x):
-    """The splitmix64 finalizer: a bijection of 64-bit words in which every bit flips every other."""
-    x ^= x >> np.uint64(30)
-    x *= _M1
-    x ^= x >> np.uint64(27)
-    x *= _M2
-    x ^= x >> np.uint64(31)
-    return x
-
-
-@njit(nogil=True, cache=True, inline="always")
 def _cross(a, b):
-    x = _mix(np.uint64(a) + _GOLDEN) ^ np.uint64(b)
-    return np.int64(_mix(x) >> np.uint64(1))
+    x = mix64(np.uint64(a) + _GOLDEN) ^ np.uint64(b)
+    return np.int64(mix64(x) >> np.uint64(1))
 
 
 @njit(nogil=True, cache=True)

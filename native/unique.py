@@ -9,20 +9,14 @@ import numpy as np
 from numba import njit
 
 from .jit import helper
+from .mix import mix64
 
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
+_SPREAD = np.uint64(0x94D049BB133111EB)
 
 
 @njit(nogil=True, cache=True, inline="always")
 def _hash(h, k):
-    x = np.uint64(k) ^ (np.uint64(h) * _M2)
-    x ^= x >> np.uint64(30)
-    x *= _M1
-    x ^= x >> np.uint64(27)
-    x *= _M2
-    x ^= x >> np.uint64(31)
-    return x
+    return mix64(np.uint64(k) ^ (np.uint64(h) * _SPREAD))
 
 
 @helper
