@@ -207,9 +207,13 @@ rootLogger.appenderRef.out.ref = out
 EOF
 
     # KRaft needs formatted storage.  Cluster id: 16 random bytes, URL-safe base64 without
-    # padding.  Static controller.quorum.voters, so no --standalone (that is for
-    # controller.quorum.bootstrap.servers, the dynamic quorum).
-    cluster_id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')
+    # padding, not starting with "-" (the tool would take it for an option; Kafka's own
+    # Uuid.randomUuid() skips those too).  Static controller.quorum.voters, so no
+    # --standalone (that is for controller.quorum.bootstrap.servers, the dynamic quorum).
+    cluster_id=-
+    while [ "${cluster_id#-}" != "$cluster_id" ]; do
+        cluster_id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')
+    done
     if ! "$JAVA" -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Dlog4j2.configurationFile="$kafka_dir/log4j2.properties" \
             -cp "$kafka_lib/*" kafka.tools.StorageTool format -t "$cluster_id" \
             -c "$kafka_dir/server.properties" >"$kafka_log" 2>&1; then
