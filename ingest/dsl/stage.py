@@ -1,10 +1,11 @@
 """The DSL op stage: runs the compiled plans over each Block a parse worker produced.
 
-Per block and plan the Python work is O(leaves): the leaves' CSR slices are gathered
-into one pool, ``run_plan`` computes the feature over every row of its table, and the
-result joins the block's columns.  The block handed on holds the features of the full
-schema, in schema order; hidden plans (parts computed per aux line) feed later plans
-and are dropped.
+Per block and plan the Python work is O(leaves): ``run_plan`` reads parsed features in
+place from the block's arrays (and earlier results from their own), computes the feature
+over every row of its table, and the result joins the block in a pool of DSL results
+(``Block.dsl_keys``, ``Table.from_dsl``), so the parsed ids are never copied.  The block
+handed on holds the features of the full schema, in schema order; hidden plans (parts
+computed per aux line) feed later plans and are dropped.
 """
 import dataclasses
 
