@@ -27,10 +27,6 @@ class Stats:
         with self._lock:
             self._counts.update(counts)
 
-    def add_time(self, stage, seconds):
-        with self._lock:
-            self._times[stage] += seconds
-
     def stage(self, stage, start, end, **args):
         """Count ``end - start`` seconds (``perf_counter``) to ``stage``, and record it on the timeline."""
         with self._lock:
