@@ -51,7 +51,7 @@ die() { log "ERROR: $*"; exit 1; }
 alive() {
     local pid
     pid=$(cat "$1" 2>/dev/null) || return 1
-    [ -n "$pid" ] && ps -p "$pid" -o args= 2>/dev/null | grep -q -- "$2"
+    [ -n "$pid" ] && ps -ww -p "$pid" -o args= 2>/dev/null | grep -q -- "$2"  # -ww: ps cuts at 80 columns without a terminal
 }
 
 # port_open PORT: something accepts TCP connections on 127.0.0.1:PORT (bash's /dev/tcp, no nc needed).

@@ -1,5 +1,6 @@
 """Shared fixtures and helpers: paths to sample files, readers, flattening batches to samples."""
 import os
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -112,3 +113,24 @@ def _no_thread_left_behind():
 
 
 np.set_printoptions(linewidth=120)
+
+
+@pytest.fixture(scope="session")
+def services():
+    """``{"KAFKA_BOOTSTRAP": ..., "HDFS_URL": ...}`` of real services on 127.0.0.1.
+
+    CI starts them (``scripts/services.sh start`` in ``.ci/run``) and exports the addresses;
+    otherwise this fixture starts them for the session and stops them after.
+    """
+    names = ("KAFKA_BOOTSTRAP", "HDFS_URL")
+    if all(n in os.environ for n in names):
+        yield {n: os.environ[n] for n in names}
+        return
+    script = str(ROOT / "scripts" / "services.sh")
+    was_running = subprocess.run([script, "status"], capture_output=True).returncode == 0
+    done = subprocess.run([script, "start"], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, f"scripts/services.sh start failed:\n{done.stderr[-3000:]}"
+    found = dict(line.split("=", 1) for line in done.stdout.split() if "=" in line)
+    yield {n: found[n] for n in names}
+    if not was_running:
+        subprocess.run([script, "stop"], capture_output=True)

@@ -2,7 +2,9 @@
 import io
 import os
 import queue
+import socket
 import threading
+import urllib.parse
 from dataclasses import dataclass
 
 import fsspec
@@ -42,6 +44,32 @@ def _hidden(path):
     return name.startswith(".") or name.startswith("_")
 
 
+# hdfs-native retries a refused NameNode for minutes: a path's NameNode is probed first, this long
+_CONNECT_TIMEOUT = 10.0
+_HDFS_DEFAULT_PORT = 8020
+
+
+def _check_reachable(path):
+    """A clear SourceError now, rather than a hang, when the NameNode of an ``hdfs://`` path is unreachable.
+
+    A host without a port that does not resolve is taken for an HA nameservice and left to the client.
+    """
+    parts = urllib.parse.urlsplit(path)
+    if parts.scheme not in ("hdfs", "viewfs") or not parts.hostname:
+        return
+    port = parts.port or _HDFS_DEFAULT_PORT
+    if parts.port is None:
+        try:
+            socket.getaddrinfo(parts.hostname, port)
+        except socket.gaierror:
+            return
+    try:
+        socket.create_connection((parts.hostname, port), timeout=_CONNECT_TIMEOUT).close()
+    except OSError as exc:
+        raise SourceError(f"{path}: cannot connect to the HDFS NameNode at {parts.hostname}:{port} ({exc})",
+                          source=path) from exc
+
+
 def expand_paths(paths):
     """Expand files, directories (recursively, hidden and ``_`` files skipped) and globs.
 
@@ -55,6 +83,7 @@ def expand_paths(paths):
     out = []
     for path in paths:
         path = os.fspath(path)
+        _check_reachable(path)
         try:
             fs, root = fsspec.core.url_to_fs(path)
         except (ImportError, ValueError) as exc:

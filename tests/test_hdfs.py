@@ -1,0 +1,95 @@
+"""Reading and writing through a real HDFS (scripts/services.sh): the same batches as local files."""
+import socket
+import time
+import uuid
+
+import fsspec
+import pytest
+
+import ingest
+from ingest import synthetic
+from ingest.errors import SourceError
+
+from conftest import SAMPLES, XDL, flatten
+
+
+@pytest.fixture(scope="module")
+def hdfs(services, tmp_path_factory):
+    """``(url of a fresh HDFS directory holding the test files, local directory with the same files)``."""
+    url = services["HDFS_URL"]
+    local = tmp_path_factory.mktemp("hdfs-src")
+    (local / "parts").mkdir()
+    synthetic.write(local / "parts" / "a.txt", 3000, seed=1)
+    synthetic.write(local / "parts" / "b.txt", 2000, seed=2)
+    ingest.convert([str(local / "parts" / "a.txt")], str(local / "a.pb"), log=lambda *_: None)
+    root = f"{url}/it-{uuid.uuid4().hex[:8]}"
+    fs, path = fsspec.core.url_to_fs(root)
+    fs.put(str(local), path, recursive=True)
+    if not fs.exists(f"{path}/parts/a.txt"):  # fsspec puts a directory inside an existing one
+        raise AssertionError(f"upload to {root} failed: {fs.ls(path)}")
+    return root, local
+
+
+def _read(paths, file_type="txt", **options):
+    """Every sample read from ``paths``, as sorted (sample id, flattened sample) pairs."""
+    reader = ingest.DataReader("h", [str(p) for p in paths], file_type=file_type).batch_size(300)
+    synthetic.declare(reader)
+    for method, arg in options.items():
+        getattr(reader, method)(*arg) if isinstance(arg, tuple) else getattr(reader, method)(arg)
+    return sorted((s["sid"], str(s)) for b in reader.startup() for s in flatten(b))
+
+
+def test_same_samples_as_local_files(hdfs):
+    root, local = hdfs
+    want = _read([local / "parts"])
+    assert len(want) == 5000
+    assert _read([f"{root}/parts"]) == want                                        # a directory
+    assert _read([f"{root}/parts/*.txt"], threads=2, unit_bytes=64 << 10) == want  # a glob, byte ranges
+    pb_local = _read([local / "a.pb"], "pb")
+    assert len(pb_local) == 3000
+    assert _read([f"{root}/a.pb"], "pb", threads=2, unit_bytes=64 << 10) == pb_local
+
+
+def test_shards_cover_every_sample_once(hdfs):
+    root, _ = hdfs
+    whole = _read([f"{root}/parts"])
+    shards = [_read([f"{root}/parts"], shard=(i, 3), unit_bytes=64 << 10) for i in range(3)]
+    assert sorted(s for part in shards for s in part) == whole
+    assert all(shards)
+
+
+def test_convert_writes_to_hdfs(hdfs):
+    root, local = hdfs
+    out = f"{root}/out/b.pb.zst"
+    ingest.convert([f"{root}/parts/b.txt"], out, log=lambda *_: None)
+    fs, path = fsspec.core.url_to_fs(out)
+    assert [p.rsplit("/", 1)[-1] for p in fs.ls(path.rsplit("/", 1)[0], detail=False)] == ["b.pb.zst"]
+    assert len(_read([out], "pb")) == 2000
+
+
+def test_missing_path_is_a_clear_error(hdfs):
+    root, _ = hdfs
+    with pytest.raises(SourceError, match="no such file"):
+        ingest.DataReader("h", [f"{root}/nothing/here.txt"]).feature("item", "sparse").startup()
+
+
+def test_refused_connection_is_a_clear_error_not_a_hang():
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    t0 = time.monotonic()
+    with pytest.raises(SourceError, match=f"cannot connect to the HDFS NameNode at 127.0.0.1:{port}"):
+        ingest.DataReader("h", [f"hdfs://127.0.0.1:{port}/x.txt"]).feature("item", "sparse").startup()
+    assert time.monotonic() - t0 < 15
+
+
+def test_xdl_sample_reads_the_same(hdfs):
+    root, _ = hdfs
+    fs, path = fsspec.core.url_to_fs(root)
+    fs.put(str(XDL / "tdm.dat"), f"{path}/tdm.dat")
+    fs.put(str(SAMPLES / "ads.txt"), f"{path}/ads.txt")
+    for name in ("tdm.dat", "ads.txt"):
+        local = ingest.inspect(str((XDL if name == "tdm.dat" else SAMPLES) / name), 3)
+        remote = ingest.inspect(f"{root}/{name}", 3)
+        for key in ("bytes", "tables", "groups", "samples", "first"):
+            assert remote[key] == local[key], key
