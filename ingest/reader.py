@@ -1,4 +1,5 @@
 """DataReader: options, lifecycle and iteration (FORMATS.md section 5)."""
+import dataclasses
 import warnings
 import weakref
 
@@ -13,6 +14,7 @@ from .pipeline.stats import Stats
 from .pipeline.timeline import Timeline
 from .sources import expand_paths, plan_units
 from .sources.compression import check_codec
+from .sources.kafka import KafkaOptions, is_kafka, kafka_units
 
 __all__ = ["DataReader"]
 
@@ -97,6 +99,7 @@ class DataReader:
         self._prefetch = 4
         self._unique = False
         self._timeline_path = None
+        self._kafka = KafkaOptions()
         self._unit_bytes = None
         self._stats = Stats()
         self._pipeline = None
@@ -213,6 +216,14 @@ class DataReader:
         self._unique = bool(on)
         return self
 
+    def kafka(self, group_id=None, start="earliest", until="caught_up", **consumer_config):
+        """Kafka settings for ``kafka://`` paths: where partitions start (``"earliest"``, ``"latest"`` or a
+        timestamp in ms), where they end (``"caught_up"``: the end offsets seen at startup), and any
+        kafka-python consumer setting."""
+        self._option()
+        self._kafka = KafkaOptions(group_id, start, until, **consumer_config)
+        return self
+
     def timeline(self, path):
         """Record a Chrome trace of the run (a track per thread, an event per chunk, op and batch), written
         to ``path`` when the input is exhausted or the reader shuts down."""
@@ -254,9 +265,7 @@ class DataReader:
         elif self._max_record_bytes is not None:
             options["max_record_bytes"] = self._max_record_bytes
         fmt = formats.make_format(self._file_type, schema.raw, **options)
-        files = expand_paths(self._paths)
-        units = plan_units(files, compression=self._compression, splittable=fmt.splittable,
-                           task_num=self._task[1], unit_bytes=self._unit_bytes)
+        units = self._plan_units(fmt)
         mine = units[self._task[0]::self._task[1]]
         builder = BatchBuilder(schema, self._batch_size, self._pad, unique=self._unique, stats=self._stats)
         self._pipeline = Pipeline(mine, self._epochs, fmt, builder, ops=_dsl_stage(schema), threads=self._threads,
@@ -270,6 +279,27 @@ class DataReader:
         self._pipeline.start()
         self._finalizer = weakref.finalize(self, self._pipeline.close)
         return self
+
+    def _plan_units(self, fmt):
+        """Work units of every path in order: files (or byte ranges) and Kafka partitions."""
+        paths = [self._paths] if isinstance(self._paths, str) else self._paths
+        units, files = [], []
+
+        def flush():
+            if files:
+                planned = plan_units(expand_paths(files), compression=self._compression, splittable=fmt.splittable,
+                                     task_num=self._task[1], unit_bytes=self._unit_bytes)
+                units.extend(dataclasses.replace(u, index=len(units) + i) for i, u in enumerate(planned))
+                files.clear()
+
+        for path in paths:
+            if is_kafka(path):
+                flush()
+                units.extend(kafka_units(path, self._kafka, len(units)))
+            else:
+                files.append(path)
+        flush()
+        return units
 
     def __iter__(self):
         return self

@@ -12,6 +12,7 @@ import fsspec.core
 
 from ..errors import ConfigError, SourceError
 from .compression import infer_compression
+from .kafka import KafkaStream, is_kafka
 
 __all__ = ["WorkUnit", "expand_paths", "plan_units", "open_unit", "read_into"]
 
@@ -33,6 +34,7 @@ class WorkUnit:
     end: object
     size: object
     compression: object
+    position: object = None  # Kafka: (start offset, end offset, consumer settings)
 
     @property
     def whole(self):
@@ -140,6 +142,8 @@ def open_unit(unit):
     A compressed unit is decompressed a few chunks ahead on a thread of its own
     (``ReadAhead``), so that decompression overlaps with parsing.
     """
+    if is_kafka(unit.url):
+        return KafkaStream(unit)
     try:
         f = fsspec.open(unit.url, "rb", compression=unit.compression).open()
     except (OSError, ValueError) as exc:

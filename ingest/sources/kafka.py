@@ -1,0 +1,144 @@
+"""Kafka topics (FORMATS.md section 6): one work unit per partition, its messages read as one byte stream.
+
+``kafka://broker1:9092,broker2:9092/topic[:partition[,partition]]``.  Each message carries
+one or more whole records of the reader's ``file_type`` (text lines ending in a newline,
+or length-prefixed protobuf records), so a partition's messages, concatenated, read like
+a file.  The offsets a unit reads are fixed when the reader starts: from the earliest
+offset (or the latest, or the first at a timestamp) up to the end offset seen then.
+"""
+import io
+import urllib.parse
+
+from ..errors import ConfigError, SourceError
+
+__all__ = ["is_kafka", "kafka_units", "KafkaStream", "KafkaOptions"]
+
+POLL_MS = 500
+
+
+def is_kafka(url):
+    return isinstance(url, str) and url.startswith("kafka://")
+
+
+class KafkaOptions:
+    """``reader.kafka(...)`` settings: where each partition starts and ends, and consumer settings."""
+
+    def __init__(self, group_id=None, start="earliest", until="caught_up", **consumer_config):
+        if group_id is not None:
+            raise ConfigError("kafka(group_id=...): consumer groups are not available yet; use shard()")
+        if start not in ("earliest", "latest") and (isinstance(start, bool) or not isinstance(start, int)):
+            raise ConfigError(f"kafka(start={start!r}): expected 'earliest', 'latest' or a timestamp in ms")
+        if until != "caught_up":
+            raise ConfigError(f"kafka(until={until!r}): only 'caught_up' (stop at the end offsets seen at "
+                              f"startup) is available yet")
+        self.start = start
+        self.until = until
+        self.config = consumer_config
+
+
+def _parse(url):
+    """``(brokers, topic, partitions or None)`` of a kafka:// URL."""
+    parts = urllib.parse.urlsplit(url)
+    topic, _, partitions = parts.path.lstrip("/").partition(":")
+    if not parts.netloc or not topic or "/" in topic:
+        raise ConfigError(f"{url}: expected kafka://broker[:port][,broker...]/topic[:partition[,partition]]")
+    try:
+        chosen = sorted({int(p) for p in partitions.split(",")}) if partitions else None
+    except ValueError:
+        raise ConfigError(f"{url}: partitions must be integers, as in kafka://broker/topic:0,2") from None
+    return parts.netloc.split(","), topic, chosen
+
+
+def _consumer(brokers, config):
+    from kafka import KafkaConsumer
+    from kafka.errors import KafkaError
+    try:
+        return KafkaConsumer(bootstrap_servers=brokers, enable_auto_commit=False, **config)
+    except KafkaError as exc:
+        raise SourceError(f"kafka://{','.join(brokers)}: cannot connect: {exc}", source=",".join(brokers)) from exc
+
+
+def kafka_units(url, options, first_index):
+    """The work units of a kafka:// URL: ``WorkUnit``s whose ``position`` is ``(start offset, end offset,
+    consumer settings)``."""
+    from kafka import TopicPartition
+
+    from .files import WorkUnit
+    brokers, topic, chosen = _parse(url)
+    consumer = _consumer(brokers, options.config)
+    try:
+        known = consumer.partitions_for_topic(topic)
+        if not known:
+            raise SourceError(f"{url}: no topic {topic!r} on the brokers", source=url)
+        missing = sorted(set(chosen or ()) - known)
+        if missing:
+            raise SourceError(f"{url}: topic {topic!r} has no partition {missing} (it has {sorted(known)})",
+                              source=url)
+        tps = [TopicPartition(topic, p) for p in (chosen or sorted(known))]
+        ends = consumer.end_offsets(tps)
+        if options.start == "earliest":
+            starts = consumer.beginning_offsets(tps)
+        elif options.start == "latest":
+            starts = ends
+        else:
+            found = consumer.offsets_for_times({tp: options.start for tp in tps})
+            starts = {tp: (found[tp].offset if found[tp] is not None else ends[tp]) for tp in tps}
+    finally:
+        consumer.close()
+    netloc = ",".join(brokers)
+    return [WorkUnit(first_index + i, f"kafka://{netloc}/{topic}:{tp.partition}", 0, None, None, None,
+                     position=(starts[tp], ends[tp], tuple(sorted(options.config.items()))))
+            for i, tp in enumerate(tps)]
+
+
+class KafkaStream(io.RawIOBase):
+    """The messages of one partition from offset ``start`` up to ``end`` (exclusive), as bytes."""
+
+    def __init__(self, unit):
+        from kafka import TopicPartition
+        super().__init__()
+        brokers, topic, [partition] = _parse(unit.url)
+        self._url = unit.url
+        self._next, self._end, config = unit.position
+        self._tp = TopicPartition(topic, partition)
+        self._consumer = None
+        self._pending = memoryview(b"")
+        self._messages = []
+        if self._next < self._end:
+            self._consumer = _consumer(brokers, dict(config))
+            self._consumer.assign([self._tp])
+            self._consumer.seek(self._tp, self._next)
+
+    def readable(self):
+        return True
+
+    def _fill(self):
+        """Take the next message's bytes into ``_pending``; False at the end offset."""
+        while not self._messages:
+            if self._next >= self._end:
+                return False
+            got = self._consumer.poll(timeout_ms=POLL_MS, max_records=1000)
+            self._messages = [m for m in got.get(self._tp, ()) if m.offset < self._end]
+            self._messages.reverse()
+        message = self._messages.pop()
+        self._next = message.offset + 1
+        self._pending = memoryview(message.value or b"")
+        return True
+
+    def readinto(self, b):
+        view = memoryview(b).cast("B")
+        n = 0
+        while n < len(view):
+            if not self._pending and not self._fill():
+                break
+            k = min(len(view) - n, len(self._pending))
+            view[n:n + k] = self._pending[:k]
+            self._pending = self._pending[k:]
+            n += k
+        return n
+
+    def close(self):
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+        super().close()

@@ -1,0 +1,109 @@
+"""Reading Kafka topics from a real broker (scripts/services.sh): the same samples as the files they came from."""
+import struct
+import uuid
+
+import pytest
+from kafka import KafkaAdminClient, KafkaProducer
+from kafka.admin import NewTopic
+
+import ingest
+from ingest import synthetic
+from ingest.errors import ConfigError, SourceError
+
+from conftest import flatten
+
+PARTITIONS = 3
+
+
+def _topic(bootstrap, messages):
+    """A new topic of PARTITIONS partitions holding ``messages`` (partition, bytes), in order."""
+    name = f"it-{uuid.uuid4().hex[:8]}"
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin.create_topics([NewTopic(name, PARTITIONS, 1)])
+    admin.close()
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    for partition, value in messages:
+        producer.send(name, value=value, partition=partition)
+    producer.flush()
+    producer.close()
+    return name
+
+
+def _groups(text):
+    """The lines of a text sample file, one bytes string per sample group."""
+    groups = []
+    for line in text.splitlines(keepends=True):
+        gid = line.split(b"|", 2)[1]
+        if groups and groups[-1][0] == gid:
+            groups[-1][1].append(line)
+        else:
+            groups.append((gid, [line]))
+    return [b"".join(lines) for _, lines in groups]
+
+
+def _records(data):
+    out, pos = [], 0
+    while pos < len(data):
+        n = struct.unpack_from("<I", data, pos)[0]
+        out.append(data[pos:pos + 4 + n])
+        pos += 4 + n
+    return out
+
+
+def _read(paths, file_type="txt", **options):
+    reader = ingest.DataReader("k", paths, file_type=file_type).batch_size(256)
+    synthetic.declare(reader)
+    for method, arg in options.items():
+        getattr(reader, method)(*arg) if isinstance(arg, tuple) else getattr(reader, method)(arg)
+    return sorted((s["sid"], str(s)) for b in reader.startup() for s in flatten(b))
+
+
+@pytest.fixture(scope="module")
+def source(services, tmp_path_factory):
+    """``(bootstrap, text topic, pb topic, local text file, local pb file)``."""
+    bootstrap = services["KAFKA_BOOTSTRAP"]
+    local = tmp_path_factory.mktemp("kafka-src")
+    text = local / "s.txt"
+    synthetic.write(text, 3000, seed=3)
+    pb = local / "s.pb"
+    ingest.convert([str(text)], str(pb), log=lambda *_: None)
+    groups = _groups(text.read_bytes())
+    # a few groups per message, messages spread over the partitions
+    messages = [b"".join(groups[i:i + 3]) for i in range(0, len(groups), 3)]
+    text_topic = _topic(bootstrap, [(k % PARTITIONS, m) for k, m in enumerate(messages)])
+    records = _records(pb.read_bytes())
+    messages = [b"".join(records[i:i + 2]) for i in range(0, len(records), 2)]
+    pb_topic = _topic(bootstrap, [(k % PARTITIONS, m) for k, m in enumerate(messages)])
+    return bootstrap, text_topic, pb_topic, text, pb
+
+
+def test_same_samples_as_the_files(source):
+    bootstrap, text_topic, pb_topic, text, pb = source
+    want = _read([str(text)])
+    assert len(want) == 3000
+    assert _read([f"kafka://{bootstrap}/{text_topic}"], threads=2) == want
+    assert _read([f"kafka://{bootstrap}/{pb_topic}"], "pb") == _read([str(pb)], "pb")
+
+
+def test_shards_cover_every_sample_once(source):
+    bootstrap, text_topic, _, text, _ = source
+    url = f"kafka://{bootstrap}/{text_topic}"
+    shards = [_read([url], shard=(i, 3)) for i in range(3)]
+    assert all(shards) and sorted(s for part in shards for s in part) == _read([str(text)])
+    assert _read([f"{url}:0,2"]) == sorted(shards[0] + shards[2])  # partitions named in the URL
+
+
+def test_latest_reads_nothing_already_there(source):
+    bootstrap, text_topic, _, _, _ = source
+    reader = ingest.DataReader("k", [f"kafka://{bootstrap}/{text_topic}"]).feature("item", "sparse")
+    assert reader.kafka(start="latest").startup().read_all() == []
+
+
+def test_errors(source):
+    bootstrap, text_topic, _, _, _ = source
+    with pytest.raises(SourceError, match="no topic"):
+        ingest.DataReader("k", [f"kafka://{bootstrap}/no-such-topic"]).feature("item", "sparse").startup()
+    with pytest.raises(SourceError, match=r"no partition \[7\]"):
+        ingest.DataReader("k", [f"kafka://{bootstrap}/{text_topic}:7"]).feature("item", "sparse").startup()
+    with pytest.raises(ConfigError, match="consumer groups"):
+        ingest.DataReader("k", []).kafka(group_id="g")
