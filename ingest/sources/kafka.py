@@ -49,11 +49,15 @@ def _parse(url):
     return parts.netloc.split(","), topic, chosen
 
 
+# fetches large enough that a partition streams at the parser's speed; the user's settings win
+_FETCH = {"max_partition_fetch_bytes": 16 << 20, "fetch_max_bytes": 64 << 20}
+
+
 def _consumer(brokers, config):
     from kafka import KafkaConsumer
     from kafka.errors import KafkaError
     try:
-        return KafkaConsumer(bootstrap_servers=brokers, enable_auto_commit=False, **config)
+        return KafkaConsumer(bootstrap_servers=brokers, enable_auto_commit=False, **{**_FETCH, **config})
     except KafkaError as exc:
         raise SourceError(f"kafka://{','.join(brokers)}: cannot connect: {exc}", source=",".join(brokers)) from exc
 

@@ -1,0 +1,90 @@
+"""Benchmark of the remote sources: the same samples read from a local file, HDFS and Kafka.
+
+Starts (or reuses) the real services of ``scripts/services.sh``, puts the synthetic text file on
+HDFS and produces it to a Kafka topic of 2 partitions (about 100 KB of whole sample groups per
+message), then reads each with every synthetic feature, ``threads(2)``, ``batch_size(1024)``: one
+warm-up run each, then ``--runs`` alternated rounds; medians, and the median of the per-round
+ratios to the local file.  Writes ``benchmarks/out/bench_sources.json``.
+
+    python benchmarks/bench_sources.py [--samples 120000] [--runs 3]
+"""
+import argparse
+import json
+import subprocess
+import uuid
+from pathlib import Path
+
+import fsspec
+from kafka import KafkaAdminClient, KafkaProducer
+from kafka.admin import NewTopic
+
+import ingest
+from ingest import synthetic
+
+from _common import OUT, alternated_runs, machine, markdown_table, synthetic_file
+
+PARTITIONS = 2
+MESSAGE_BYTES = 100_000
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "services.sh"
+
+
+def services():
+    done = subprocess.run([str(SCRIPT), "start"], capture_output=True, text=True, check=True)
+    return dict(line.split("=", 1) for line in done.stdout.split() if "=" in line)
+
+
+def produce(bootstrap, text):
+    """A new topic holding the text file's groups, whole groups per message, spread over the partitions."""
+    topic = f"bench-{uuid.uuid4().hex[:8]}"
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])
+    admin.close()
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=20, max_request_size=4 << 20)
+    message, last_gid, k = [], None, 0
+    size = 0
+    with open(text, "rb") as f:
+        for line in f:
+            gid = line.split(b"|", 2)[1]
+            if gid != last_gid and size >= MESSAGE_BYTES:  # cut only between groups
+                producer.send(topic, value=b"".join(message), partition=k % PARTITIONS)
+                message, size, k = [], 0, k + 1
+            message.append(line)
+            size += len(line)
+            last_gid = gid
+    if message:
+        producer.send(topic, value=b"".join(message), partition=k % PARTITIONS)
+    producer.flush()
+    producer.close()
+    return topic
+
+
+def reader(path):
+    r = ingest.DataReader("bench_sources", [path]).batch_size(1024).threads(2)
+    return synthetic.declare(r)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--samples", type=int, default=120_000)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args(argv)
+    text = synthetic_file(args.samples)
+    env = services()
+    fs, root = fsspec.core.url_to_fs(env["HDFS_URL"] + "/bench")
+    fs.mkdirs(root, exist_ok=True)
+    fs.put(str(text), f"{root}/{text.name}")
+    topic = produce(env["KAFKA_BOOTSTRAP"], text)
+    paths = {"local": str(text), "hdfs": f"{env['HDFS_URL']}/bench/{text.name}",
+             "kafka": f"kafka://{env['KAFKA_BOOTSTRAP']}/{topic}"}
+    results = alternated_runs({name: (lambda p=p: reader(p)) for name, p in paths.items()}, args.samples, args.runs)
+    report = {"machine": machine(), "samples": args.samples, "runs": args.runs, "paths": paths, "read": results}
+    (OUT / "bench_sources.json").write_text(json.dumps(report, indent=2) + "\n")
+    print(f"{args.samples:,} samples ({text.stat().st_size / 1e6:.1f} MB of text), threads 2, batch_size 1024, "
+          f"median of {args.runs} rounds\n")
+    print(markdown_table(["source", "samples/s", "MB/s", "vs local"], [
+        [name, f"{r['samples_per_s']:,.0f}", f"{r['mb_per_s']:.1f}", f"{r['ratio']:.2f}x"]
+        for name, r in results.items()]))
+
+
+if __name__ == "__main__":
+    main()
