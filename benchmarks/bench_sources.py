@@ -1,8 +1,8 @@
 """Benchmark of the remote sources: the same samples read from a local file, HDFS and Kafka.
 
 Starts (or reuses) the real services of ``scripts/services.sh``, puts the synthetic text file on
-HDFS and produces it to a Kafka topic of 2 partitions (about 100 KB of whole sample groups per
-message), then reads each with every synthetic feature, ``threads(2)``, ``batch_size(1024)``: one
+HDFS and produces it to a Kafka topic of 2 partitions with ``ingest produce`` (about 100 KB of whole
+sample groups per message), then reads each with every synthetic feature, ``threads(2)``, ``batch_size(1024)``: one
 warm-up run each, then ``--runs`` alternated rounds; medians, and the median of the per-round
 ratios to the local file.  Writes ``benchmarks/out/bench_sources.json``.
 
@@ -15,11 +15,12 @@ import uuid
 from pathlib import Path
 
 import fsspec
-from kafka import KafkaAdminClient, KafkaProducer
+from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 
 import ingest
 from ingest import synthetic
+from ingest.produce import produce
 
 from _common import OUT, alternated_runs, machine, markdown_table, synthetic_file
 
@@ -33,28 +34,13 @@ def services():
     return dict(line.split("=", 1) for line in done.stdout.split() if "=" in line)
 
 
-def produce(bootstrap, text):
-    """A new topic holding the text file's groups, whole groups per message, spread over the partitions."""
+def produce_topic(bootstrap, text):
+    """A new topic of PARTITIONS partitions holding the text file (``ingest produce``, ~100 KB messages)."""
     topic = f"bench-{uuid.uuid4().hex[:8]}"
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     admin.create_topics([NewTopic(topic, PARTITIONS, 1)])
     admin.close()
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=20, max_request_size=4 << 20)
-    message, last_gid, k = [], None, 0
-    size = 0
-    with open(text, "rb") as f:
-        for line in f:
-            gid = line.split(b"|", 2)[1]
-            if gid != last_gid and size >= MESSAGE_BYTES:  # cut only between groups
-                producer.send(topic, value=b"".join(message), partition=k % PARTITIONS)
-                message, size, k = [], 0, k + 1
-            message.append(line)
-            size += len(line)
-            last_gid = gid
-    if message:
-        producer.send(topic, value=b"".join(message), partition=k % PARTITIONS)
-    producer.flush()
-    producer.close()
+    produce([str(text)], f"kafka://{bootstrap}/{topic}", message_bytes=MESSAGE_BYTES, log=lambda *_: None)
     return topic
 
 
@@ -73,7 +59,7 @@ def main(argv=None):
     fs, root = fsspec.core.url_to_fs(env["HDFS_URL"] + "/bench")
     fs.mkdirs(root, exist_ok=True)
     fs.put(str(text), f"{root}/{text.name}")
-    topic = produce(env["KAFKA_BOOTSTRAP"], text)
+    topic = produce_topic(env["KAFKA_BOOTSTRAP"], text)
     paths = {"local": str(text), "hdfs": f"{env['HDFS_URL']}/bench/{text.name}",
              "kafka": f"kafka://{env['KAFKA_BOOTSTRAP']}/{topic}"}
     results = alternated_runs({name: (lambda p=p: reader(p)) for name, p in paths.items()}, args.samples, args.runs)

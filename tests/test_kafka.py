@@ -1,4 +1,5 @@
 """Reading Kafka topics from a real broker (scripts/services.sh): the same samples as the files they came from."""
+import json
 import struct
 import uuid
 
@@ -107,3 +108,20 @@ def test_errors(source):
         ingest.DataReader("k", [f"kafka://{bootstrap}/{text_topic}:7"]).feature("item", "sparse").startup()
     with pytest.raises(ConfigError, match="consumer groups"):
         ingest.DataReader("k", []).kafka(group_id="g")
+
+
+def test_produce_then_read_back(services, tmp_path, capsys):
+    """``ingest produce`` writes whole groups (text) or records (pb) per message; reading the topic gives the file."""
+    from ingest.cli import main as ingest_main
+    bootstrap = services["KAFKA_BOOTSTRAP"]
+    text = tmp_path / "p.txt"
+    synthetic.write(text, 2000, seed=4)
+    pb = tmp_path / "p.pb"
+    ingest.convert([str(text)], str(pb), log=lambda *_: None)
+    for path, file_type in ((text, "txt"), (pb, "pb")):
+        topic = _topic(bootstrap, [])
+        url = f"kafka://{bootstrap}/{topic}"
+        assert ingest_main.main(["produce", str(path), url, "--message-bytes", "20000", "--json"]) in (0, None)
+        summary = json.loads(capsys.readouterr().out)
+        assert summary["messages"] > 10 and summary["partitions"] == [0, 1, 2]
+        assert _read([url], file_type, threads=2) == _read([str(path)], file_type)

@@ -19,6 +19,7 @@ def build_parser():
     bench_parser.set_defaults(run=functools.partial(bench.run, prog="ingest bench"))
     tools.add_convert(commands)
     tools.add_inspect(commands)
+    tools.add_produce(commands)
     return parser
 
 

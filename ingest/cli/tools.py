@@ -1,4 +1,4 @@
-"""``ingest convert`` and ``ingest inspect`` (FORMATS.md section 9)."""
+"""``ingest convert``, ``ingest inspect`` and ``ingest produce`` (FORMATS.md section 9)."""
 import argparse
 import json
 import sys
@@ -6,8 +6,9 @@ import sys
 from ..convert import convert
 from ..errors import IngestError
 from ..inspect import inspect
+from ..produce import produce
 
-__all__ = ["add_convert", "add_inspect"]
+__all__ = ["add_convert", "add_inspect", "add_produce"]
 
 CONVERT_HELP = """Convert sample files between txt, pb and spb.
 
@@ -83,3 +84,27 @@ def add_inspect(commands):
     p.add_argument("--format", choices=["txt", "pb", "spb"], help="format (default: by extension)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(run=_run_inspect)
+
+
+def _run_produce(args):
+    try:
+        summary = produce(args.inputs, args.topic, args.format, args.message_bytes,
+                          log=lambda msg: print(msg, file=sys.stderr))
+    except IngestError as exc:
+        return _one_line_error("ingest produce", exc)
+    print(json.dumps(summary) if args.json else
+          f"{summary['messages']:,} messages, {summary['bytes']:,} bytes to partitions {summary['partitions']}")
+    return 0
+
+
+def add_produce(commands):
+    p = commands.add_parser("produce", help="write sample files to a Kafka topic",
+                            description="Write sample files to a Kafka topic: whole sample groups (text) or whole "
+                                        "records (pb, spb) per message, round-robin over the partitions.")
+    p.add_argument("inputs", nargs="+", metavar="INPUT", help="uncompressed sample files, directories, globs or URLs")
+    p.add_argument("topic", metavar="kafka://BROKER[,BROKER]/TOPIC[:P,...]", help="the topic (and partitions)")
+    p.add_argument("--format", choices=["txt", "pb", "spb"], help="input format (default: by extension)")
+    p.add_argument("--message-bytes", type=int, default=1 << 20, metavar="N",
+                   help="about this many bytes per message (default: 1 MiB)")
+    p.add_argument("--json", action="store_true", help="print a JSON summary")
+    p.set_defaults(run=_run_produce)
