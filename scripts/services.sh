@@ -221,6 +221,11 @@ EOF
         die "formatting Kafka storage failed (log: $kafka_log)"
     fi
 
+    launch_kafka
+}
+
+# launch_kafka: run the broker on the configured, formatted storage (start, restart-kafka).
+launch_kafka() {
     log "starting Kafka $KAFKA_VERSION on 127.0.0.1:$KAFKA_PORT (log: $kafka_log)"
     # shellcheck disable=SC2086  # KAFKA_JAVA_OPTS is a list of options
     nohup "$JAVA" $KAFKA_JAVA_OPTS -XX:+ExitOnOutOfMemoryError \
@@ -368,9 +373,19 @@ check_free_port() {
     if port_open "$1"; then die "port $1 is already in use (set $2 to another port)"; fi
 }
 
+# restart-kafka: stop the broker and start it again on the same data (tests of a broker restart mid-read).
+cmd_restart_kafka() {
+    alive "$kafka_pid" "$kafka_main" || die "kafka is not running"
+    stop_one kafka "$kafka_pid" "$kafka_main"
+    launch_kafka
+    wait_until kafka "$kafka_pid" "$kafka_main" "$kafka_log" kafka_ready || die "restart failed"
+    cmd_status
+}
+
 case ${1:-} in
     start) cmd_start ;;
     stop) cmd_stop ;;
     status) cmd_status ;;
-    *) echo "usage: $0 start|stop|status" >&2; exit 2 ;;
+    restart-kafka) cmd_restart_kafka ;;
+    *) echo "usage: $0 start|stop|status|restart-kafka" >&2; exit 2 ;;
 esac

@@ -1,6 +1,7 @@
 """Reading Kafka topics from a real broker (scripts/services.sh): the same samples as the files they came from."""
 import json
 import struct
+import subprocess
 import uuid
 
 import pytest
@@ -125,3 +126,25 @@ def test_produce_then_read_back(services, tmp_path, capsys):
         summary = json.loads(capsys.readouterr().out)
         assert summary["messages"] > 10 and summary["partitions"] == [0, 1, 2]
         assert _read([url], file_type, threads=2) == _read([str(path)], file_type)
+
+
+def test_broker_restart_mid_read_loses_and_repeats_nothing(services, tmp_path):
+    """The broker is stopped and started again (same data) while a reader is part-way through a topic."""
+    from conftest import ROOT
+    bootstrap = services["KAFKA_BOOTSTRAP"]
+    text = tmp_path / "r.txt"
+    synthetic.write(text, 20000, seed=5)
+    groups = _groups(text.read_bytes())
+    topic = _topic(bootstrap, [(k % PARTITIONS, b"".join(groups[i:i + 2]))
+                               for k, i in enumerate(range(0, len(groups), 2))])
+    reader = ingest.DataReader("k", [f"kafka://{bootstrap}/{topic}"]).batch_size(64).prefetch(1)
+    synthetic.declare(reader).kafka(max_partition_fetch_bytes=64 << 10, fetch_max_bytes=64 << 10)
+    got = []
+    for i, batch in enumerate(reader.startup()):
+        got.extend((s["sid"], str(s)) for s in flatten(batch))
+        if i == 3:  # the workers are blocked on full queues, part-way through the partitions
+            read_before = reader.stats()["bytes"]
+            subprocess.run([str(ROOT / "scripts" / "services.sh"), "restart-kafka"], check=True, capture_output=True)
+    assert read_before < 0.8 * reader.stats()["bytes"]  # most of the topic was read after the restart
+    assert len(got) == 20000
+    assert sorted(got) == _read([str(text)])
