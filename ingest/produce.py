@@ -11,11 +11,11 @@ import numpy as np
 from .convert import format_of
 from .errors import ConfigError, SourceError
 from .formats import FileType
-from .formats.protobuf import DEFAULT_MAX_RECORD_BYTES, _RecordStarts
+from .formats.protobuf import DEFAULT_MAX_RECORD_BYTES, record_starts
 from .formats.text import group_start_at_or_after
 from .sources import expand_paths
 from .sources.compression import infer_compression
-from .sources.kafka import _parse
+from .sources.kafka import parse_kafka_url
 
 __all__ = ["produce"]
 
@@ -27,7 +27,7 @@ def _cuts(f, size, ftype, message_bytes):
         while cuts[-1] < size:
             cuts.append(group_start_at_or_after(f, cuts[-1] + message_bytes, size))
         return cuts
-    starts = _RecordStarts._walk(f, size, DEFAULT_MAX_RECORD_BYTES)
+    starts = record_starts(f, size, DEFAULT_MAX_RECORD_BYTES)
     cuts, target = [0], message_bytes
     for at in np.searchsorted(starts, np.arange(message_bytes, size, message_bytes)):
         if at < len(starts) and starts[at] > cuts[-1] and starts[at] >= target:
@@ -43,7 +43,7 @@ def produce(inputs, url, file_type=None, message_bytes=1 << 20, log=print, **pro
     """
     from kafka import KafkaProducer
     from kafka.errors import KafkaError
-    brokers, topic, chosen = _parse(url)
+    brokers, topic, chosen = parse_kafka_url(url)
     files = expand_paths(inputs)
     for path, _ in files:
         if infer_compression(path) is not None:

@@ -763,6 +763,27 @@ def decode_chunk(buf, end, final, simple, max_record, stop_on_error, label_count
 
 
 @helper
+def frame_records(buf, filled, max_record, starts):
+    """Starts of the whole length-prefixed records in ``buf[:filled]``, into ``starts``.
+
+    Returns ``(count, position after the last whole record, bad)``; ``bad`` when the length
+    at that position is above ``max_record`` (nothing after it can be framed).
+    """
+    p = 0
+    k = 0
+    while p + 4 <= filled:
+        length = np.int64(_u32(buf, p))
+        if length > max_record:
+            return k, p, True
+        if p + 4 + length > filled:
+            break
+        starts[k] = p
+        k += 1
+        p += 4 + length
+    return k, p, False
+
+
+@helper
 def _error_row(errors, k, code, record, record_pos, pos, table, line, feature, got):
     errors[k, E_CODE] = code
     errors[k, E_RECORD] = record

@@ -431,3 +431,28 @@ def test_split_file_with_a_bad_length_reports_it_once(tmp_path):
     assert split == whole and len(whole) == sum(1 + i % 3 for i in range(150))
     assert len(split_errors) == 1 and split_errors == whole_errors
     assert "record 150" in split_errors[0]
+
+
+def _naive_starts(data, max_record):
+    """The twin of record_starts: walk the prefixes one by one."""
+    starts, pos = [], 0
+    while pos + 4 <= len(data):
+        n = struct.unpack_from("<I", data, pos)[0]
+        if n > max_record or pos + 4 + n > len(data):
+            break
+        starts.append(pos)
+        pos += 4 + n
+    return starts + ([pos] if pos < len(data) else [])
+
+
+@given(sizes=st.lists(st.integers(0, 300), max_size=30), tail=st.sampled_from([b"", b"\x01", b"\x09\0\0\0ab",
+                                                                               b"\xff\xff\xff\x7f" + b"x" * 8]),
+       chunk=st.sampled_from([16, 64, 1 << 16]))
+def test_record_starts_matches_a_walk_of_the_prefixes(tmp_path, sizes, tail, chunk):
+    from ingest.formats.protobuf import record_starts
+    data = b"".join(struct.pack("<I", n) + bytes([n % 251]) * n for n in sizes) + tail
+    path = tmp_path / "f.pb"
+    path.write_bytes(data)
+    with open(path, "rb") as f:
+        got = record_starts(f, len(data), 1 << 20, chunk_bytes=chunk)
+    assert got.tolist() == _naive_starts(data, 1 << 20)

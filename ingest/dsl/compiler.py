@@ -120,7 +120,7 @@ def check(node, text, feature, known):
     for a in node.args[1:]:
         if numbers:
             if not isinstance(a, Number):
-                _fail(feature, text, _col(a), f"{node.func}() takes numbers after its first argument")
+                _fail(feature, text, a.col, f"{node.func}() takes numbers after its first argument")
             args.append(a)
         else:
             args.append(check(a, text, feature, known))
@@ -132,10 +132,6 @@ def check(node, text, feature, known):
             if a.value < prev:
                 _fail(feature, text, a.col, "bucketize() boundaries must not decrease")
     return Call(node.func, tuple(args), node.col)
-
-
-def _col(node):
-    return node.col
 
 
 def single_valued(node, specs):

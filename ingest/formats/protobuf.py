@@ -16,7 +16,7 @@ from ..features import DenseLayout
 from ..pipeline.block import Block, Table
 from .base import UnitFormat, grown, refill
 
-__all__ = ["ProtobufFormat", "ProtobufDecodeError", "DEFAULT_MAX_RECORD_BYTES"]
+__all__ = ["ProtobufFormat", "ProtobufDecodeError", "DEFAULT_MAX_RECORD_BYTES", "record_starts"]
 
 DEFAULT_MAX_RECORD_BYTES = 64 << 20
 
@@ -63,14 +63,44 @@ class _Scratch:
                 self.sid_off, self.group_start, self.errors, self.st)
 
 
-class _RecordStarts:
-    """Where the records of uncompressed pb/spb files start, walked once per file from the length prefixes.
+def record_starts(f, size, max_record, chunk_bytes=4 << 20):
+    """Start offsets (int64) of the length-prefixed records of a file of ``size`` bytes, from its prefixes.
 
-    This makes a large file splittable into byte ranges: a range holds the records that start
-    in it.  The walk stops at a length it cannot trust (above ``max_record_bytes``, or past the
-    end); the offset where it stopped is kept as the last start, so the range holding it
-    decodes up to there and reports the error, and later ranges hold nothing.
+    The file is read in chunks whose records a kernel frames; a record longer than a chunk
+    is seeked over.  The walk stops at a length it cannot trust (above ``max_record``, or past
+    the end); the offset where it stopped is kept as the last start, so the byte range holding
+    it decodes up to there and reports the error, and later ranges hold nothing.
     """
+    f.seek(0)
+    buf = np.empty(chunk_bytes, np.uint8)
+    found = np.empty(chunk_bytes // 4 + 1, np.int64)
+    out = []
+    base = filled = 0
+    while base < size:
+        filled, eof = refill(f, buf, filled)
+        k, consumed, bad = K.frame_records(buf, filled, max_record, found)
+        out.append(found[:k] + base)
+        if bad or (eof and consumed < filled):  # a bad or cut length: the range holding it reports it
+            out.append(np.array([base + consumed], np.int64))
+            break
+        if eof:
+            break
+        if k == 0 and filled >= 4:  # one record longer than the buffer: note it and seek past it
+            end = base + 4 + int(np.frombuffer(buf[:4].tobytes(), "<u4")[0])
+            out.append(np.array([base], np.int64))
+            if end > size:
+                break
+            base, filled = end, 0
+            f.seek(base)
+            continue
+        buf[:filled - consumed] = buf[consumed:filled]
+        filled -= consumed
+        base += consumed
+    return np.concatenate(out) if out else np.empty(0, np.int64)
+
+
+class _RecordStarts:
+    """``record_starts`` of each file, computed once (by the first worker that opens a range of it)."""
 
     def __init__(self):
         self._lock = threading.Lock()
@@ -79,23 +109,8 @@ class _RecordStarts:
     def starts(self, f, url, size, max_record):
         with self._lock:
             if url not in self._files:
-                self._files[url] = self._walk(f, size, max_record)
+                self._files[url] = record_starts(f, size, max_record)
             return self._files[url]
-
-    @staticmethod
-    def _walk(f, size, max_record):
-        starts = []
-        pos = 0
-        while pos + 4 <= size:
-            f.seek(pos)
-            length = int.from_bytes(f.read(4), "little")
-            if length > max_record or pos + 4 + length > size:
-                break
-            starts.append(pos)
-            pos += 4 + length
-        if pos < size:
-            starts.append(pos)  # a bad or cut length: the range holding it reports it
-        return np.array(starts, np.int64)
 
 
 class ProtobufFormat(UnitFormat):

@@ -59,8 +59,3 @@ class BufferPool:
                 self.allocated += 1
                 self.allocated_bytes += size
         return buf[:count * dtype.itemsize].view(dtype).reshape(shape)
-
-    def zeros(self, shape, dtype):
-        out = self.lease(shape, dtype)
-        out.fill(0)
-        return out

@@ -11,7 +11,7 @@ import urllib.parse
 
 from ..errors import ConfigError, SourceError
 
-__all__ = ["is_kafka", "kafka_units", "KafkaStream", "KafkaOptions"]
+__all__ = ["is_kafka", "kafka_units", "KafkaStream", "KafkaOptions", "parse_kafka_url"]
 
 POLL_MS = 500
 
@@ -36,7 +36,7 @@ class KafkaOptions:
         self.config = consumer_config
 
 
-def _parse(url):
+def parse_kafka_url(url):
     """``(brokers, topic, partitions or None)`` of a kafka:// URL."""
     parts = urllib.parse.urlsplit(url)
     topic, _, partitions = parts.path.lstrip("/").partition(":")
@@ -68,7 +68,7 @@ def kafka_units(url, options, first_index):
     from kafka import TopicPartition
 
     from .files import WorkUnit
-    brokers, topic, chosen = _parse(url)
+    brokers, topic, chosen = parse_kafka_url(url)
     consumer = _consumer(brokers, options.config)
     try:
         known = consumer.partitions_for_topic(topic)
@@ -101,8 +101,7 @@ class KafkaStream(io.RawIOBase):
     def __init__(self, unit):
         from kafka import TopicPartition
         super().__init__()
-        brokers, topic, [partition] = _parse(unit.url)
-        self._url = unit.url
+        brokers, topic, [partition] = parse_kafka_url(unit.url)
         self._next, self._end, config = unit.position
         self._tp = TopicPartition(topic, partition)
         self._consumer = None
