@@ -1,5 +1,6 @@
 """Helpers shared by the benchmarks: the synthetic input files under ``benchmarks/out/``,
 a description of the machine, markdown tables."""
+import argparse
 import os
 import platform
 import statistics
@@ -12,9 +13,18 @@ import numpy as np
 from ingest import synthetic
 from ingest.cli.bench import measure
 
-__all__ = ["OUT", "synthetic_file", "machine", "markdown_table", "alternated_runs"]
+__all__ = ["OUT", "arguments", "synthetic_file", "machine", "markdown_table", "alternated_runs"]
 
 OUT = Path(__file__).resolve().parent / "out"  # git-ignored
+
+
+def arguments(doc, samples=120_000, runs=5):
+    """The parser of a benchmark: its first docstring paragraph, ``--samples`` and (unless None) ``--runs``."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--samples", type=int, default=samples, help=f"synthetic samples (default: {samples})")
+    if runs is not None:
+        parser.add_argument("--runs", type=int, default=runs, help=f"timed runs or rounds (default: {runs})")
+    return parser
 
 
 def synthetic_file(samples, seed=0):

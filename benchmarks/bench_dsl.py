@@ -16,13 +16,12 @@ median of the per-round ratios.  Writes ``benchmarks/out/bench_dsl.json``.
 
     python benchmarks/bench_dsl.py [--samples 120000] [--runs 5]
 """
-import argparse
 import datetime
 import json
 
 from ingest.convert import convert
 
-from _common import OUT, alternated_runs, machine, markdown_table, synthetic_file
+from _common import OUT, alternated_runs, arguments, machine, markdown_table, synthetic_file
 from bench_pb import reader_for
 
 CROSSES = {
@@ -40,10 +39,7 @@ def with_crosses(reader):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--samples", type=int, default=120_000, help="synthetic samples (default: 120000)")
-    parser.add_argument("--runs", type=int, default=5, help="timed rounds (default: 5)")
-    args = parser.parse_args(argv)
+    args = arguments(__doc__).parse_args(argv)
 
     text = synthetic_file(args.samples)
     pb = OUT / f"{text.stem}.pb"

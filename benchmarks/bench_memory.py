@@ -8,7 +8,6 @@ the RSS at 25 % (exit 1 otherwise).
 
     python benchmarks/bench_memory.py [--samples 800000]
 """
-import argparse
 import os
 import sys
 
@@ -17,7 +16,7 @@ import numpy as np
 import ingest
 from ingest import synthetic
 
-from _common import machine, markdown_table, synthetic_file
+from _common import arguments, machine, markdown_table, synthetic_file
 
 POINTS = (10, 25, 50, 75, 100)
 LIMIT = 1.25
@@ -56,9 +55,7 @@ def read_sampling_rss(path):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--samples", type=int, default=800_000, help="synthetic samples (default: 800000)")
-    args = parser.parse_args(argv)
+    args = arguments(__doc__, samples=800_000, runs=None).parse_args(argv)
 
     path = synthetic_file(args.samples)
     before = rss_mb()

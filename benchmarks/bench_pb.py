@@ -12,7 +12,6 @@ wall time counts and CPU time does not.  Prints markdown tables and writes
 
     python benchmarks/bench_pb.py [--samples 120000] [--runs 5]
 """
-import argparse
 import datetime
 import json
 import statistics
@@ -22,7 +21,7 @@ import ingest
 from ingest import synthetic
 from ingest.convert import convert
 
-from _common import OUT, alternated_runs, machine, markdown_table, synthetic_file
+from _common import OUT, alternated_runs, arguments, machine, markdown_table, synthetic_file
 
 BATCH_SIZE = 1024
 SEED = 0
@@ -31,12 +30,7 @@ SEED = 0
 def reader_for(path, file_type, aux):
     """A reader over ``path`` declaring every synthetic feature (``aux`` ones in table 1 when given)."""
     reader = ingest.DataReader("bench_pb", paths=[str(path)], file_type=file_type)
-    reader.label_count(synthetic.LABEL_COUNT).batch_size(BATCH_SIZE).threads(1)
-    for name in synthetic.SPARSE:
-        reader.feature(name=name, type="sparse", table=1 if name in aux else 0)
-    for name, nvec in synthetic.DENSE.items():
-        reader.feature(name=name, type="dense", nvec=nvec, table=1 if name in aux else 0)
-    return reader
+    return synthetic.declare(reader.batch_size(BATCH_SIZE).threads(1), aux=aux)
 
 
 def convert_runs(text, out, runs):
@@ -52,10 +46,7 @@ def convert_runs(text, out, runs):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--samples", type=int, default=120_000, help="synthetic samples (default: 120000)")
-    parser.add_argument("--runs", type=int, default=5, help="timed runs (default: 5)")
-    args = parser.parse_args(argv)
+    args = arguments(__doc__).parse_args(argv)
 
     text = synthetic_file(args.samples, SEED)
     pb_zst = OUT / f"{text.stem}.pb.zst"

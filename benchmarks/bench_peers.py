@@ -36,7 +36,7 @@ import ingest
 from ingest import synthetic
 from ingest.convert import convert
 
-from _common import OUT, machine, markdown_table, synthetic_file
+from _common import OUT, arguments, machine, markdown_table, synthetic_file
 
 BATCH_SIZE = 1024
 THREADS = (1, 2)
@@ -45,12 +45,8 @@ THREADS = (1, 2)
 # -- ingest ---------------------------------------------------------------------------------------
 def ingest_reader(path, file_type, aux, threads, unique):
     reader = ingest.DataReader("bench_peers", paths=[str(path)], file_type=file_type)
-    reader.label_count(synthetic.LABEL_COUNT).batch_size(BATCH_SIZE).threads(threads).unique_ids(unique)
-    for name in synthetic.SPARSE:
-        reader.feature(name=name, type="sparse", serialized=True, table=1 if name in aux else 0)
-    for name, nvec in synthetic.DENSE.items():
-        reader.feature(name=name, type="dense", nvec=nvec, table=1 if name in aux else 0)
-    return reader
+    reader.batch_size(BATCH_SIZE).threads(threads).unique_ids(unique)
+    return synthetic.declare(reader, aux=aux, serialized=True)
 
 
 def ingest_runs(make, runs):
@@ -182,9 +178,7 @@ def tf_runs(kind, path, threads, unique, runs):
 
 # -- main --------------------------------------------------------------------------------------------
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--samples", type=int, default=120_000)
-    parser.add_argument("--runs", type=int, default=3)
+    parser = arguments(__doc__, runs=3)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--input", help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)

@@ -8,7 +8,6 @@ ratios to the local file.  Writes ``benchmarks/out/bench_sources.json``.
 
     python benchmarks/bench_sources.py [--samples 120000] [--runs 3]
 """
-import argparse
 import json
 import subprocess
 import uuid
@@ -22,7 +21,7 @@ import ingest
 from ingest import synthetic
 from ingest.produce import produce
 
-from _common import OUT, alternated_runs, machine, markdown_table, synthetic_file
+from _common import OUT, alternated_runs, arguments, machine, markdown_table, synthetic_file
 
 PARTITIONS = 2
 MESSAGE_BYTES = 100_000
@@ -50,10 +49,7 @@ def reader(path):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--samples", type=int, default=120_000)
-    parser.add_argument("--runs", type=int, default=3)
-    args = parser.parse_args(argv)
+    args = arguments(__doc__, runs=3).parse_args(argv)
     text = synthetic_file(args.samples)
     env = services()
     fs, root = fsspec.core.url_to_fs(env["HDFS_URL"] + "/bench")

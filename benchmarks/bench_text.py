@@ -8,7 +8,6 @@ writes ``benchmarks/out/bench_text.json``.
 
     python benchmarks/bench_text.py [--samples 120000] [--runs 5]
 """
-import argparse
 import datetime
 import json
 import statistics
@@ -17,7 +16,7 @@ import ingest
 from ingest import synthetic
 from ingest.cli.bench import measure, per_core
 
-from _common import OUT, machine, markdown_table, synthetic_file
+from _common import OUT, arguments, machine, markdown_table, synthetic_file
 
 THREADS = (1, 2)
 BATCH_SIZE = 1024
@@ -45,10 +44,7 @@ def bench(path, samples, threads, runs):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--samples", type=int, default=120_000, help="synthetic samples (default: 120000)")
-    parser.add_argument("--runs", type=int, default=5, help="timed runs per thread count (default: 5)")
-    args = parser.parse_args(argv)
+    args = arguments(__doc__).parse_args(argv)
 
     path = synthetic_file(args.samples, SEED)
     results = [bench(path, args.samples, threads, args.runs) for threads in THREADS]

@@ -30,13 +30,17 @@ _NAME_OFF = np.concatenate([[0], np.cumsum([len(n) for n in _ORDER])]).astype(np
 _CHUNK = 20000
 
 
-def declare(reader, **options):
-    """Declare every synthetic feature on ``reader`` (and its label count); returns the reader."""
+def declare(reader, aux=(), **options):
+    """Declare every synthetic feature on ``reader`` (and its label count); returns the reader.
+
+    Features named in ``aux`` go to table 1 (the user features of a ``pb`` file converted with
+    ``--aux``); ``options`` apply to the sparse features.
+    """
     reader.label_count(LABEL_COUNT)
     for name in SPARSE:
-        reader.feature(name=name, type="sparse", **options)
+        reader.feature(name=name, type="sparse", table=int(name in aux), **options)
     for name, nvec in DENSE.items():
-        reader.feature(name=name, type="dense", nvec=nvec)
+        reader.feature(name=name, type="dense", nvec=nvec, table=int(name in aux))
     return reader
 
 

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 import ingest
+from ingest import synthetic
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "samples"
@@ -20,9 +21,9 @@ settings.register_profile("thorough", max_examples=5000, deadline=None,
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
-def make_reader(paths, sparse=(), dense=None, label_count=1, **options):
+def make_reader(paths, sparse=(), dense=None, label_count=1, file_type="txt", **options):
     """A started-later reader with the given features; ``options`` are method -> argument."""
-    reader = ingest.DataReader("test", paths=[str(p) for p in paths]).label_count(label_count)
+    reader = ingest.DataReader("test", paths=[str(p) for p in paths], file_type=file_type).label_count(label_count)
     for name in sparse:
         reader.feature(name=name, type=ingest.features.sparse, serialized=True)
     for name, nvec in (dense or {}).items():
@@ -30,6 +31,15 @@ def make_reader(paths, sparse=(), dense=None, label_count=1, **options):
     for method, arg in options.items():
         getattr(reader, method)(*arg) if isinstance(arg, tuple) else getattr(reader, method)(arg)
     return reader
+
+
+def read_synthetic(paths, file_type="txt", **options):
+    """Every synthetic sample of ``paths`` (all features declared) as sorted (sample id, flattened sample) pairs.
+
+    Comparable across sources and thread counts: the order of delivery is left out.
+    """
+    reader = synthetic.declare(make_reader(paths, file_type=file_type, batch_size=(256,), **options))
+    return sorted((s["sid"], str(s)) for b in reader.startup() for s in flatten(b))
 
 
 def read_samples(reader):

@@ -10,7 +10,7 @@ import ingest
 from ingest import synthetic
 from ingest.errors import SourceError
 
-from conftest import SAMPLES, XDL, flatten
+from conftest import SAMPLES, XDL, read_synthetic
 
 
 @pytest.fixture(scope="module")
@@ -30,30 +30,21 @@ def hdfs(services, tmp_path_factory):
     return root, local
 
 
-def _read(paths, file_type="txt", **options):
-    """Every sample read from ``paths``, as sorted (sample id, flattened sample) pairs."""
-    reader = ingest.DataReader("h", [str(p) for p in paths], file_type=file_type).batch_size(300)
-    synthetic.declare(reader)
-    for method, arg in options.items():
-        getattr(reader, method)(*arg) if isinstance(arg, tuple) else getattr(reader, method)(arg)
-    return sorted((s["sid"], str(s)) for b in reader.startup() for s in flatten(b))
-
-
 def test_same_samples_as_local_files(hdfs):
     root, local = hdfs
-    want = _read([local / "parts"])
+    want = read_synthetic([local / "parts"])
     assert len(want) == 5000
-    assert _read([f"{root}/parts"]) == want                                        # a directory
-    assert _read([f"{root}/parts/*.txt"], threads=2, unit_bytes=64 << 10) == want  # a glob, byte ranges
-    pb_local = _read([local / "a.pb"], "pb")
+    assert read_synthetic([f"{root}/parts"]) == want                                        # a directory
+    assert read_synthetic([f"{root}/parts/*.txt"], threads=2, unit_bytes=64 << 10) == want  # a glob, byte ranges
+    pb_local = read_synthetic([local / "a.pb"], "pb")
     assert len(pb_local) == 3000
-    assert _read([f"{root}/a.pb"], "pb", threads=2, unit_bytes=64 << 10) == pb_local
+    assert read_synthetic([f"{root}/a.pb"], "pb", threads=2, unit_bytes=64 << 10) == pb_local
 
 
 def test_shards_cover_every_sample_once(hdfs):
     root, _ = hdfs
-    whole = _read([f"{root}/parts"])
-    shards = [_read([f"{root}/parts"], shard=(i, 3), unit_bytes=64 << 10) for i in range(3)]
+    whole = read_synthetic([f"{root}/parts"])
+    shards = [read_synthetic([f"{root}/parts"], shard=(i, 3), unit_bytes=64 << 10) for i in range(3)]
     assert sorted(s for part in shards for s in part) == whole
     assert all(shards)
 
@@ -64,7 +55,7 @@ def test_convert_writes_to_hdfs(hdfs):
     ingest.convert([f"{root}/parts/b.txt"], out, log=lambda *_: None)
     fs, path = fsspec.core.url_to_fs(out)
     assert [p.rsplit("/", 1)[-1] for p in fs.ls(path.rsplit("/", 1)[0], detail=False)] == ["b.pb.zst"]
-    assert len(_read([out], "pb")) == 2000
+    assert len(read_synthetic([out], "pb")) == 2000
 
 
 def test_missing_path_is_a_clear_error(hdfs):

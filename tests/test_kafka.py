@@ -12,7 +12,7 @@ import ingest
 from ingest import synthetic
 from ingest.errors import ConfigError, SourceError
 
-from conftest import flatten
+from conftest import flatten, read_synthetic
 
 PARTITIONS = 3
 
@@ -52,14 +52,6 @@ def _records(data):
     return out
 
 
-def _read(paths, file_type="txt", **options):
-    reader = ingest.DataReader("k", paths, file_type=file_type).batch_size(256)
-    synthetic.declare(reader)
-    for method, arg in options.items():
-        getattr(reader, method)(*arg) if isinstance(arg, tuple) else getattr(reader, method)(arg)
-    return sorted((s["sid"], str(s)) for b in reader.startup() for s in flatten(b))
-
-
 @pytest.fixture(scope="module")
 def source(services, tmp_path_factory):
     """``(bootstrap, text topic, pb topic, local text file, local pb file)``."""
@@ -81,18 +73,18 @@ def source(services, tmp_path_factory):
 
 def test_same_samples_as_the_files(source):
     bootstrap, text_topic, pb_topic, text, pb = source
-    want = _read([str(text)])
+    want = read_synthetic([str(text)])
     assert len(want) == 3000
-    assert _read([f"kafka://{bootstrap}/{text_topic}"], threads=2) == want
-    assert _read([f"kafka://{bootstrap}/{pb_topic}"], "pb") == _read([str(pb)], "pb")
+    assert read_synthetic([f"kafka://{bootstrap}/{text_topic}"], threads=2) == want
+    assert read_synthetic([f"kafka://{bootstrap}/{pb_topic}"], "pb") == read_synthetic([str(pb)], "pb")
 
 
 def test_shards_cover_every_sample_once(source):
     bootstrap, text_topic, _, text, _ = source
     url = f"kafka://{bootstrap}/{text_topic}"
-    shards = [_read([url], shard=(i, 3)) for i in range(3)]
-    assert all(shards) and sorted(s for part in shards for s in part) == _read([str(text)])
-    assert _read([f"{url}:0,2"]) == sorted(shards[0] + shards[2])  # partitions named in the URL
+    shards = [read_synthetic([url], shard=(i, 3)) for i in range(3)]
+    assert all(shards) and sorted(s for part in shards for s in part) == read_synthetic([str(text)])
+    assert read_synthetic([f"{url}:0,2"]) == sorted(shards[0] + shards[2])  # partitions named in the URL
 
 
 def test_latest_reads_nothing_already_there(source):
@@ -125,7 +117,7 @@ def test_produce_then_read_back(services, tmp_path, capsys):
         assert ingest_main.main(["produce", str(path), url, "--message-bytes", "20000", "--json"]) in (0, None)
         summary = json.loads(capsys.readouterr().out)
         assert summary["messages"] > 10 and summary["partitions"] == [0, 1, 2]
-        assert _read([url], file_type, threads=2) == _read([str(path)], file_type)
+        assert read_synthetic([url], file_type, threads=2) == read_synthetic([str(path)], file_type)
 
 
 def test_broker_restart_mid_read_loses_and_repeats_nothing(services, tmp_path):
@@ -147,4 +139,4 @@ def test_broker_restart_mid_read_loses_and_repeats_nothing(services, tmp_path):
             subprocess.run([str(ROOT / "scripts" / "services.sh"), "restart-kafka"], check=True, capture_output=True)
     assert read_before < 0.8 * reader.stats()["bytes"]  # most of the topic was read after the restart
     assert len(got) == 20000
-    assert sorted(got) == _read([str(text)])
+    assert sorted(got) == read_synthetic([str(text)])
