@@ -78,6 +78,7 @@ class Batch:
         self._tables = tables or {}
         self.table_rows = list(table_rows) if table_rows is not None else [len(labels)]
         self._sample_ids = None
+        self.marks = None  # what the batch delivers, for the reader state (pipeline.progress.Marks)
 
     def __len__(self):
         return self.size

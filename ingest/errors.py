@@ -2,7 +2,7 @@
 
 __all__ = [
     "IngestError", "ConfigError", "SourceError", "DataError", "TextParseError",
-    "GroupTooLargeError", "ReaderClosedError", "DslError", "DslLimitError",
+    "GroupTooLargeError", "ReaderClosedError", "DslError", "DslLimitError", "StateError",
 ]
 
 
@@ -12,6 +12,11 @@ class IngestError(Exception):
 
 class ConfigError(IngestError, ValueError):
     """A reader option, feature declaration or command-line argument is invalid."""
+
+
+class StateError(ConfigError):
+    """A reader state that cannot be restored: not a state, another version, or saved over other input
+    or options."""
 
 
 class DslError(ConfigError):

@@ -4,17 +4,19 @@ import warnings
 import weakref
 
 from . import formats
+from . import state as state_format
 from .dsl.compiler import check, compile_feature, home_table, parse, single_valued
 from .dsl.stage import DslStage
-from .errors import ConfigError, DslError, ReaderClosedError
+from .errors import ConfigError, DslError, ReaderClosedError, StateError
 from .features import FeatureType, Schema, make_feature
 from .pipeline.batcher import BatchBuilder
+from .pipeline.progress import Progress
 from .pipeline.runner import Pipeline
 from .pipeline.stats import Stats
 from .pipeline.timeline import Timeline
 from .sources import expand_paths, plan_units
 from .sources.compression import check_codec
-from .sources.kafka import KafkaOptions, is_kafka, kafka_units
+from .sources.kafka import KafkaCommitter, KafkaOptions, is_kafka, kafka_positions, kafka_units, parse_kafka_url
 
 __all__ = ["DataReader"]
 
@@ -73,15 +75,20 @@ class DataReader:
         globs and fsspec URLs, read in the given order, each expanded sorted.
     file_type : ingest.parsers member
     enable_state : bool
-        Exact resume (not available yet).
+        Track what the consumer was handed, for ``state()`` / ``restore()`` (exact resume, docs/state.md).
     """
 
     def __init__(self, name, paths=None, file_type=formats.FileType.txt, enable_state=False):
         self.name = name
         self._paths = list(paths) if paths is not None and not isinstance(paths, str) else paths
         self._file_type = formats.file_type(file_type)
-        if enable_state:
-            raise ConfigError("enable_state=True: exact resume is not available in this version")
+        self._enable_state = bool(enable_state)
+        self._restored = None
+        self._progress = None
+        self._save_every = None
+        self._saved_at = 0
+        self._shuffle = None
+        self._committer = None
         self._epochs = 1
         self._batch_size = 1024
         self._label_count = 1
@@ -110,6 +117,15 @@ class DataReader:
     def _option(self):
         if self._started:
             raise ConfigError(f"reader {self.name!r}: options are fixed once startup() has run")
+
+    def shuffle(self, seed):
+        """Read the work units (files, byte ranges, partitions) of each epoch in an order drawn from ``seed``
+        and the epoch number; samples keep their order within a unit.  None turns it off."""
+        self._option()
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+            raise ConfigError(f"shuffle(seed={seed!r}): expected an int >= 0 or None")
+        self._shuffle = seed
+        return self
 
     def epochs(self, n):
         """Passes over the input; 0 repeats forever."""
@@ -219,7 +235,8 @@ class DataReader:
     def kafka(self, group_id=None, start="earliest", until="caught_up", **consumer_config):
         """Kafka settings for ``kafka://`` paths: where partitions start (``"earliest"``, ``"latest"`` or a
         timestamp in ms), where they end (``"caught_up"``: the end offsets seen at startup), and any
-        kafka-python consumer setting."""
+        kafka-python consumer setting.  With ``group_id``, partitions start at the group's committed
+        positions (exactly, when ingest committed them) and ``state()`` commits the delivered ones."""
         self._option()
         self._kafka = KafkaOptions(group_id, start, until, **consumer_config)
         return self
@@ -267,11 +284,20 @@ class DataReader:
         fmt = formats.make_format(self._file_type, schema.raw, **options)
         units = self._plan_units(fmt)
         mine = units[self._task[0]::self._task[1]]
-        builder = BatchBuilder(schema, self._batch_size, self._pad, unique=self._unique, stats=self._stats)
+        self._units = mine
+        if self._restored is not None:
+            self._progress = state_format.check(self._restored, self.name, self._state_options(), mine)
+        elif self._enable_state:
+            self._progress = Progress([u.index for u in mine])
+        kafka = [u.url for u in mine if is_kafka(u.url)]
+        if self._progress is not None and self._kafka.group_id is not None and kafka:
+            self._committer = KafkaCommitter(parse_kafka_url(kafka[0])[0], self._kafka)
+        builder = BatchBuilder(schema, self._batch_size, self._pad, unique=self._unique, stats=self._stats,
+                               track=self._progress is not None)
         self._pipeline = Pipeline(mine, self._epochs, fmt, builder, ops=_dsl_stage(schema), threads=self._threads,
                                   deterministic=self._deterministic, split_group=self._split_group,
                                   drop_last=self._drop_last, on_skip=on_skip, stats=self._stats,
-                                  prefetch=self._prefetch)
+                                  prefetch=self._prefetch, shuffle=self._shuffle, progress=self._progress)
         self._started = True
         if self._timeline_path is not None:
             self._stats.timeline = Timeline()
@@ -307,12 +333,72 @@ class DataReader:
     def __next__(self):
         if self._pipeline is None:
             raise ReaderClosedError(f"reader {self.name!r}: call startup() before iterating")
+        # the consumer is back for more: what it was handed so far is done with
+        if self._save_every is not None and self._progress.batches - self._saved_at >= self._save_every[0]:
+            self._save()
         try:
             return self._pipeline.next_batch()
         except StopIteration:
+            if self._save_every is not None:
+                self._save()
             self._report_skipped()
             self._write_timeline()
             raise
+
+    # -- state -----------------------------------------------------------------------------
+    def _state_options(self):
+        """What fixes the sequence of samples: a state resumes only a reader with the same."""
+        options = {"file_type": self._file_type.name, "shard": list(self._task), "epochs": self._epochs,
+                   "split_group": self._split_group, "shuffle": self._shuffle}
+        if self._file_type is formats.FileType.txt:
+            options["max_group_size"] = self._max_group_size
+        if any(is_kafka(p) for p in ([self._paths] if isinstance(self._paths, str) else self._paths)):
+            options["kafka_start"] = self._kafka.start
+        return options
+
+    def state(self):
+        """The position after the last sample handed to the consumer, as bytes (docs/state.md).
+
+        Needs ``enable_state=True`` and ``startup()``.  Costs no pipeline drain: it describes what
+        was delivered, whatever the threads have read ahead.  With ``kafka(group_id=...)`` the Kafka
+        positions are also committed to the consumer group."""
+        if self._progress is None:
+            raise ConfigError(f"reader {self.name!r}: state() needs enable_state=True and startup()")
+        data = state_format.encode(self.name, self._state_options(), self._units, self._progress)
+        if self._committer is not None:
+            self._committer.commit(kafka_positions(self._units, self._progress))
+        return data
+
+    def restore(self, state):
+        """Continue from ``state`` (bytes of ``state()``) at ``startup()``: no sample delivered before it
+        is delivered again, none after it is lost.  Paths and options must be the same."""
+        self._option()
+        self._restored = state_format.decode(state)
+        self._enable_state = True
+        return self
+
+    def save_state_every(self, n_batches, url):
+        """Write ``state()`` to ``url`` (any fsspec URL, replaced atomically) every ``n_batches`` batches,
+        when the consumer asks for the next one (so the state covers the batches it has finished
+        with), and at the end of the input."""
+        self._option()
+        self._save_every = (_positive_int("n_batches", n_batches), str(url))
+        self._enable_state = True
+        return self
+
+    def restore_from(self, url, missing_ok=False):
+        """``restore()`` from a state saved at ``url``; with ``missing_ok`` a missing file starts afresh."""
+        try:
+            return self.restore(state_format.read(url))
+        except StateError:
+            if missing_ok and not state_format.exists(url):
+                self._option()
+                return self
+            raise
+
+    def _save(self):
+        state_format.write_atomic(self._save_every[1], self.state())
+        self._saved_at = self._progress.batches
 
     def read_all(self):
         """All remaining batches as a list (for small inputs and tests)."""
@@ -341,6 +427,9 @@ class DataReader:
         if self._pipeline is not None:
             self._pipeline.close()
             self._write_timeline()
+        if self._committer is not None:
+            self._committer.close()
+            self._committer = None
         if self._finalizer is not None:
             self._finalizer.detach()
 

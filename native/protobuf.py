@@ -685,8 +685,8 @@ def _decode_record(buf, a, b, simple, label_count, slots, names, name_off, feat,
 def decode_chunk(buf, end, final, simple, max_record, stop_on_error, label_count,
                  slots, names, name_off, feat, dn_feat, dn_elem_col,
                  tok_feat, tok_key, tok_hkey, tok_val, line_tok0, line_tok1, refer, tab_rows, dense, labels,
-                 timestamps, sid_bytes, sid_off, group_start, errors, st):
-    """Decode the whole records in ``buf[:end]``.
+                 timestamps, sid_bytes, sid_off, group_start, group_pos, errors, st):
+    """Decode the whole records in ``buf[:end]``; ``group_pos`` gets each group's record position.
 
     Returns ``(status, consumed, records, nerr)``; counts of rows, groups, tokens and
     sample-id bytes are in ``st``, lines per table in ``tab_rows``.  Unless ``final``, a
@@ -743,6 +743,7 @@ def decode_chunk(buf, end, final, simple, max_record, stop_on_error, label_count
         any_h = st[S_ANY_HKEY]
         for k in range(ntables):
             saved[k] = tab_rows[k]
+        groups0 = st[S_NGROUPS]
         err = _decode_record(buf, a, b, simple, label_count, slots, names, name_off, feat, dn_feat, dn_elem_col,
                              tok_feat, tok_key, tok_hkey, tok_val, line_tok0, line_tok1, refer, tab_rows, dense, labels,
                              timestamps, sid_bytes, sid_off, group_start, spans, dn_seen, vec, bits, lines0, st)
@@ -758,6 +759,8 @@ def decode_chunk(buf, end, final, simple, max_record, stop_on_error, label_count
                 nerr += 1
                 if stop_on_error:
                     return STOPPED_AT_ERROR, pos, records, nerr
+        for g in range(groups0, st[S_NGROUPS]):
+            group_pos[g] = pos
         pos = b
         records += 1
 

@@ -197,12 +197,13 @@ def parse_text_chunk(buf, start, end, final, stop_on_error, label_count, max_gro
                      dn_slots, dn_names, dn_name_off, dn_nvec, dn_elem_base, dn_elem_col,
                      dn_out_base, dn_out_width,
                      tok_feat, tok_key, tok_val, row_tok, dense, labels, timestamps,
-                     sid_bytes, sid_off, group_start, errors, dn_seen):
+                     sid_bytes, sid_off, group_start, group_pos, errors, dn_seen):
     """Parse the whole lines of ``buf[start:end]`` into the scratch arrays.
 
     Returns ``(status, consumed, lines, nrows, ngroups, ntok, nsid, nerr)``: the byte
     position after the last line taken, lines taken (blank ones included), rows, groups
-    (``group_start[:ngroups]`` are their first rows), tokens, sample-id bytes and errors
+    (``group_start[:ngroups]`` are their first rows, ``group_pos[:ngroups]`` the positions
+    in ``buf`` of their first lines), tokens, sample-id bytes and errors
     (rows of ``errors``) produced.  Rows of lines that fail are rolled back; the error is
     recorded and, with ``stop_on_error``, parsing stops right before that line.
     """
@@ -277,6 +278,7 @@ def parse_text_chunk(buf, start, end, final, stop_on_error, label_count, max_gro
             c_sid = nsid
             c_err = nerr
             group_start[ngroups] = nrows
+            group_pos[ngroups] = pos
             ngroups += 1
             group_lines = 0
         group_lines += 1

@@ -21,9 +21,10 @@ settings.register_profile("thorough", max_examples=5000, deadline=None,
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
-def make_reader(paths, sparse=(), dense=None, label_count=1, file_type="txt", **options):
+def make_reader(paths, sparse=(), dense=None, label_count=1, file_type="txt", enable_state=False, **options):
     """A started-later reader with the given features; ``options`` are method -> argument."""
-    reader = ingest.DataReader("test", paths=[str(p) for p in paths], file_type=file_type).label_count(label_count)
+    reader = ingest.DataReader("test", paths=[str(p) for p in paths], file_type=file_type,
+                               enable_state=enable_state).label_count(label_count)
     for name in sparse:
         reader.feature(name=name, type=ingest.features.sparse, serialized=True)
     for name, nvec in (dense or {}).items():

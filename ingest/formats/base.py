@@ -47,8 +47,12 @@ class UnitFormat:
     def read_unit(self, unit, stop=None):
         """Yield the Blocks of one work unit; skipped errors go to ``on_skip``, others raise."""
         f = open_unit(unit)
+        messages = getattr(f, "messages", None)  # a Kafka stream maps positions to message offsets
         try:
-            yield from self._read(f, unit, stop)
+            for blk in self._read(f, unit, stop):
+                if messages is not None:
+                    blk.messages = messages(blk.start, blk.end)
+                yield blk
         finally:
             f.close()
 

@@ -4,6 +4,7 @@ Records are read into a reusable buffer; ``decode_chunk`` takes the whole record
 and the partial one at the end is kept for the next read.  Per chunk the Python work is
 O(tables): a kernel call, the column layout and a Block.
 """
+import dataclasses
 import threading
 
 import numpy as np
@@ -14,6 +15,8 @@ from .._native.names import build_name_table
 from ..errors import DataError
 from ..features import DenseLayout
 from ..pipeline.block import Block, Table
+from ..sources import open_unit
+from ..sources.files import skip
 from .base import UnitFormat, grown, refill
 
 __all__ = ["ProtobufFormat", "ProtobufDecodeError", "DEFAULT_MAX_RECORD_BYTES", "record_starts"]
@@ -50,6 +53,7 @@ class _Scratch:
         self.sid_bytes = np.empty(sid_bytes, np.uint8)
         self.sid_off = np.empty(rows + 1, np.int64)
         self.group_start = np.empty(rows + 1, np.int64)
+        self.group_pos = np.empty(rows + 1, np.int64)
         self.errors = np.empty((64, K.ERROR_COLUMNS), np.int64)
         self.st = np.zeros(K.STATE_SLOTS, np.int64)
 
@@ -60,18 +64,23 @@ class _Scratch:
     def outputs(self):
         return (self.tok_feat, self.tok_key, self.tok_hkey, self.tok_val, self.line_tok0, self.line_tok1,
                 self.refer, self.tab_rows, self.dense, self.labels, self.timestamps, self.sid_bytes,
-                self.sid_off, self.group_start, self.errors, self.st)
+                self.sid_off, self.group_start, self.group_pos, self.errors, self.st)
+
+
+def count_records_before(unit, offset, max_record):
+    """Records of the unit's stream before ``offset`` (for record numbers of errors after a restore)."""
+    with open_unit(dataclasses.replace(unit, resume=None)) as f:
+        return int(np.searchsorted(record_starts(f, offset, max_record), offset))
 
 
 def record_starts(f, size, max_record, chunk_bytes=4 << 20):
     """Start offsets (int64) of the length-prefixed records of a file of ``size`` bytes, from its prefixes.
 
-    The file is read in chunks whose records a kernel frames; a record longer than a chunk
-    is seeked over.  The walk stops at a length it cannot trust (above ``max_record``, or past
+    The file, read from its start, is read in chunks whose records a kernel frames; a record
+    longer than a chunk is skipped over.  The walk stops at a length it cannot trust (above ``max_record``, or past
     the end); the offset where it stopped is kept as the last start, so the byte range holding
     it decodes up to there and reports the error, and later ranges hold nothing.
     """
-    f.seek(0)
     buf = np.empty(chunk_bytes, np.uint8)
     found = np.empty(chunk_bytes // 4 + 1, np.int64)
     out = []
@@ -90,8 +99,8 @@ def record_starts(f, size, max_record, chunk_bytes=4 << 20):
             out.append(np.array([base], np.int64))
             if end > size:
                 break
+            skip(f, end - base - filled, "")
             base, filled = end, 0
-            f.seek(base)
             continue
         buf[:filled - consumed] = buf[consumed:filled]
         filled -= consumed
@@ -170,12 +179,13 @@ class ProtobufFormat(UnitFormat):
                         self.layout.total, self.schema.label_count)
 
     def _read(self, f, unit, stop):
-        base = 0       # source offset of buf[0]
-        records = 0    # records of the file before buf[0]
+        base = unit.stream_start  # source offset of buf[0]; open_unit positioned a whole unit there
+        records = 0 if base == 0 else None  # records of the file before buf[0], counted on the first error
         limit = None   # bytes of the source from base that belong to this unit
         if not unit.whole:  # a byte range: the records that start in it
             starts = self._records.starts(f, unit.url, unit.size, self.max_record_bytes)
-            records = int(np.searchsorted(starts, unit.start))
+            first = unit.start if unit.resume is None else unit.resume[0]
+            records = int(np.searchsorted(starts, first))
             last = len(starts) if unit.end is None else int(np.searchsorted(starts, unit.end))
             if records >= last:
                 return
@@ -194,6 +204,8 @@ class ProtobufFormat(UnitFormat):
             status, consumed, nrec, nerr = K.decode_chunk(
                 buf, filled, eof, self.simple, self.max_record_bytes, self.on_skip is None,
                 self.schema.label_count, *self.names, self.feat, self.dn_feat, self.layout.elem_col, *scratch.outputs())
+            if nerr and records is None:
+                records = count_records_before(unit, base, self.max_record_bytes)
             errors = [self._error(buf, filled, scratch.errors[k], unit, base, records) for k in range(nerr)]
             if scratch.st[K.S_NROWS]:
                 yield self._block(scratch, unit, base, base + consumed)
@@ -212,7 +224,8 @@ class ProtobufFormat(UnitFormat):
             buf[:filled - consumed] = buf[consumed:filled]
             filled -= consumed
             base += consumed
-            records += nrec
+            if records is not None:
+                records += nrec
             if limit is not None:
                 limit -= consumed
             if eof and filled == 0:
@@ -254,7 +267,7 @@ class ProtobufFormat(UnitFormat):
                      sp_hkeys=hkeys if len(hkeys) else None, sp_values=values,
                      labels=s.labels[:nrows].copy(), timestamps=s.timestamps[:nrows].copy(),
                      sid_bytes=s.sid_bytes[:nsid].copy(), sid_offsets=s.sid_off[:nrows + 1].copy(),
-                     source=unit.url, start=start, end=end)
+                     source=unit.url, start=start, end=end, group_pos=s.group_pos[:ngroups] + start)
 
     def _error(self, buf, filled, row, unit, base, records):
         code, record, record_pos, pos, table, line, feat, got = (int(v) for v in row)

@@ -77,6 +77,7 @@ class _Scratch:
         self.sid_bytes = np.empty(sid_bytes, np.uint8)
         self.sid_off = np.empty(rows + 1, np.int64)
         self.group_start = np.empty(rows + 1, np.int64)
+        self.group_pos = np.empty(rows + 1, np.int64)
         self.errors = np.empty((max(64, rows // 16), K.ERROR_COLUMNS), np.int64)
         self.dn_seen = np.zeros(n_dense, np.bool_)
 
@@ -217,10 +218,11 @@ class TextFormat(UnitFormat):
                         self.layout.total, self.schema.label_count, len(self.dense))
 
     def _read(self, f, unit, stop):
-        start = 0
+        start = unit.stream_start  # open_unit positioned a whole unit there
         end = None
         if not unit.whole:
-            start = group_start_at_or_after(f, unit.start, unit.size)
+            if unit.resume is None:
+                start = group_start_at_or_after(f, unit.start, unit.size)
             end = unit.size if unit.end is None else group_start_at_or_after(f, unit.end, unit.size)
             if start >= end:
                 return
@@ -243,7 +245,7 @@ class TextFormat(UnitFormat):
                 self.layout.first_col, self.layout.width,
                 scratch.tok_feat, scratch.tok_key, scratch.tok_val, scratch.row_tok, scratch.dense,
                 scratch.labels, scratch.timestamps, scratch.sid_bytes, scratch.sid_off,
-                scratch.group_start, scratch.errors, scratch.dn_seen)
+                scratch.group_start, scratch.group_pos, scratch.errors, scratch.dn_seen)
             errors = []
             if nerr:
                 if line_base is None:
@@ -289,7 +291,7 @@ class TextFormat(UnitFormat):
         return Block(tables=(main, *aux), group_offsets=group_offsets, sp_keys=keys, sp_hkeys=None,
                      sp_values=values, labels=s.labels[:nrows].copy(), timestamps=s.timestamps[:nrows].copy(),
                      sid_bytes=s.sid_bytes[:nsid].copy(), sid_offsets=s.sid_off[:nrows + 1].copy(),
-                     source=unit.url, start=start, end=end)
+                     source=unit.url, start=start, end=end, group_pos=s.group_pos[:ngroups] + start)
 
     def _error(self, buf, filled, row, unit, base, line_base):
         code, line, line_start, bad_s, bad_e, field, feat = (int(v) for v in row)

@@ -9,6 +9,7 @@ from .._native.unique import unique_ids
 from .pool import BufferPool
 from ..batch import Batch, SparseFeature
 from ..errors import GroupTooLargeError
+from .progress import Marks
 
 __all__ = ["BatchBuilder", "cut_batches"]
 
@@ -25,8 +26,9 @@ class BatchBuilder:
     every row of table k to its row of table k + 1 in the batch.
     """
 
-    def __init__(self, schema, batch_size, pad, unique=False, stats=None, pool=None):
+    def __init__(self, schema, batch_size, pad, unique=False, stats=None, pool=None, track=False):
         self.schema = schema
+        self.track = track  # record the position each batch delivers up to (reader state)
         self.pool = pool if pool is not None else BufferPool()
         self.scratch = UniqueScratch()
         self.batch_size = batch_size
@@ -105,8 +107,10 @@ class BatchBuilder:
                     add_unique_ids(feat, self.pool, self.scratch)
             if self.stats is not None:
                 self.stats.stage("unique", t1, time.perf_counter())
-        return Batch(n, labels, timestamps, sid_bytes, sid_offsets, features, indicators,
-                     tables=self.table_of, table_rows=rows)
+        batch = Batch(n, labels, timestamps, sid_bytes, sid_offsets, features, indicators,
+                      tables=self.table_of, table_rows=rows)
+        batch.marks = Marks({blk.unit: blk.position(r1) for blk, _, r1 in pieces} if self.track else {})
+        return batch
 
     def _table(self, t, pieces, plans, rows):
         """The features of table ``t`` over ``rows`` rows: sparse CSR and dense matrices by name."""
@@ -219,7 +223,7 @@ def cut_batches(blocks, builder, *, split_group=True, drop_last=False, on_skip=N
             if pieces:
                 yield builder.build(pieces)
             raise
-        r = 0
+        r = blk.skip  # rows delivered before a restore
         ends = blk.group_offsets
         while r < blk.nrows:
             need = size - filled

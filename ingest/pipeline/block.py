@@ -58,6 +58,17 @@ class Block:
         URL of the work unit.
     start, end : int
         Byte range of the source this block was parsed from.
+    group_pos : int64 [G]
+        Position in the unit's stream of each group's first byte: where a restored reader
+        starts again (``end`` is the position after the last group).
+    unit : tuple
+        ``(epoch, unit index)``, set by the pipeline.
+    skip : int
+        Rows at the head of the block already delivered before a restore (set by the pipeline
+        on the first block of a resumed unit); the batcher passes over them.
+    messages : (int64 [M], int64 [M]) or None
+        Kafka: the stream position where each message overlapping the block starts, and its
+        offset, to turn ``group_pos`` into (message offset, byte in message).
     """
 
     tables: tuple
@@ -74,6 +85,10 @@ class Block:
     end: int = 0
     dsl_keys: object = None
     dsl_values: object = None
+    group_pos: object = None
+    unit: tuple = (0, 0)
+    skip: int = 0
+    messages: object = None
 
     @property
     def nrows(self):
@@ -82,6 +97,21 @@ class Block:
     @property
     def nbytes(self):
         return self.end - self.start
+
+    def position(self, row):
+        """``(position, rows)`` after delivering the rows before ``row``: the start of the group holding
+        ``row`` and how many of its rows came before; ``(end, 0)`` when ``row`` is past the last."""
+        if row >= self.nrows:
+            return self._located(self.end), 0
+        g = int(np.searchsorted(self.group_offsets, row, side="right")) - 1
+        return self._located(int(self.group_pos[g])), row - int(self.group_offsets[g])
+
+    def _located(self, pos):
+        if self.messages is None:
+            return pos
+        starts, offsets = self.messages
+        i = int(np.searchsorted(starts, pos, side="right")) - 1
+        return int(offsets[i]), pos - int(starts[i])
 
 
 def empty_aux_tables(schema, group_offsets, end):

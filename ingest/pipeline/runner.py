@@ -6,14 +6,18 @@ bounded prefetch queue.  Every blocking put or get wakes up regularly to check t
 flag, so ``close()`` never hangs, whatever the consumer does.
 """
 import contextlib
+import dataclasses
 import itertools
 import queue
 import threading
 import time
 
+import numpy as np
+
 from ..errors import IngestError, ReaderClosedError
 from ..formats.base import take_read_seconds
 from .batcher import cut_batches
+from .progress import Marks
 
 __all__ = ["Pipeline"]
 
@@ -28,9 +32,21 @@ class _Marker:
         return self.name
 
 
-_UNIT_DONE = _Marker("UNIT_DONE")
 _WORKER_DONE = _Marker("WORKER_DONE")
-_END = _Marker("END")
+
+
+@dataclasses.dataclass(frozen=True)
+class _UnitDone:
+    """Follows the last block of a unit in its worker's queue."""
+
+    key: tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class _End:
+    """The end of the stream, with the units completed after the last batch was built."""
+
+    marks: Marks
 
 
 class Pipeline:
@@ -39,7 +55,10 @@ class Pipeline:
     Parameters
     ----------
     units : list of WorkUnit
-        This shard's units, in order; repeated ``epochs`` times (0 = forever).
+        This shard's units, in order; repeated ``epochs`` times (0 = forever), in an order
+        shuffled per epoch when ``shuffle`` is a seed.
+    progress : Progress or None
+        A restored state: delivered units are passed over, partial ones resume.
     fmt : format front end with ``read_unit(unit, stop)``
     ops : callable or None
         Block -> Block, run by the parse worker on each block (the DSL stage).
@@ -51,9 +70,11 @@ class Pipeline:
     """
 
     def __init__(self, units, epochs, fmt, builder, *, threads, deterministic, split_group,
-                 drop_last, on_skip, stats, ops=None, prefetch=4, queue_blocks=4):
+                 drop_last, on_skip, stats, ops=None, prefetch=4, queue_blocks=4, shuffle=None, progress=None):
         self.units = units
         self.epochs = epochs
+        self.shuffle = shuffle
+        self.progress = progress
         self.fmt = fmt
         self.ops = ops
         self.builder = builder
@@ -73,11 +94,23 @@ class Pipeline:
         self.finished = False
 
     def _sequence(self):
-        epochs = itertools.count() if self.epochs == 0 else range(self.epochs)
-        for _ in epochs:
+        """``(epoch, unit)`` in reading order; a unit that resumes carries its resume point."""
+        first = self.progress.epoch if self.progress is not None else 0
+        epochs = itertools.count(first) if self.epochs == 0 else range(first, self.epochs)
+        for epoch in epochs:
             if not self.units:
                 return
-            yield from self.units
+            order = self.units
+            if self.shuffle is not None:
+                order = [self.units[i] for i in np.random.default_rng([self.shuffle, epoch]).permutation(len(order))]
+            for unit in order:
+                if self.progress is not None:
+                    if self.progress.delivered(epoch, unit.index):
+                        continue
+                    resume = self.progress.resume(epoch, unit.index)
+                    if resume is not None:
+                        unit = dataclasses.replace(unit, resume=resume)
+                yield epoch, unit
 
     def start(self):
         for w in range(self.threads):
@@ -122,13 +155,16 @@ class Pipeline:
     def _work(self, w):
         q = self.block_queues[w if self.deterministic else 0]
         try:
-            for unit in self._units_for(w):
+            for epoch, unit in self._units_for(w):
                 if self.stop.is_set():
                     return
+                key = (epoch, unit.index)
+                skip = unit.resume[1] if unit.resume is not None else 0
                 with contextlib.closing(self.fmt.read_unit(unit, self.stop)) as blocks:
                     take_read_seconds()
                     t0 = time.perf_counter()
                     for blk in blocks:  # the format reads and parses in next()
+                        blk.unit, blk.skip, skip = key, skip, 0
                         self._read_parse(t0, unit, blk.nbytes, blk.nrows)
                         if self.ops is not None:
                             t0 = time.perf_counter()
@@ -141,7 +177,7 @@ class Pipeline:
                         t0 = time.perf_counter()
                     self._read_parse(t0, unit, 0, 0)
                 self.stats.add(units=1)
-                if not self._put(q, _UNIT_DONE):
+                if not self._put(q, _UnitDone(key)):
                     return
         except BaseException as exc:  # travels to the consumer in stream order
             self._put(q, exc)
@@ -156,12 +192,14 @@ class Pipeline:
         self.stats.stage("parse", t0 + read, t1, unit=unit.url, offset=unit.start, bytes=nbytes, rows=rows)
 
     # -- batcher ---------------------------------------------------------------------------
-    def _blocks(self):
+    def _blocks(self, done):
+        """The blocks in stream order; units completed go to the list ``done``."""
         if self.deterministic:
             seq = 0
             while True:
                 item = self._get(self.block_queues[seq % self.threads])
-                if item is _UNIT_DONE:
+                if isinstance(item, _UnitDone):
+                    done.append(item.key)
                     seq += 1
                 elif item is _WORKER_DONE:
                     return
@@ -170,27 +208,30 @@ class Pipeline:
                 else:
                     yield item
         else:
-            done = 0
-            while done < self.threads:
+            workers = 0
+            while workers < self.threads:
                 item = self._get(self.block_queues[0])
                 if item is _WORKER_DONE:
-                    done += 1
-                elif item is _UNIT_DONE:
-                    continue
+                    workers += 1
+                elif isinstance(item, _UnitDone):
+                    done.append(item.key)
                 elif isinstance(item, BaseException):
                     raise item
                 else:
                     yield item
 
     def _batch_loop(self):
+        done = []
         try:
-            batches = cut_batches(self._blocks(), self.builder, split_group=self.split_group,
+            batches = cut_batches(self._blocks(done), self.builder, split_group=self.split_group,
                                   drop_last=self.drop_last, on_skip=self.on_skip)
             for batch in batches:  # the builder counts its own time
+                # units completed so far have all their samples in this batch or earlier ones
+                batch.marks.done, done[:] = list(done), []
                 self.stats.add(batches=1)
                 if not self._put(self.out, batch):
                     return
-            self._put(self.out, _END)
+            self._put(self.out, _End(Marks(done=list(done))))
         except ReaderClosedError:
             pass
         except BaseException as exc:
@@ -204,9 +245,11 @@ class Pipeline:
         t0 = time.perf_counter()
         item = self._get(self.out)
         self.stats.stage("wait", t0, time.perf_counter())
-        if item is _END:
+        if isinstance(item, _End):
             self.finished = True
             self.close()
+            if self.progress is not None:
+                self.progress.apply(item.marks, batch=False)
             raise StopIteration
         if isinstance(item, BaseException):
             self.finished = True
@@ -214,6 +257,8 @@ class Pipeline:
             if isinstance(item, IngestError):
                 raise item
             raise IngestError(f"reader pipeline failed: {item!r}") from item
+        if self.progress is not None:
+            self.progress.apply(item.marks, item.size)
         return item
 
     def close(self, timeout=10.0):

@@ -22,10 +22,13 @@ MIB = 1 << 20
 
 @dataclass(frozen=True)
 class WorkUnit:
-    """A file or a nominal byte range ``[start, end)`` of one (uncompressed) file.
+    """A file or a nominal byte range ``[start, end)`` of one (uncompressed) file, or a Kafka partition.
 
     ``end`` is None for "to the end of the file".  ``index`` numbers units in plan order
-    (before sharding), the same in every worker of a job.
+    (before sharding), the same in every worker of a job.  ``resume`` is set when a restored
+    state continues the unit: ``(position, rows)``, the position of a group start (a byte
+    offset of the decompressed stream; for Kafka ``(message offset, byte in message)``) and
+    the samples of that group already delivered.
     """
 
     index: int
@@ -35,10 +38,19 @@ class WorkUnit:
     size: object
     compression: object
     position: object = None  # Kafka: (start offset, end offset, consumer settings)
+    resume: object = None
 
     @property
     def whole(self):
         return self.start == 0 and self.end is None
+
+    @property
+    def stream_start(self):
+        """Position of the first byte ``open_unit`` returns for a whole unit (the resume point of a
+        file; a Kafka stream starts at 0 wherever it resumes)."""
+        if self.resume is None or is_kafka(self.url):
+            return 0
+        return self.resume[0]
 
 
 def _hidden(path):
@@ -140,7 +152,8 @@ def open_unit(unit):
     """Open the unit's file for binary reading, decompressed.  Errors become ``SourceError``.
 
     A compressed unit is decompressed a few chunks ahead on a thread of its own
-    (``ReadAhead``), so that decompression overlaps with parsing.
+    (``ReadAhead``), so that decompression overlaps with parsing.  A whole unit that resumes
+    is positioned at ``unit.stream_start`` (a compressed file by decompressing up to there).
     """
     if is_kafka(unit.url):
         return KafkaStream(unit)
@@ -148,7 +161,26 @@ def open_unit(unit):
         f = fsspec.open(unit.url, "rb", compression=unit.compression).open()
     except (OSError, ValueError) as exc:
         raise SourceError(f"{unit.url}: cannot open: {exc}", source=unit.url) from exc
-    return ReadAhead(f, unit.url) if unit.compression else f
+    if unit.compression:
+        f = ReadAhead(f, unit.url)
+    if unit.whole and unit.stream_start:
+        skip(f, unit.stream_start, unit.url)
+    return f
+
+
+def skip(f, n, url):
+    """Move a stream ``n`` bytes forward: a seek when it can, else by reading (decompressing) them."""
+    if f.seekable():
+        f.seek(n, io.SEEK_CUR)
+        return
+    scratch = bytearray(min(n, 1 << 22))
+    left = n
+    while left:
+        got = read_into(f, memoryview(scratch)[:min(left, len(scratch))])
+        if got == 0:
+            raise SourceError(f"{url}: ends {left} bytes before the position to skip to (was the file changed?)",
+                              source=url)
+        left -= got
 
 
 class ReadAhead(io.RawIOBase):

@@ -4,14 +4,21 @@
 one or more whole records of the reader's ``file_type`` (text lines ending in a newline,
 or length-prefixed protobuf records), so a partition's messages, concatenated, read like
 a file.  The offsets a unit reads are fixed when the reader starts: from the earliest
-offset (or the latest, or the first at a timestamp) up to the end offset seen then.
+offset (or the latest, or the first at a timestamp, or the consumer group's committed
+position) up to the end offset seen then.
+
+A position inside a partition is ``(message offset, byte in message)``: the reader state
+keeps these, and commits them to the consumer group as the offset plus metadata
+``ingest:<byte in message>:<samples of that group delivered>`` (plain consumers see the offset).
 """
 import io
 import urllib.parse
 
+import numpy as np
+
 from ..errors import ConfigError, SourceError
 
-__all__ = ["is_kafka", "kafka_units", "KafkaStream", "KafkaOptions", "parse_kafka_url"]
+__all__ = ["is_kafka", "kafka_units", "KafkaStream", "KafkaOptions", "parse_kafka_url", "KafkaCommitter"]
 
 POLL_MS = 500
 
@@ -24,13 +31,14 @@ class KafkaOptions:
     """``reader.kafka(...)`` settings: where each partition starts and ends, and consumer settings."""
 
     def __init__(self, group_id=None, start="earliest", until="caught_up", **consumer_config):
-        if group_id is not None:
-            raise ConfigError("kafka(group_id=...): consumer groups are not available yet; use shard()")
+        if group_id is not None and (not isinstance(group_id, str) or not group_id):
+            raise ConfigError(f"kafka(group_id={group_id!r}): expected a non-empty string")
         if start not in ("earliest", "latest") and (isinstance(start, bool) or not isinstance(start, int)):
             raise ConfigError(f"kafka(start={start!r}): expected 'earliest', 'latest' or a timestamp in ms")
         if until != "caught_up":
             raise ConfigError(f"kafka(until={until!r}): only 'caught_up' (stop at the end offsets seen at "
                               f"startup) is available yet")
+        self.group_id = group_id
         self.start = start
         self.until = until
         self.config = consumer_config
@@ -87,12 +95,70 @@ def kafka_units(url, options, first_index):
         else:
             found = consumer.offsets_for_times({tp: options.start for tp in tps})
             starts = {tp: (found[tp].offset if found[tp] is not None else ends[tp]) for tp in tps}
+        resume = {}
+        if options.group_id is not None:  # the group's committed positions win
+            committer = KafkaCommitter(brokers, options)
+            try:
+                for tp in tps:
+                    committed = committer.consumer.committed(tp, metadata=True)
+                    if committed is not None and committed.offset >= 0:
+                        starts[tp], resume[tp] = _from_commit(committed)
+            finally:
+                committer.close()
     finally:
         consumer.close()
     netloc = ",".join(brokers)
     return [WorkUnit(first_index + i, f"kafka://{netloc}/{topic}:{tp.partition}", 0, None, None, None,
-                     position=(starts[tp], ends[tp], tuple(sorted(options.config.items()))))
+                     position=(starts[tp], ends[tp], tuple(sorted(options.config.items()))), resume=resume.get(tp))
             for i, tp in enumerate(tps)]
+
+
+_META = "ingest:"
+
+
+def _from_commit(committed):
+    """(start offset, resume point or None) of a committed OffsetAndMetadata."""
+    meta = committed.metadata or ""
+    if meta.startswith(_META):
+        within, rows = (int(v) for v in meta[len(_META):].split(":"))
+        if within or rows:
+            return committed.offset, ((committed.offset, within), rows)
+    return committed.offset, None
+
+
+class KafkaCommitter:
+    """Commits reader positions to a consumer group (a consumer of the group that never subscribes)."""
+
+    def __init__(self, brokers, options):
+        self.consumer = _consumer(brokers, {**options.config, "group_id": options.group_id})
+
+    def commit(self, positions):
+        """``positions``: ``{(topic, partition): (offset, within, rows)}``."""
+        from kafka import TopicPartition
+        from kafka.structs import OffsetAndMetadata
+        self.consumer.commit({TopicPartition(t, p): OffsetAndMetadata(o, f"{_META}{w}:{r}", -1)
+                              for (t, p), (o, w, r) in positions.items()})
+
+    def close(self):
+        self.consumer.close()
+
+
+def kafka_positions(units, progress):
+    """``{(topic, partition): (offset, within, rows)}`` delivered so far in the current epoch, for Kafka units
+    started in it."""
+    out = {}
+    for u in units:
+        if not is_kafka(u.url):
+            continue
+        _, topic, [partition] = parse_kafka_url(u.url)
+        if progress.delivered(progress.epoch, u.index):
+            out[topic, partition] = (u.position[1], 0, 0)
+        else:
+            where = progress.resume(progress.epoch, u.index)
+            if where is not None:
+                (offset, within), rows = where
+                out[topic, partition] = (offset, within, rows)
+    return out
 
 
 class KafkaStream(io.RawIOBase):
@@ -103,10 +169,16 @@ class KafkaStream(io.RawIOBase):
         super().__init__()
         brokers, topic, [partition] = parse_kafka_url(unit.url)
         self._next, self._end, config = unit.position
+        self._within = 0  # bytes of the first message delivered before a restore
+        if unit.resume is not None:
+            (self._next, self._within), _ = unit.resume
         self._tp = TopicPartition(topic, partition)
         self._consumer = None
         self._pending = memoryview(b"")
         self._messages = []
+        self._read = 0          # stream position of the next byte
+        self._starts = []       # stream position where each message read starts (the first may be < 0)
+        self._offsets = []      # and its offset
         if self._next < self._end:
             self._consumer = _consumer(brokers, dict(config))
             self._consumer.assign([self._tp])
@@ -125,8 +197,20 @@ class KafkaStream(io.RawIOBase):
             self._messages.reverse()
         message = self._messages.pop()
         self._next = message.offset + 1
-        self._pending = memoryview(message.value or b"")
+        self._pending = memoryview(message.value or b"")[self._within:]
+        self._starts.append(self._read - self._within)
+        self._offsets.append(message.offset)
+        self._within = 0
         return True
+
+    def messages(self, start, end):
+        """``(stream positions, offsets)`` of the messages from the one holding ``start`` to the one holding
+        ``end``; earlier ones are forgotten (blocks come in stream order)."""
+        first = max(0, int(np.searchsorted(self._starts, start, side="right")) - 1)
+        last = int(np.searchsorted(self._starts, end, side="right"))
+        out = (np.array(self._starts[first:last], np.int64), np.array(self._offsets[first:last], np.int64))
+        del self._starts[:first], self._offsets[:first]
+        return out
 
     def readinto(self, b):
         view = memoryview(b).cast("B")
@@ -138,6 +222,7 @@ class KafkaStream(io.RawIOBase):
             view[n:n + k] = self._pending[:k]
             self._pending = self._pending[k:]
             n += k
+        self._read += n
         return n
 
     def close(self):

@@ -1,0 +1,191 @@
+"""Exact resume: state() after some batches, restore() in a new reader, the rest; errors of restore."""
+import json
+from collections import Counter
+
+import pytest
+
+import ingest
+from ingest import synthetic
+from ingest.convert import convert
+from conftest import flatten, key_of, make_reader
+
+
+def _reader(paths, file_type="txt", aux=(), **options):
+    options.setdefault("batch_size", (100,))
+    return synthetic.declare(make_reader(paths, file_type=file_type, **options), aux=aux)
+
+
+def _samples(batches):
+    return Counter(key_of(s) for b in batches for s in flatten(b))
+
+
+def _split_run(make, stops):
+    """Samples delivered by a chain of readers: each takes ``stops[i]`` batches and hands its state to the
+    next, which restores it; the last one reads to the end.  Returns (Counter of samples, states)."""
+    got = Counter()
+    state = None
+    states = []
+    for stop in list(stops) + [None]:
+        reader = make()
+        if state is not None:
+            reader.restore(state)
+        reader.startup()
+        with reader:
+            for taken, batch in enumerate(reader, 1):
+                got.update(key_of(s) for s in flatten(batch))
+                if taken == stop:
+                    break
+            state = reader.state()
+            states.append(json.loads(state))
+    return got, states
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory, synthetic_file):
+    out = tmp_path_factory.mktemp("state")
+    quiet = {"log": lambda *a: None}
+    aux = convert([str(synthetic_file)], str(out / "ads.pb"), aux="auto", **quiet)["aux"]
+    convert([str(synthetic_file)], str(out / "ads.pb.zst"), aux=aux, **quiet)
+    convert([str(synthetic_file)], str(out / "ads.spb"), **quiet)
+    return {"txt": synthetic_file, "pb": out / "ads.pb", "pb.zst": out / "ads.pb.zst", "spb": out / "ads.spb",
+            "aux": aux}
+
+
+CASES = [
+    # (format, threads, options)
+    ("txt", 1, {}),
+    ("txt", 2, {}),
+    ("txt", 2, {"unit_bytes": (200_000,)}),
+    ("txt", 1, {"split_group": (False,)}),
+    ("txt", 2, {"epochs": (2,), "shuffle": (7,)}),
+    ("pb", 1, {}),
+    ("pb", 2, {"unit_bytes": (100_000,)}),
+    ("pb.zst", 2, {}),
+    ("spb", 1, {"deterministic": (True,)}),
+]
+
+
+@pytest.mark.parametrize("fmt,threads,options", CASES, ids=[f"{c[0]}-t{c[1]}-{'-'.join(c[2]) or 'plain'}"
+                                                            for c in CASES])
+def test_resume_delivers_every_sample_once(files, fmt, threads, options):
+    file_type = fmt.split(".")[0]
+    aux = files["aux"] if file_type == "pb" else ()
+
+    def make():
+        return _reader([files[fmt]], file_type=file_type, aux=aux, threads=(threads,), enable_state=True,
+                       **options)
+
+    whole = make()
+    whole.startup()
+    with whole:
+        want = _samples(whole)
+    got, states = _split_run(make, [3, 1, 7])
+    assert got == want
+    assert [s["batches"] for s in states[:3]] == [3, 4, 11]
+    assert states[-1]["samples"] == sum(want.values())
+    assert states[-1]["partial"] == [] and states[-1]["done"] == {}
+
+
+def test_state_records_delivered_positions(files):
+    """A batch that cuts a group: the partial position is that group's start and the rows delivered."""
+    reader = make_reader([files["txt"]], sparse=("cate",), batch_size=(7,), enable_state=True)
+    reader.startup()
+    with reader:
+        first = next(reader)
+        state = json.loads(reader.state())
+    assert state["format"] == "ingest-state" and state["version"] == 1
+    assert state["batches"] == 1 and state["samples"] == first.size == 7
+    [[epoch, unit, position, rows]] = state["partial"]
+    assert (epoch, unit) == (0, 0)
+    lines = files["txt"].read_bytes().split(b"\n")[:100]
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line) + 1)
+    gids = [line.split(b"|")[1] for line in lines]
+    g0 = 7  # the 8th sample's group: where it starts, and how many of its samples were delivered
+    while g0 > 0 and gids[g0 - 1] == gids[7]:
+        g0 -= 1
+    assert (position, rows) == (starts[g0], 7 - g0)
+
+
+def test_state_without_enable_state_is_an_error(files):
+    reader = make_reader([files["txt"]], sparse=("cate",))
+    reader.startup()
+    with reader, pytest.raises(ingest.ConfigError, match="enable_state=True"):
+        reader.state()
+
+
+def test_restore_checks_paths_and_options(files, tmp_path):
+    reader = make_reader([files["txt"]], sparse=("cate",), batch_size=(64,), enable_state=True)
+    reader.startup()
+    with reader:
+        next(reader)
+        state = reader.state()
+    other = tmp_path / "other.txt"
+    other.write_bytes(files["txt"].read_bytes()[:5000])
+    with pytest.raises(ingest.StateError, match="another input"):
+        make_reader([other], sparse=("cate",)).restore(state).startup()
+    with pytest.raises(ingest.StateError, match="split_group=True, this reader has split_group=False"):
+        make_reader([files["txt"]], sparse=("cate",), split_group=(False,)).restore(state).startup()
+    with pytest.raises(ingest.StateError, match="shard=\\[0, 1\\], this reader has shard=\\[1, 2\\]"):
+        make_reader([files["txt"]], sparse=("cate",), shard=(1, 2)).restore(state).startup()
+    with pytest.raises(ingest.StateError, match="not an ingest reader state"):
+        make_reader([files["txt"]]).restore(b"garbage")
+    newer = json.loads(state)
+    newer["version"] = 99
+    with pytest.raises(ingest.StateError, match="version 99"):
+        make_reader([files["txt"]]).restore(json.dumps(newer).encode())
+    # features and batch size may change: they do not move samples
+    reader = make_reader([files["txt"]], sparse=("brand",), batch_size=(10,)).restore(state)
+    reader.startup()
+    reader.shutdown()
+
+
+def test_save_state_every_and_restore_from(files, tmp_path):
+    url = str(tmp_path / "ckpt" / "reader.state")
+    (tmp_path / "ckpt").mkdir()
+
+    def make():
+        return _reader([files["txt"]], threads=(2,), batch_size=(50,))
+
+    whole = make()
+    whole.startup()
+    with whole:
+        want = _samples(whole)
+    reader = make().save_state_every(4, url)
+    reader.startup()
+    got = Counter()
+    seen = []
+    with reader:
+        for i, batch in enumerate(reader):
+            seen.append(_samples([batch]))
+            if i == 9:  # the state saved when batch 9 was asked for covers batches 0..7
+                break
+    saved = json.loads(open(url, "rb").read())
+    assert saved["batches"] == 8
+    for c in seen[:8]:
+        got.update(c)
+    rest = make().restore_from(url)
+    rest.startup()
+    with rest:
+        got.update(_samples(rest))
+    assert got == want
+    assert json.loads(open(url, "rb").read())["batches"] == 8  # restore_from alone writes nothing
+    fresh = make().restore_from(str(tmp_path / "missing.state"), missing_ok=True)
+    fresh.startup()
+    fresh.shutdown()
+    with pytest.raises(ingest.StateError, match="no saved reader state"):
+        make().restore_from(str(tmp_path / "missing.state"))
+
+
+def test_state_after_the_end_resumes_nothing(files):
+    reader = _reader([files["txt"]], enable_state=True)
+    reader.startup()
+    with reader:
+        for _ in reader:
+            pass
+        state = reader.state()
+    again = _reader([files["txt"]]).restore(state)
+    again.startup()
+    with again:
+        assert list(again) == []
