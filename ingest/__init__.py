@@ -1,9 +1,9 @@
 """ingest: high-throughput sample ingestion for sparse CTR / recommendation training."""
-from . import dsl, features
+from . import dsl, features, ops
 from .batch import Batch, InvalidBatchError, SparseFeature
 from .dsl import load_feature_conf
 from .errors import (ConfigError, DataError, DslError, DslLimitError, GroupTooLargeError, IngestError,
-                     ReaderClosedError, SourceError, StateError, TextParseError)
+                     OpError, ReaderClosedError, SourceError, StateError, TextParseError)
 from .convert import convert
 from .formats import FileType as parsers
 from .formats.protobuf import ProtobufDecodeError
@@ -14,6 +14,6 @@ __all__ = [
     "DataReader", "Batch", "SparseFeature", "features", "dsl", "parsers", "convert", "inspect",
     "load_feature_conf", "IngestError", "ConfigError", "DslError", "SourceError", "DataError",
     "TextParseError", "ProtobufDecodeError", "DslLimitError", "GroupTooLargeError", "ReaderClosedError",
-    "InvalidBatchError", "StateError",
+    "InvalidBatchError", "StateError", "OpError", "ops",
 ]
 __version__ = "0.1.0"

@@ -2,7 +2,7 @@
 
 __all__ = [
     "IngestError", "ConfigError", "SourceError", "DataError", "TextParseError",
-    "GroupTooLargeError", "ReaderClosedError", "DslError", "DslLimitError", "StateError",
+    "GroupTooLargeError", "ReaderClosedError", "DslError", "DslLimitError", "StateError", "OpError",
 ]
 
 
@@ -120,3 +120,37 @@ class DslLimitError(DataError):
 
 class ReaderClosedError(IngestError):
     """The reader was shut down, or iterated before ``startup()``."""
+
+
+class OpError(IngestError):
+    """A sample-group op raised, returned something other than a bool, or left a group that does not decode.
+
+    The original exception is chained (``__cause__``).
+
+    Attributes
+    ----------
+    op : str
+        The op's name (a function's qualified name, a class's name or its ``repr``).
+    source : str
+        URL of the work unit the group came from.
+    offset : int
+        Byte offset in the source of the group's first byte when the block records it
+        (``Block.group_pos``), else of the block.
+    block_offset : int
+        Byte offset in the source where the block holding the group starts.
+    group : int
+        Index of the group in that block.
+    sample_id : str
+        The group's first sample id (as parsed, before any op ran; may be empty).
+    """
+
+    def __init__(self, reason, *, op, source, offset, block_offset, group, sample_id):
+        self.reason = reason
+        self.op = op
+        self.source = source
+        self.offset = offset
+        self.block_offset = block_offset
+        self.group = group
+        self.sample_id = sample_id
+        super().__init__(f"{source}, byte {offset}: op {op}: {reason}; in group {group} of the chunk at byte "
+                         f"{block_offset} (first sample id {sample_id!r})")

@@ -9,6 +9,7 @@ from .dsl.compiler import check, compile_feature, home_table, parse, single_valu
 from .dsl.stage import DslStage
 from .errors import ConfigError, DslError, ReaderClosedError, StateError
 from .features import FeatureType, Schema, make_feature
+from .ops import OpStage, as_op
 from .pipeline.batcher import BatchBuilder
 from .pipeline.progress import Progress
 from .pipeline.runner import Pipeline
@@ -42,6 +43,15 @@ def _check_dsl(spec, known):
                        f"(an aggregate, cosine or dot), got\n  {spec.dsl}\n  ^",
                        feature=spec.name, expression=spec.dsl, column=1)
     return tree
+
+
+def _op_stages(schema, ops):
+    """User ops first, then the DSL stage, as one Block -> Block callable (or None)."""
+    user = OpStage(schema.raw, ops) if ops else None  # checks built-in ops against the schema
+    dsl = _dsl_stage(schema)
+    if user is None or dsl is None:
+        return user or dsl
+    return lambda blk: dsl(user(blk))
 
 
 def _dsl_stage(schema):
@@ -89,6 +99,7 @@ class DataReader:
         self._saved_at = 0
         self._shuffle = None
         self._committer = None
+        self._ops = []
         self._epochs = 1
         self._batch_size = 1024
         self._label_count = 1
@@ -165,6 +176,14 @@ class DataReader:
         """Declare several features (FeatureSpecs, e.g. from ``ingest.load_feature_conf``), in order."""
         for s in specs:
             self.feature(s.name, s.type, s.table, s.nvec or None, s.serialized, s.dsl, s.cutoff, s.mask)
+        return self
+
+    def add_op(self, op):
+        """Run ``op`` on every sample group before batching (docs/ops.md): a callable or an object with
+        ``run(group) -> bool`` seeing a ``SampleGroup``, or a built-in op (``ingest.ops.FilterOP``,
+        ``DenseToSparseOP``, ``DebugOP``).  Ops run in the order added, before the DSL features."""
+        self._option()
+        self._ops.append(as_op(op))
         return self
 
     def split_group(self, on=True):
@@ -294,8 +313,8 @@ class DataReader:
             self._committer = KafkaCommitter(parse_kafka_url(kafka[0])[0], self._kafka)
         builder = BatchBuilder(schema, self._batch_size, self._pad, unique=self._unique, stats=self._stats,
                                track=self._progress is not None)
-        self._pipeline = Pipeline(mine, self._epochs, fmt, builder, ops=_dsl_stage(schema), threads=self._threads,
-                                  deterministic=self._deterministic, split_group=self._split_group,
+        self._pipeline = Pipeline(mine, self._epochs, fmt, builder, ops=_op_stages(schema, self._ops),
+                                  threads=self._threads, deterministic=self._deterministic, split_group=self._split_group,
                                   drop_last=self._drop_last, on_skip=on_skip, stats=self._stats,
                                   prefetch=self._prefetch, shuffle=self._shuffle, progress=self._progress)
         self._started = True

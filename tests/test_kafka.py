@@ -99,8 +99,8 @@ def test_errors(source):
         ingest.DataReader("k", [f"kafka://{bootstrap}/no-such-topic"]).feature("item", "sparse").startup()
     with pytest.raises(SourceError, match=r"no partition \[7\]"):
         ingest.DataReader("k", [f"kafka://{bootstrap}/{text_topic}:7"]).feature("item", "sparse").startup()
-    with pytest.raises(ConfigError, match="consumer groups"):
-        ingest.DataReader("k", []).kafka(group_id="g")
+    with pytest.raises(ConfigError, match="group_id"):
+        ingest.DataReader("k", []).kafka(group_id="")
 
 
 def test_produce_then_read_back(services, tmp_path, capsys):
@@ -140,3 +140,53 @@ def test_broker_restart_mid_read_loses_and_repeats_nothing(services, tmp_path):
     assert read_before < 0.8 * reader.stats()["bytes"]  # most of the topic was read after the restart
     assert len(got) == 20000
     assert sorted(got) == read_synthetic([str(text)])
+
+
+def _take(reader, n):
+    """Samples of the first ``n`` batches (all of them when n is None), then the reader's state."""
+    got = []
+    for i, batch in enumerate(reader.startup()):
+        got.extend((s["sid"], str(s)) for s in flatten(batch))
+        if i + 1 == n:
+            break
+    state = reader.state()
+    reader.shutdown()
+    return got, state
+
+
+def _kafka_reader(url, file_type="txt", **kafka):
+    reader = ingest.DataReader("k", [url], file_type=file_type, enable_state=True).batch_size(50).threads(2)
+    return synthetic.declare(reader).kafka(**kafka)
+
+
+def test_restore_mid_partition(source):
+    """The state holds (message offset, byte in message) per partition; a restored reader goes on from there."""
+    bootstrap, text_topic, pb_topic, text, pb = source
+    for topic, file_type, path in ((text_topic, "txt", text), (pb_topic, "pb", pb)):
+        url = f"kafka://{bootstrap}/{topic}"
+        first, state = _take(_kafka_reader(url, file_type), 7)
+        partial = json.loads(state)["partial"]
+        assert partial and all(isinstance(pos, list) and len(pos) == 2 for _, _, pos, _ in partial)
+        rest, _ = _take(_kafka_reader(url, file_type).restore(state), None)
+        assert len(first) == 350
+        assert sorted(first + rest) == read_synthetic([str(path)], file_type)
+
+
+def test_group_commit_resumes_a_plain_group_reader(source):
+    """state() commits to the consumer group; a reader of the same group (no state restored) resumes exactly,
+    and plain Kafka consumers of the group see the offsets."""
+    from kafka import KafkaConsumer, TopicPartition
+    bootstrap, text_topic, _, text, _ = source
+    url = f"kafka://{bootstrap}/{text_topic}"
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    first, _ = _take(_kafka_reader(url, group_id=group), 9)
+    second, _ = _take(_kafka_reader(url, group_id=group), 4)
+    rest, _ = _take(_kafka_reader(url, group_id=group), None)
+    assert len(first) == 450 and len(second) == 200
+    assert sorted(first + second + rest) == read_synthetic([str(text)])
+    plain = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    tps = [TopicPartition(text_topic, p) for p in range(PARTITIONS)]
+    assert {tp: plain.committed(tp) for tp in tps} == plain.end_offsets(tps)  # all read
+    plain.close()
+    nothing, _ = _take(_kafka_reader(url, group_id=group), None)
+    assert nothing == []

@@ -4,7 +4,7 @@ See ``docs/ops.md``.  ``OpStage(schema, ops)`` is the Block -> Block callable th
 workers run, before the DSL stage.
 """
 from .builtin import DebugOP, DenseToSparseOP, FilterOP
-from .errors import OpError
+from ..errors import OpError
 from .stage import BlockOp, OpStage, PythonOp, as_op
 
 __all__ = ["OpStage", "BlockOp", "PythonOp", "as_op", "FilterOP", "DenseToSparseOP", "DebugOP", "OpError"]

@@ -20,16 +20,19 @@ def check_parsed_only(blk):
         raise AssertionError("ops must run before the DSL stage: this block already holds DSL features")
 
 
-def _csr_layout(offsets, rows, base):
-    """``[F, len(rows) + 1]`` offsets of the chosen rows laid feature after feature from ``base``; and the end."""
-    nfeat, m = offsets.shape[0], len(rows)
-    lengths = (offsets[:, rows + 1] - offsets[:, rows]).ravel()
+def _csr_layout(lengths, base):
+    """Offsets ``[F, m + 1]`` of rows of ``lengths`` (``[F, m]``) laid feature after feature from ``base``; and the end."""
+    nfeat, m = lengths.shape
     starts = np.empty(nfeat * m + 1, np.int64)
     starts[0] = base
-    np.cumsum(lengths, out=starts[1:])
+    np.cumsum(lengths.ravel(), out=starts[1:])
     starts[1:] += base
     index = np.arange(nfeat, dtype=np.int64)[:, None] * m + np.arange(m + 1, dtype=np.int64)[None, :]
     return starts[index], int(starts[-1])
+
+
+def _row_lengths(offsets, rows):
+    return offsets[:, rows + 1] - offsets[:, rows]
 
 
 def take_rows(blk, keep_row):
@@ -48,7 +51,7 @@ def take_rows(blk, keep_row):
     picks = [rows] + [np.arange(tab.nrows, dtype=np.int64) for tab in blk.tables[1:]]
     layouts, end = [], 0
     for tab, pick in zip(blk.tables, picks):
-        layout, end = _csr_layout(tab.sp_offsets, pick, end)
+        layout, end = _csr_layout(_row_lengths(tab.sp_offsets, pick), end)
         layouts.append(layout)
     keys = np.empty(end, np.int64)
     values = np.empty(end, np.float32)
@@ -64,7 +67,7 @@ def take_rows(blk, keep_row):
             dense = tuple(d[pick] for d in dense)
             refer = None if refer is None else refer[pick]
         tables.append(Table(len(pick), layout, dense, refer))
-    sid_offsets, nsid = _csr_layout(blk.sid_offsets[None, :], rows, 0)
+    sid_offsets, nsid = _csr_layout(_row_lengths(blk.sid_offsets[None, :], rows), 0)
     sid_bytes = np.empty(nsid, np.uint8)
     gather_csr(blk.sid_offsets[None, :], rows, blk.sid_bytes, sid_offsets, sid_bytes)
     extra = {}
@@ -99,30 +102,44 @@ def concat_blocks(blocks):
         return blocks[0]
     first = blocks[0]
     ntables = len(first.tables)
-    pool_base = np.cumsum([0] + [len(b.sp_keys) for b in blocks])
     row_base = [np.cumsum([0] + [b.tables[t].nrows for b in blocks]) for t in range(ntables)]
+    lengths = [np.concatenate([np.diff(b.tables[t].sp_offsets, axis=1) for b in blocks], axis=1)
+               for t in range(ntables)]
+    end = 0
+    layouts = []
+    for t in range(ntables):  # feature after feature over all blocks' rows, as one parsed table would be
+        layout, end = _csr_layout(lengths[t], end)
+        layouts.append(layout)
+    keys = np.empty(end, np.int64)
+    values = np.empty(end, np.float32)
+    any_h = any(b.sp_hkeys is not None for b in blocks)
+    hkeys = np.zeros(end, np.int64) if any_h else None
     tables = []
     for t in range(ntables):
+        for i, b in enumerate(blocks):
+            tab = b.tables[t]
+            rows = np.arange(tab.nrows, dtype=np.int64)
+            dst = layouts[t][:, row_base[t][i]:row_base[t][i] + tab.nrows + 1]
+            gather_csr(tab.sp_offsets, rows, b.sp_keys, dst, keys)
+            gather_csr(tab.sp_offsets, rows, b.sp_values, dst, values)
+            if b.sp_hkeys is not None:
+                gather_csr(tab.sp_offsets, rows, b.sp_hkeys, dst, hkeys)
         parts = [b.tables[t] for b in blocks]
-        offsets = np.concatenate([p.sp_offsets[:, :-1] + pool_base[i] for i, p in enumerate(parts)]
-                                 + [parts[-1].sp_offsets[:, -1:] + pool_base[-2]], axis=1)
         dense = tuple(np.concatenate(cols) for cols in zip(*(p.dense for p in parts)))
         refer = None
         if t < ntables - 1:
             refer = np.concatenate([p.refer + row_base[t + 1][i] for i, p in enumerate(parts)])
-        tables.append(Table(int(row_base[t][-1]), offsets, dense, refer))
+        tables.append(Table(int(row_base[t][-1]), layouts[t], dense, refer))
     rows0 = row_base[0]
     group_offsets = np.concatenate([b.group_offsets[:-1] + rows0[i] for i, b in enumerate(blocks)] + [rows0[-1:]])
     sid_base = np.cumsum([0] + [len(b.sid_bytes) for b in blocks])
     sid_offsets = np.concatenate([b.sid_offsets[:-1] + sid_base[i] for i, b in enumerate(blocks)] + [sid_base[-1:]])
-    hkeys = None
-    if any(b.sp_hkeys is not None for b in blocks):
-        hkeys = np.concatenate([b.sp_hkeys if b.sp_hkeys is not None else np.zeros(len(b.sp_keys), np.int64)
-                                for b in blocks])
+    extra = {}
+    if getattr(first, "group_pos", None) is not None:
+        extra["group_pos"] = np.concatenate([b.group_pos for b in blocks])
     return dataclasses.replace(
         first, tables=tuple(tables), group_offsets=group_offsets.astype(np.int64),
-        sp_keys=np.concatenate([b.sp_keys for b in blocks]), sp_hkeys=hkeys,
-        sp_values=np.concatenate([b.sp_values for b in blocks]), labels=np.concatenate([b.labels for b in blocks]),
+        sp_keys=keys, sp_hkeys=hkeys, sp_values=values, labels=np.concatenate([b.labels for b in blocks]),
         timestamps=np.concatenate([b.timestamps for b in blocks]),
         sid_bytes=np.concatenate([b.sid_bytes for b in blocks]), sid_offsets=sid_offsets.astype(np.int64),
-        end=blocks[-1].end)
+        end=blocks[-1].end, **extra)

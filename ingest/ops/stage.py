@@ -15,7 +15,7 @@ from .. import sample_pb2
 from ..errors import ConfigError
 from ..formats.protobuf import ProtobufDecodeError
 from .blocks import check_parsed_only, take_rows
-from .errors import OpError
+from ..errors import OpError
 from .messages import GroupCodec
 
 __all__ = ["OpStage", "BlockOp", "PythonOp", "as_op", "op_name"]

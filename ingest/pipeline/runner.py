@@ -164,12 +164,14 @@ class Pipeline:
                     take_read_seconds()
                     t0 = time.perf_counter()
                     for blk in blocks:  # the format reads and parses in next()
-                        blk.unit, blk.skip, skip = key, skip, 0
+                        blk.unit = key
                         self._read_parse(t0, unit, blk.nbytes, blk.nrows)
                         if self.ops is not None:
                             t0 = time.perf_counter()
                             blk = self.ops(blk)
                             self.stats.stage("ops", t0, time.perf_counter(), rows=blk.nrows)
+                        if skip and blk.nrows:  # rows the ops keep, as delivered before the restore
+                            blk.skip, skip = skip, 0
                         self.stats.add(bytes=blk.nbytes, samples=blk.nrows,
                                        groups=len(blk.group_offsets) - 1, blocks=1)
                         if not self._put(q, blk):

@@ -144,20 +144,19 @@ class KafkaCommitter:
 
 
 def kafka_positions(units, progress):
-    """``{(topic, partition): (offset, within, rows)}`` delivered so far in the current epoch, for Kafka units
-    started in it."""
+    """``{(topic, partition): (offset, within, rows)}``: how far each Kafka unit was delivered (in the current
+    epoch, or to its end when the last epoch finished it); units not started yet are left out."""
     out = {}
     for u in units:
         if not is_kafka(u.url):
             continue
         _, topic, [partition] = parse_kafka_url(u.url)
-        if progress.delivered(progress.epoch, u.index):
+        where = progress.resume(progress.epoch, u.index)
+        if where is not None:
+            (offset, within), rows = where
+            out[topic, partition] = (offset, within, rows)
+        elif progress.delivered(progress.epoch, u.index) or progress.epoch > 0:  # read to its end offset
             out[topic, partition] = (u.position[1], 0, 0)
-        else:
-            where = progress.resume(progress.epoch, u.index)
-            if where is not None:
-                (offset, within), rows = where
-                out[topic, partition] = (offset, within, rows)
     return out
 
 
@@ -222,7 +221,7 @@ class KafkaStream(io.RawIOBase):
             view[n:n + k] = self._pending[:k]
             self._pending = self._pending[k:]
             n += k
-        self._read += n
+            self._read += k
         return n
 
     def close(self):
