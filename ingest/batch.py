@@ -55,6 +55,10 @@ class SparseFeature:
         return f"SparseFeature({self.name!r}, rows={self.rows}, ids={len(self.ids)})"
 
 
+def _nothing():
+    pass
+
+
 class Batch:
     """One batch: ``n`` samples (``len(batch)``), padded to ``batch_size`` rows when asked.
 
@@ -79,6 +83,8 @@ class Batch:
         self.table_rows = list(table_rows) if table_rows is not None else [len(labels)]
         self._sample_ids = None
         self.marks = None  # what the batch delivers, for the reader state (pipeline.progress.Marks)
+        self.pieces = None  # with keep_sample or pause: the (block, first row, end row) it was cut from
+        self.release_groups = _nothing  # with keep_sample / pause: hands its groups back, once
 
     def __len__(self):
         return self.size
@@ -154,6 +160,7 @@ class Batch:
     def release(self):
         """Drop the batch's arrays so that their buffers return to the reader's pool (arrays taken from
         the batch before stay valid: a buffer is reused only when nothing refers to it)."""
+        self.release_groups()
         self._features = {}
         self.labels = self.timestamps = self.sid_bytes = self.sid_offsets = None
         self._sample_ids = None

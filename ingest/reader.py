@@ -12,6 +12,7 @@ from .features import FeatureType, Schema, make_feature
 from .ops import OpStage, as_op
 from .pipeline.batcher import BatchBuilder
 from .pipeline.progress import Progress
+from .pipeline.rounds import Rounds
 from .pipeline.runner import Pipeline
 from .pipeline.stats import Stats
 from .pipeline.timeline import Timeline
@@ -43,15 +44,6 @@ def _check_dsl(spec, known):
                        f"(an aggregate, cosine or dot), got\n  {spec.dsl}\n  ^",
                        feature=spec.name, expression=spec.dsl, column=1)
     return tree
-
-
-def _op_stages(schema, ops):
-    """User ops first, then the DSL stage, as one Block -> Block callable (or None)."""
-    user = OpStage(schema.raw, ops) if ops else None  # checks built-in ops against the schema
-    dsl = _dsl_stage(schema)
-    if user is None or dsl is None:
-        return user or dsl
-    return lambda blk: dsl(user(blk))
 
 
 def _dsl_stage(schema):
@@ -100,6 +92,8 @@ class DataReader:
         self._shuffle = None
         self._committer = None
         self._ops = []
+        self._keep = False
+        self._pause = None
         self._epochs = 1
         self._batch_size = 1024
         self._label_count = 1
@@ -184,6 +178,22 @@ class DataReader:
         ``DenseToSparseOP``, ``DebugOP``).  Ops run in the order added, before the DSL features."""
         self._option()
         self._ops.append(as_op(op))
+        return self
+
+    def keep_sample(self, on=True):
+        """XDL's iterative loop: a group the consumer is done with (next iteration or ``batch.release()``)
+        goes back through the ops, pass after pass, until an op drops it (docs/ops.md)."""
+        self._option()
+        self._keep = bool(on)
+        return self
+
+    def pause(self, n, wait_exactly=False):
+        """Read in rounds of ``n`` sample groups: reading stops once ``n`` groups are live (admitted and not
+        yet done with, or with ``keep_sample`` not yet dropped by an op) and goes on when every one has
+        left (``wait_exactly=True``) or as soon as fewer than ``n`` are live.  A partial batch is delivered
+        as soon as nothing else could complete it."""
+        self._option()
+        self._pause = (_positive_int("pause", n), bool(wait_exactly))
         return self
 
     def split_group(self, on=True):
@@ -311,10 +321,11 @@ class DataReader:
         kafka = [u.url for u in mine if is_kafka(u.url)]
         if self._progress is not None and self._kafka.group_id is not None and kafka:
             self._committer = KafkaCommitter(parse_kafka_url(kafka[0])[0], self._kafka)
+        rounds = self._rounds()
         builder = BatchBuilder(schema, self._batch_size, self._pad, unique=self._unique, stats=self._stats,
-                               track=self._progress is not None)
-        self._pipeline = Pipeline(mine, self._epochs, fmt, builder, ops=_op_stages(schema, self._ops),
-                                  threads=self._threads, deterministic=self._deterministic, split_group=self._split_group,
+                               track=self._progress is not None, keep_pieces=rounds is not None)
+        self._pipeline = Pipeline(mine, self._epochs, fmt, builder, rounds=rounds, dsl=_dsl_stage(schema),
+                                  ops=OpStage(schema.raw, self._ops) if self._ops else None, threads=self._threads, deterministic=self._deterministic, split_group=self._split_group,
                                   drop_last=self._drop_last, on_skip=on_skip, stats=self._stats,
                                   prefetch=self._prefetch, shuffle=self._shuffle, progress=self._progress)
         self._started = True
@@ -324,6 +335,21 @@ class DataReader:
         self._pipeline.start()
         self._finalizer = weakref.finalize(self, self._pipeline.close)
         return self
+
+    def _rounds(self):
+        """The Rounds of ``keep_sample`` / ``pause``, or None; checks what they cannot be combined with."""
+        if not self._keep and self._pause is None:
+            return None
+        if self._keep and not self._ops:
+            raise ConfigError(f"reader {self.name!r}: keep_sample(True) needs an op that drops groups (add_op); "
+                              f"without one no group would ever leave")
+        if self._keep and self._progress is not None:
+            raise ConfigError(f"reader {self.name!r}: keep_sample(True) with enable_state=True is not available: "
+                              f"the state would have to hold every live group")
+        if self._deterministic:
+            raise ConfigError(f"reader {self.name!r}: keep_sample / pause with deterministic=True is not available")
+        limit, exactly = self._pause if self._pause is not None else (None, False)
+        return Rounds(self._keep, limit, exactly, self._threads)
 
     def _plan_units(self, fmt):
         """Work units of every path in order: files (or byte ranges) and Kafka partitions."""

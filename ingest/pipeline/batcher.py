@@ -11,7 +11,9 @@ from ..batch import Batch, SparseFeature
 from ..errors import GroupTooLargeError
 from .progress import Marks
 
-__all__ = ["BatchBuilder", "cut_batches"]
+__all__ = ["BatchBuilder", "cut_batches", "FLUSH"]
+
+FLUSH = object()  # in the block stream: deliver the partial batch (nothing else can complete it)
 
 _NO_HKEYS = np.empty(0, np.int64)
 _NO_VALUES = np.empty(0, np.float32)
@@ -26,8 +28,10 @@ class BatchBuilder:
     every row of table k to its row of table k + 1 in the batch.
     """
 
-    def __init__(self, schema, batch_size, pad, unique=False, stats=None, pool=None, track=False):
+    def __init__(self, schema, batch_size, pad, unique=False, stats=None, pool=None, track=False,
+                 keep_pieces=False):
         self.schema = schema
+        self.keep_pieces = keep_pieces  # the batch keeps its pieces (keep_sample, pause: its groups are released)
         self.track = track  # record the position each batch delivers up to (reader state)
         self.pool = pool if pool is not None else BufferPool()
         self.scratch = UniqueScratch()
@@ -110,6 +114,8 @@ class BatchBuilder:
         batch = Batch(n, labels, timestamps, sid_bytes, sid_offsets, features, indicators,
                       tables=self.table_of, table_rows=rows)
         batch.marks = Marks({blk.unit: blk.position(r1) for blk, _, r1 in pieces} if self.track else {})
+        if self.keep_pieces:
+            batch.pieces = list(pieces)
         return batch
 
     def _table(self, t, pieces, plans, rows):
@@ -201,13 +207,14 @@ def add_unique_ids(feat, pool, scratch):
     feat.unique_row_offsets = row_offsets[:u + 1]
 
 
-def cut_batches(blocks, builder, *, split_group=True, drop_last=False, on_skip=None):
+def cut_batches(blocks, builder, *, split_group=True, drop_last=False, on_skip=None, rounds=None):
     """Yield Batches from an iterable of Blocks.
 
     With ``split_group`` a group that does not fit is cut at the batch boundary; without
     it the group moves whole to the next batch, and a group larger than the batch size
     raises ``GroupTooLargeError`` (or goes to ``on_skip`` when given).  The last batch
-    may be short; ``drop_last`` drops it.  If the block stream raises, the samples
+    may be short; ``drop_last`` drops it.  ``FLUSH`` in the stream delivers the partial batch;
+    ``rounds`` is told of every group packed whole (or skipped).  If the block stream raises, the samples
     already taken are delivered as a short batch first, then the error propagates.
     """
     size = builder.batch_size
@@ -223,6 +230,11 @@ def cut_batches(blocks, builder, *, split_group=True, drop_last=False, on_skip=N
             if pieces:
                 yield builder.build(pieces)
             raise
+        if blk is FLUSH:
+            if pieces:
+                yield builder.build(pieces)
+                pieces, filled = [], 0
+            continue
         r = blk.skip  # rows delivered before a restore
         ends = blk.group_offsets
         while r < blk.nrows:
@@ -247,8 +259,12 @@ def cut_batches(blocks, builder, *, split_group=True, drop_last=False, on_skip=N
                     if on_skip is None:
                         raise err
                     on_skip(err)
+                    if rounds is not None:
+                        rounds.dropped(1)
                     r = g_end
                     continue
+            if rounds is not None:  # groups whose last row is taken now
+                rounds.packed(int(np.searchsorted(ends, r + take, side="right") - np.searchsorted(ends, r, side="right")))
             pieces.append((blk, r, r + take))
             filled += take
             r += take

@@ -69,6 +69,8 @@ class Block:
     messages : (int64 [M], int64 [M]) or None
         Kafka: the stream position where each message overlapping the block starts, and its
         offset, to turn ``group_pos`` into (message offset, byte in message).
+    parsed : Block or None
+        With ``keep_sample``: this block before the DSL stage, what goes through the ops again.
     """
 
     tables: tuple
@@ -89,6 +91,7 @@ class Block:
     unit: tuple = (0, 0)
     skip: int = 0
     messages: object = None
+    parsed: object = None
 
     @property
     def nrows(self):

@@ -16,7 +16,8 @@ import numpy as np
 
 from ..errors import IngestError, ReaderClosedError
 from ..formats.base import take_read_seconds
-from .batcher import cut_batches
+from ..ops.blocks import concat_blocks, take_rows
+from .batcher import FLUSH, cut_batches
 from .progress import Marks
 
 __all__ = ["Pipeline"]
@@ -49,6 +50,31 @@ class _End:
     marks: Marks
 
 
+class _GroupRelease:
+    """Hands the groups whose last sample is in a batch back to the rounds, once (the next iteration or
+    ``batch.release()``): with ``keep_sample`` as one block that goes through the ops again."""
+
+    def __init__(self, rounds, pieces):
+        self.rounds = rounds
+        self.pieces = pieces
+
+    def __call__(self):
+        pieces, self.pieces = self.pieces, None
+        if not pieces:
+            return
+        groups, used = 0, []
+        for blk, r0, r1 in pieces:
+            ends = blk.group_offsets[1:]
+            ga, gb = np.searchsorted(ends, [r0, r1], side="right")
+            if gb > ga:
+                groups += int(gb - ga)
+                if self.rounds.keep:
+                    rows = np.zeros(blk.nrows, np.bool_)
+                    rows[blk.group_offsets[ga]:blk.group_offsets[gb]] = True
+                    used.append(take_rows(blk.parsed, rows))
+        self.rounds.released(groups, concat_blocks(used) if used else None)
+
+
 class Pipeline:
     """Threads and queues of one reader run.
 
@@ -60,8 +86,10 @@ class Pipeline:
     progress : Progress or None
         A restored state: delivered units are passed over, partial ones resume.
     fmt : format front end with ``read_unit(unit, stop)``
-    ops : callable or None
-        Block -> Block, run by the parse worker on each block (the DSL stage).
+    ops, dsl : callable or None
+        Block -> Block, run by the parse worker on each block: the user's ops, then the DSL stage.
+    rounds : Rounds or None
+        ``keep_sample`` / ``pause``: the admission gate and the recirculation of used groups.
     builder : BatchBuilder
     threads : int
     deterministic : bool
@@ -70,13 +98,17 @@ class Pipeline:
     """
 
     def __init__(self, units, epochs, fmt, builder, *, threads, deterministic, split_group,
-                 drop_last, on_skip, stats, ops=None, prefetch=4, queue_blocks=4, shuffle=None, progress=None):
+                 drop_last, on_skip, stats, ops=None, dsl=None, rounds=None, prefetch=4, queue_blocks=4,
+                 shuffle=None, progress=None):
         self.units = units
         self.epochs = epochs
         self.shuffle = shuffle
         self.progress = progress
         self.fmt = fmt
         self.ops = ops
+        self.dsl = dsl
+        self.rounds = rounds
+        self._handed = None  # the batch the consumer holds (rounds: released on the next call)
         self.builder = builder
         self.threads = threads
         self.deterministic = deterministic
@@ -130,13 +162,16 @@ class Pipeline:
                 continue
         return False
 
-    def _get(self, q):
+    def _get(self, q, rounds=None):
+        """The next item; with ``rounds``, FLUSH when nothing can come before the consumer releases a batch."""
         while True:
             try:
                 return q.get(timeout=_POLL)
             except queue.Empty:
                 if self.stop.is_set():
                     raise ReaderClosedError("the reader was shut down") from None
+                if rounds is not None and rounds.starved():
+                    return FLUSH
 
     # -- workers -------------------------------------------------------------------------
     def _units_for(self, w):
@@ -166,25 +201,67 @@ class Pipeline:
                     for blk in blocks:  # the format reads and parses in next()
                         blk.unit = key
                         self._read_parse(t0, unit, blk.nbytes, blk.nrows)
-                        if self.ops is not None:
-                            t0 = time.perf_counter()
-                            blk = self.ops(blk)
-                            self.stats.stage("ops", t0, time.perf_counter(), rows=blk.nrows)
-                        if skip and blk.nrows:  # rows the ops keep, as delivered before the restore
-                            blk.skip, skip = skip, 0
-                        self.stats.add(bytes=blk.nbytes, samples=blk.nrows,
-                                       groups=len(blk.group_offsets) - 1, blocks=1)
-                        if not self._put(q, blk):
-                            return
+                        for part in self._admitted(blk, q):
+                            ok, skip = self._emit(part, q, skip)
+                            if not ok:
+                                return
                         t0 = time.perf_counter()
                     self._read_parse(t0, unit, 0, 0)
                 self.stats.add(units=1)
                 if not self._put(q, _UnitDone(key)):
                     return
+            if self.rounds is not None:
+                self.rounds.out_of_input()
+                while self.rounds.keep:  # used groups come back until the ops drop them all
+                    blk = self.rounds.next_recirculated(self.stop)
+                    if blk is None or not self._emit(blk, q)[0]:
+                        return
         except BaseException as exc:  # travels to the consumer in stream order
             self._put(q, exc)
         finally:
             self._put(q, _WORKER_DONE)
+
+    def _admitted(self, blk, q):
+        """The parts of a fresh block as the gate of ``pause`` lets them in (whole, without it)."""
+        if self.rounds is None:
+            yield blk
+            return
+        while blk is not None:
+            room = self.rounds.room(self.stop, lambda used: self._emit(used, q)[0])
+            if room == 0:
+                return
+            groups = len(blk.group_offsets) - 1
+            if room is None or groups <= room:
+                self.rounds.admit(groups)
+                yield blk
+                return
+            cut = int(blk.group_offsets[room])
+            head = np.zeros(blk.nrows, np.bool_)
+            head[:cut] = True
+            self.rounds.admit(room)
+            yield take_rows(blk, head)
+            blk = take_rows(blk, ~head)
+
+    def _emit(self, blk, q, skip=0):
+        """Run the ops and the DSL on a block and queue it.  Returns (False once the reader stops, the rows
+        of ``skip`` left for the next block: all of them when the ops left this one empty)."""
+        t0 = time.perf_counter()
+        if self.ops is not None:
+            groups = len(blk.group_offsets) - 1
+            blk = self.ops(blk)
+            if self.rounds is not None:
+                self.rounds.dropped(groups - (len(blk.group_offsets) - 1))
+        if skip and blk.nrows:  # rows the ops keep, as delivered before the restore
+            blk.skip, skip = skip, 0
+        parsed = blk
+        if self.dsl is not None:
+            blk = self.dsl(blk)
+        if self.ops is not None or self.dsl is not None:
+            self.stats.stage("ops", t0, time.perf_counter(), rows=blk.nrows)
+        if self.rounds is not None and self.rounds.keep:
+            blk.parsed = parsed  # what goes through the ops again
+        self.stats.add(bytes=blk.nbytes, samples=blk.nrows, groups=len(blk.group_offsets) - 1, blocks=1)
+        return self._put(q, blk), skip
 
     def _read_parse(self, t0, unit, nbytes, rows):
         """Count the time since ``t0``: what ``refill`` spent as read, the rest as parse."""
@@ -212,7 +289,10 @@ class Pipeline:
         else:
             workers = 0
             while workers < self.threads:
-                item = self._get(self.block_queues[0])
+                item = self._get(self.block_queues[0], self.rounds)
+                if item is FLUSH:
+                    yield item
+                    continue
                 if item is _WORKER_DONE:
                     workers += 1
                 elif isinstance(item, _UnitDone):
@@ -226,7 +306,7 @@ class Pipeline:
         done = []
         try:
             batches = cut_batches(self._blocks(done), self.builder, split_group=self.split_group,
-                                  drop_last=self.drop_last, on_skip=self.on_skip)
+                                  drop_last=self.drop_last, on_skip=self.on_skip, rounds=self.rounds)
             for batch in batches:  # the builder counts its own time
                 # units completed so far have all their samples in this batch or earlier ones
                 batch.marks.done, done[:] = list(done), []
@@ -244,6 +324,9 @@ class Pipeline:
         """The next Batch; raises StopIteration at the end, or the pipeline's error."""
         if self.finished:
             raise StopIteration
+        if self._handed is not None:
+            self._handed.release_groups()
+            self._handed = None
         t0 = time.perf_counter()
         item = self._get(self.out)
         self.stats.stage("wait", t0, time.perf_counter())
@@ -261,6 +344,9 @@ class Pipeline:
             raise IngestError(f"reader pipeline failed: {item!r}") from item
         if self.progress is not None:
             self.progress.apply(item.marks, item.size)
+        if self.rounds is not None:
+            item.release_groups = _GroupRelease(self.rounds, item.pieces)
+            self._handed = item
         return item
 
     def close(self, timeout=10.0):
