@@ -13,6 +13,7 @@ name and renamed when complete.
 """
 import concurrent.futures
 import os
+import tempfile
 import uuid
 
 import fsspec
@@ -28,6 +29,7 @@ from .formats.text import TextFormat
 from .pipeline.block import Block
 from .sources import expand_paths, plan_units
 from .sources.compression import compressed_writer, infer_compression, strip_suffix
+from .sources.kafka import is_kafka
 
 __all__ = ["choose_aux", "convert", "format_of", "LEAD_BYTES"]
 
@@ -269,7 +271,9 @@ def convert(inputs, output, *, src=None, dst=None, aux=None, threads=None, sched
     inputs : list of str
         Files, directories, globs or URLs, all of one format.
     output : str
-        A file (all inputs, in order) or a directory (one file per input, named after it).
+        A file (all inputs, in order), a directory (one file per input, named after it), or a
+        ``kafka://`` topic (staged in a temporary local file, then sent as ``ingest produce`` does;
+        ``dst`` defaults to pb).
     src, dst : str or None
         Formats; inferred from the names when None.
     aux : None, "auto" or list of str
@@ -279,6 +283,16 @@ def convert(inputs, output, *, src=None, dst=None, aux=None, threads=None, sched
     scheduler : str or None
         Address of a Dask scheduler: the output files are written by its workers.
     """
+    if is_kafka(output):  # staged in a local file, then sent whole groups or records per message
+        from .produce import produce  # produce imports this module
+        with tempfile.TemporaryDirectory(prefix="ingest-convert-") as tmp:
+            dst = format_of("x.pb", dst)
+            staged = os.path.join(tmp, f"staged.{dst.value}")
+            summary = convert(inputs, staged, src=src, dst=dst, aux=aux, threads=threads, scheduler=scheduler,
+                              log=log)
+            summary["kafka"] = produce([staged], output, dst.value, log=log)
+            summary["outputs"] = [output]
+            return summary
     files = expand_paths(inputs)
     src = format_of(files[0][0], src)
     dst = format_of(output, dst)

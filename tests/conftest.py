@@ -34,12 +34,12 @@ def make_reader(paths, sparse=(), dense=None, label_count=1, file_type="txt", en
     return reader
 
 
-def read_synthetic(paths, file_type="txt", **options):
+def read_synthetic(paths, file_type="txt", aux=(), **options):
     """Every synthetic sample of ``paths`` (all features declared) as sorted (sample id, flattened sample) pairs.
 
     Comparable across sources and thread counts: the order of delivery is left out.
     """
-    reader = synthetic.declare(make_reader(paths, file_type=file_type, batch_size=(256,), **options))
+    reader = synthetic.declare(make_reader(paths, file_type=file_type, batch_size=(256,), **options), aux=aux)
     return sorted((s["sid"], str(s)) for b in reader.startup() for s in flatten(b))
 
 

@@ -190,3 +190,53 @@ def test_group_commit_resumes_a_plain_group_reader(source):
     plain.close()
     nothing, _ = _take(_kafka_reader(url, group_id=group), None)
     assert nothing == []
+
+
+def test_until_forever_delivers_messages_as_they_arrive(services):
+    """until="forever": the reader waits for new messages and delivers each message's groups without
+    waiting for the next one; shutdown() ends it."""
+    bootstrap = services["KAFKA_BOOTSTRAP"]
+    lines = [f"s{i}|g{i // 2}|a@{i}||1\n".encode() for i in range(40)]
+    topic = _topic(bootstrap, [(0, b"".join(lines[:10]))])
+    reader = ingest.DataReader("k", [f"kafka://{bootstrap}/{topic}:0"]).feature("a", "sparse", serialized=True)
+    reader.batch_size(10).kafka(until="forever").startup()
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    got = []
+    with reader:
+        for batch in reader:
+            got.extend(bytes(s) for s in batch.sample_ids.tolist())
+            if len(got) == 10:  # the rest arrives while the reader waits
+                for k in range(10, 40, 6):
+                    producer.send(topic, value=b"".join(lines[k:k + 6]), partition=0)
+                producer.flush()
+            if len(got) == 40:
+                break
+    producer.close()
+    assert got == [f"s{i}".encode() for i in range(40)]
+
+
+def test_errors_name_the_message(services):
+    bootstrap = services["KAFKA_BOOTSTRAP"]
+    topic = _topic(bootstrap, [(0, b"a|g|x@1||1\n"), (0, b"b|g|x@1||1\nc|h|x@oops||1\n")])
+    reader = ingest.DataReader("k", [f"kafka://{bootstrap}/{topic}:0"]).feature("x", "sparse")
+    with pytest.raises(ingest.TextParseError) as info:
+        reader.startup().read_all()
+    assert f"kafka://{bootstrap}/{topic}:0 (message offset 1, byte 17 of the message)" in str(info.value)
+    assert info.value.line == 3
+
+
+def test_convert_to_a_topic(services, tmp_path, capsys):
+    """``ingest convert FILE kafka://.../topic --to pb``: the topic then reads as the converted file."""
+    from ingest.cli import main as ingest_main
+    bootstrap = services["KAFKA_BOOTSTRAP"]
+    text = tmp_path / "c.txt"
+    synthetic.write(text, 1500, seed=6)
+    topic = _topic(bootstrap, [])
+    url = f"kafka://{bootstrap}/{topic}"
+    assert ingest_main.main(["convert", str(text), url, "--to", "pb", "--aux", "auto"]) in (0, None)
+    capsys.readouterr()
+    local = tmp_path / "c.pb"
+    aux = ingest.convert([str(text)], str(local), aux="auto", log=lambda *_: None)["aux"]
+    assert aux
+    assert read_synthetic([url], "pb", aux=aux) == read_synthetic([str(local)], "pb", aux=aux)
+    assert len(read_synthetic([url], "pb", aux=aux)) == 1500

@@ -6,7 +6,7 @@ import numpy as np
 
 from ..sources import open_unit, read_into
 
-__all__ = ["UnitFormat", "refill", "grown", "take_read_seconds"]
+__all__ = ["UnitFormat", "refill", "grown", "take_read_seconds", "whole_so_far", "source_at"]
 
 
 _reading = threading.local()
@@ -27,12 +27,15 @@ def refill(f, buf, filled, limit=None):
     t0 = time.perf_counter()
     stop = len(buf) if limit is None else min(len(buf), limit)
     eof = False
+    live = getattr(f, "live", False)  # a stream without end: parse what has arrived
     while filled < stop:
         n = read_into(f, memoryview(buf)[filled:stop])
         if n == 0:
             eof = True
             break
         filled += n
+        if live and filled < stop:
+            break
     else:
         eof = limit is not None and filled >= limit
     _reading.seconds = getattr(_reading, "seconds", 0.0) + time.perf_counter() - t0
@@ -47,6 +50,8 @@ class UnitFormat:
     def read_unit(self, unit, stop=None):
         """Yield the Blocks of one work unit; skipped errors go to ``on_skip``, others raise."""
         f = open_unit(unit)
+        if hasattr(f, "stop"):
+            f.stop = stop
         messages = getattr(f, "messages", None)  # a Kafka stream maps positions to message offsets
         try:
             for blk in self._read(f, unit, stop):
@@ -65,3 +70,16 @@ def grown(buf, filled, need=0):
     bigger = np.empty(max(2 * len(buf), need), np.uint8)
     bigger[:filled] = buf[:filled]
     return bigger
+
+
+def whole_so_far(f, eof):
+    """Whether the bytes read so far end with whole groups: at the end, or where a live stream's message ends."""
+    return eof or (getattr(f, "at_boundary", None) is not None and f.at_boundary())
+
+
+def source_at(f, unit, offset):
+    """How an error names its source: the URL, decompressed or not, or the Kafka message holding ``offset``."""
+    locate = getattr(f, "locate", None)
+    if locate is not None:
+        return f"{unit.url} ({locate(offset)})"
+    return unit.url if unit.compression is None else f"{unit.url} (decompressed)"

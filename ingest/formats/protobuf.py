@@ -17,7 +17,7 @@ from ..features import DenseLayout
 from ..pipeline.block import Block, Table
 from ..sources import open_unit
 from ..sources.files import skip
-from .base import UnitFormat, grown, refill
+from .base import UnitFormat, grown, refill, source_at, whole_so_far
 
 __all__ = ["ProtobufFormat", "ProtobufDecodeError", "DEFAULT_MAX_RECORD_BYTES", "record_starts"]
 
@@ -201,12 +201,13 @@ class ProtobufFormat(UnitFormat):
                 filled, eof = refill(f, buf, filled, limit)
             if filled == 0:
                 return
+            final = whole_so_far(f, eof)
             status, consumed, nrec, nerr = K.decode_chunk(
-                buf, filled, eof, self.simple, self.max_record_bytes, self.on_skip is None,
+                buf, filled, final, self.simple, self.max_record_bytes, self.on_skip is None,
                 self.schema.label_count, *self.names, self.feat, self.dn_feat, self.layout.elem_col, *scratch.outputs())
             if nerr and records is None:
                 records = count_records_before(unit, base, self.max_record_bytes)
-            errors = [self._error(buf, filled, scratch.errors[k], unit, base, records) for k in range(nerr)]
+            errors = [self._error(f, buf, filled, scratch.errors[k], unit, base, records) for k in range(nerr)]
             if scratch.st[K.S_NROWS]:
                 yield self._block(scratch, unit, base, base + consumed)
             if status == K.STOPPED_AT_ERROR or (status == K.UNFRAMED and self.on_skip is None):
@@ -269,17 +270,16 @@ class ProtobufFormat(UnitFormat):
                      sid_bytes=s.sid_bytes[:nsid].copy(), sid_offsets=s.sid_off[:nrows + 1].copy(),
                      source=unit.url, start=start, end=end, group_pos=s.group_pos[:ngroups] + start)
 
-    def _error(self, buf, filled, row, unit, base, records):
+    def _error(self, f, buf, filled, row, unit, base, records):
         code, record, record_pos, pos, table, line, feat, got = (int(v) for v in row)
         feature = self.feat_name[feat] if feat >= 0 else None
         reason, expected = self._reason(code, table, line, feature, got)
-        where = unit.url if unit.compression is None else f"{unit.url} (decompressed)"
         text = buf[pos:min(pos + 16, filled)].tobytes().hex(" ")
         if table >= 0 and not self.simple:
             field = f"feature_tables[{table}]" + (f".feature_lines[{line}]" if line >= 0 else "")
         else:
             field = "feature_line" if self.simple and table >= 0 else None
-        return ProtobufDecodeError(reason, source=where, offset=base + pos, record=records + record,
+        return ProtobufDecodeError(reason, source=source_at(f, unit, base + pos), offset=base + pos, record=records + record,
                                    expected=expected, text=text, field=field, feature=feature,
                                    kind=_KIND[code])
 

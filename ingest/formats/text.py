@@ -13,7 +13,7 @@ from ..errors import TextParseError
 from ..features import DenseLayout
 from ..pipeline.block import Block, Table, empty_aux_tables
 from ..sources import open_unit
-from .base import UnitFormat, grown, refill
+from .base import UnitFormat, grown, refill, source_at, whole_so_far
 
 __all__ = ["TextFormat", "group_start_at_or_after", "count_lines_before"]
 
@@ -239,8 +239,9 @@ class TextFormat(UnitFormat):
                 filled, eof = refill(f, buf, filled, None if end is None else end - base)
             if filled == 0:
                 return
+            final = whole_so_far(f, eof)
             status, consumed, lines, nrows, ngroups, ntok, nsid, nerr = K.parse_text_chunk(
-                buf, 0, filled, eof, self.on_skip is None, self.schema.label_count, self.max_group_size,
+                buf, 0, filled, final, self.on_skip is None, self.schema.label_count, self.max_group_size,
                 *self.sp_table, *self.dn_table, self.layout.nvec, self.layout.first_elem, self.layout.elem_col,
                 self.layout.first_col, self.layout.width,
                 scratch.tok_feat, scratch.tok_key, scratch.tok_val, scratch.row_tok, scratch.dense,
@@ -250,7 +251,7 @@ class TextFormat(UnitFormat):
             if nerr:
                 if line_base is None:
                     line_base = count_lines_before(unit, start) if start else 0
-                errors = [self._error(buf, filled, scratch.errors[k], unit, base, line_base + lines_done)
+                errors = [self._error(f, buf, filled, scratch.errors[k], unit, base, line_base + lines_done)
                           for k in range(nerr)]
             if nrows:
                 yield self._block(scratch, nrows, ngroups, ntok, nsid, unit, base, base + consumed)
@@ -293,7 +294,7 @@ class TextFormat(UnitFormat):
                      sid_bytes=s.sid_bytes[:nsid].copy(), sid_offsets=s.sid_off[:nrows + 1].copy(),
                      source=unit.url, start=start, end=end, group_pos=s.group_pos[:ngroups] + start)
 
-    def _error(self, buf, filled, row, unit, base, line_base):
+    def _error(self, f, buf, filled, row, unit, base, line_base):
         code, line, line_start, bad_s, bad_e, field, feat = (int(v) for v in row)
         spec = None
         if feat >= 0:
@@ -304,8 +305,7 @@ class TextFormat(UnitFormat):
         context = buf[line_start:filled].tobytes().split(b"\n", 1)[0].rstrip(b"\r")
         context = context.decode("utf-8", errors="replace")
         offset = base + bad_s
-        where = unit.url if unit.compression is None else f"{unit.url} (decompressed)"
-        return TextParseError(reason, source=where, offset=offset, expected=expected, text=text,
+        return TextParseError(reason, source=source_at(f, unit, offset), offset=offset, expected=expected, text=text,
                               line=line_base + line + 1, column=bad_s - line_start + 1,
                               field=_FIELD_NAMES[field], feature=spec.name if spec else None,
                               context=context, kind=_KIND[code])

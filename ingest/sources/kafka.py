@@ -35,9 +35,9 @@ class KafkaOptions:
             raise ConfigError(f"kafka(group_id={group_id!r}): expected a non-empty string")
         if start not in ("earliest", "latest") and (isinstance(start, bool) or not isinstance(start, int)):
             raise ConfigError(f"kafka(start={start!r}): expected 'earliest', 'latest' or a timestamp in ms")
-        if until != "caught_up":
-            raise ConfigError(f"kafka(until={until!r}): only 'caught_up' (stop at the end offsets seen at "
-                              f"startup) is available yet")
+        if until not in ("caught_up", "forever"):
+            raise ConfigError(f"kafka(until={until!r}): expected 'caught_up' (stop at the end offsets seen at "
+                              f"startup) or 'forever'")
         self.group_id = group_id
         self.start = start
         self.until = until
@@ -108,8 +108,10 @@ def kafka_units(url, options, first_index):
     finally:
         consumer.close()
     netloc = ",".join(brokers)
+    forever = options.until == "forever"
     return [WorkUnit(first_index + i, f"kafka://{netloc}/{topic}:{tp.partition}", 0, None, None, None,
-                     position=(starts[tp], ends[tp], tuple(sorted(options.config.items()))), resume=resume.get(tp))
+                     position=(starts[tp], None if forever else ends[tp], tuple(sorted(options.config.items()))),
+                     resume=resume.get(tp))
             for i, tp in enumerate(tps)]
 
 
@@ -161,7 +163,12 @@ def kafka_positions(units, progress):
 
 
 class KafkaStream(io.RawIOBase):
-    """The messages of one partition from offset ``start`` up to ``end`` (exclusive), as bytes."""
+    """The messages of one partition from offset ``start`` up to ``end`` (exclusive; None: forever), as bytes.
+
+    A stream without end is *live*: a read returns what has arrived when no message comes within a
+    poll, and ``at_boundary()`` tells the parser that the bytes so far end with a whole message (whole
+    groups or records), so it need not hold the last group back.  It ends when ``stop`` is set.
+    """
 
     def __init__(self, unit):
         from kafka import TopicPartition
@@ -178,7 +185,9 @@ class KafkaStream(io.RawIOBase):
         self._read = 0          # stream position of the next byte
         self._starts = []       # stream position where each message read starts (the first may be < 0)
         self._offsets = []      # and its offset
-        if self._next < self._end:
+        self.live = self._end is None
+        self.stop = None  # threading.Event, set by the reader (read_unit)
+        if self.live or self._next < self._end:
             self._consumer = _consumer(brokers, dict(config))
             self._consumer.assign([self._tp])
             self._consumer.seek(self._tp, self._next)
@@ -186,14 +195,19 @@ class KafkaStream(io.RawIOBase):
     def readable(self):
         return True
 
-    def _fill(self):
-        """Take the next message's bytes into ``_pending``; False at the end offset."""
+    def _fill(self, waiting=True):
+        """Take the next message's bytes into ``_pending``; False at the end offset, or (unless ``waiting``)
+        when a live stream has nothing new within a poll."""
         while not self._messages:
-            if self._next >= self._end:
+            if not self.live and self._next >= self._end:
+                return False
+            if self.stop is not None and self.stop.is_set():
                 return False
             got = self._consumer.poll(timeout_ms=POLL_MS, max_records=1000)
-            self._messages = [m for m in got.get(self._tp, ()) if m.offset < self._end]
+            self._messages = [m for m in got.get(self._tp, ()) if self.live or m.offset < self._end]
             self._messages.reverse()
+            if not self._messages and not waiting:
+                return False
         message = self._messages.pop()
         self._next = message.offset + 1
         self._pending = memoryview(message.value or b"")[self._within:]
@@ -201,6 +215,16 @@ class KafkaStream(io.RawIOBase):
         self._offsets.append(message.offset)
         self._within = 0
         return True
+
+    def at_boundary(self):
+        return self.live and not self._pending
+
+    def locate(self, pos):
+        """Where stream position ``pos`` is, in Kafka's terms (for error messages)."""
+        i = max(0, int(np.searchsorted(self._starts, pos, side="right")) - 1)
+        if not self._starts:
+            return f"byte {pos} of the partition stream"
+        return f"message offset {self._offsets[i]}, byte {pos - self._starts[i]} of the message"
 
     def messages(self, start, end):
         """``(stream positions, offsets)`` of the messages from the one holding ``start`` to the one holding
@@ -215,7 +239,7 @@ class KafkaStream(io.RawIOBase):
         view = memoryview(b).cast("B")
         n = 0
         while n < len(view):
-            if not self._pending and not self._fill():
+            if not self._pending and not self._fill(waiting=n == 0):
                 break
             k = min(len(view) - n, len(self._pending))
             view[n:n + k] = self._pending[:k]
