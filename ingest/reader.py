@@ -91,6 +91,7 @@ class DataReader:
         self._saved_at = 0
         self._shuffle = None
         self._committer = None
+        self._state_header = None
         self._ops = []
         self._keep = False
         self._pause = None
@@ -409,7 +410,9 @@ class DataReader:
         positions are also committed to the consumer group."""
         if self._progress is None:
             raise ConfigError(f"reader {self.name!r}: state() needs enable_state=True and startup()")
-        data = state_format.encode(self.name, self._state_options(), self._units, self._progress)
+        if self._state_header is None:
+            self._state_header = state_format.header(self.name, self._state_options(), self._units)
+        data = state_format.encode(self._state_header, self._progress)
         if self._committer is not None:
             self._committer.commit(kafka_positions(self._units, self._progress))
         return data

@@ -19,7 +19,7 @@ from .errors import ConfigError, StateError
 from .pipeline.progress import Progress
 from .sources.kafka import is_kafka
 
-__all__ = ["FORMAT", "VERSION", "encode", "decode", "check", "unit_digest", "write_atomic", "read", "exists"]
+__all__ = ["FORMAT", "VERSION", "header", "encode", "decode", "check", "unit_digest", "write_atomic", "read", "exists"]
 
 FORMAT = "ingest-state"
 VERSION = 1
@@ -35,10 +35,14 @@ def unit_digest(units):
     return h.hexdigest()
 
 
-def encode(name, options, units, progress):
-    obj = {"format": FORMAT, "version": VERSION, "reader": name, "options": options,
-           "units": unit_digest(units), "unit_count": len(units), **progress.to_json()}
-    return json.dumps(obj, separators=(",", ":")).encode()
+def header(name, options, units):
+    """The part of a reader's state fixed at startup."""
+    return {"format": FORMAT, "version": VERSION, "reader": name, "options": options,
+            "units": unit_digest(units), "unit_count": len(units)}
+
+
+def encode(head, progress):
+    return json.dumps({**head, **progress.to_json()}, separators=(",", ":")).encode()
 
 
 def decode(data):
