@@ -22,6 +22,7 @@ from .sources import open_unit, plan_units
 __all__ = ["FoundFeatures", "scan_text_features", "scan_record_features", "scan_features"]
 
 _SCAN_CHUNK = 8 << 20
+MAX_FEATURES = 10_000  # distinct names in one input: beyond this it is not sample text
 
 
 @dataclass
@@ -86,7 +87,12 @@ def _scan_unit(unit, limit):
             pos, kind, a, b, width = scan_names(buf, pos, cut, *tables[0], *tables[1], labels_seen)
             if kind == 0:
                 break
-            name = buf[a:b].tobytes().decode("utf-8", "replace")
+            raw = buf[a:b]
+            name = raw.tobytes().decode("utf-8", "replace")
+            if len(sparse) + len(dense) >= MAX_FEATURES or (raw < 32).any():
+                raise DataError(f"a feature name with control bytes, or more than {MAX_FEATURES} names;",
+                                source=unit.url, offset=pos, text=name[:80], kind="NOT_TEXT",
+                                expected="a text sample file (is this a pb or binary file read as text?)")
             if kind == 1:
                 sparse.append(name)
                 tables[0] = build_name_table(sparse)

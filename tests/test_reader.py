@@ -418,3 +418,18 @@ def test_corrupt_compressed_file_is_a_source_error_naming_it(tmp_path, suffix):
     with pytest.raises(ingest.SourceError) as err:
         read_samples(reader)
     assert str(path) in str(err.value)
+
+
+def test_discovery_refuses_binary_input(tmp_path):
+    """--features auto over a pb file read as text stops at the first name with control bytes (no endless
+    scan of binary 'names')."""
+    from ingest.discover import scan_features
+    from ingest.formats import FileType
+    from ingest.sources import expand_paths
+    from ingest import synthetic
+    src = tmp_path / "a.txt"
+    synthetic.write(src, 3000, seed=2)
+    ingest.convert([str(src)], str(tmp_path / "a.pb"), log=lambda *_: None)
+    with pytest.raises(ingest.DataError, match="control bytes") as info:
+        scan_features(expand_paths([str(tmp_path / "a.pb")]), FileType.txt, 1)
+    assert info.value.source.endswith("a.pb")

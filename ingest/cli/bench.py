@@ -24,6 +24,7 @@ from .. import synthetic
 from ..discover import scan_features
 from ..dsl import load_feature_conf
 from ..errors import ConfigError, IngestError
+from ..convert import format_of
 from ..formats import FileType
 from ..reader import DataReader
 from ..sources import expand_paths
@@ -187,6 +188,13 @@ def peak_rss_mb():
     return peak / 1e6 if sys.platform == "darwin" else peak * 1024 / 1e6  # bytes on macOS, KiB on Linux
 
 
+def _format_of_name(path):
+    try:
+        return format_of(path).value
+    except ConfigError:  # no telling suffix: text, as XDL's data files
+        return FileType.txt.value
+
+
 def _reader(name, paths, args, declare):
     reader = DataReader(name, paths=paths, file_type=args.format)
     reader.batch_size(args.batch_size).threads(args.threads).epochs(args.epochs).split_group(args.split_group)
@@ -260,12 +268,15 @@ def run(args, prog="ingest-bench"):
         with contextlib.ExitStack() as stack:
             paths = args.inputs
             if args.synthetic is not None:
-                if args.format != FileType.txt.value:
+                if args.format not in (None, FileType.txt.value):
                     raise ConfigError(f"--synthetic writes text samples, not --format {args.format}; "
                                       f"convert them with ingest convert")
+                args.format = FileType.txt.value
                 tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="ingest-bench-"))
                 paths = [os.path.join(tmp, "synthetic.txt")]
                 synthetic.write(paths[0], args.synthetic, args.seed)
+            else:
+                args.format = args.format or _format_of_name(paths[0])
             result = _bench(args, paths)
     except IngestError as exc:
         print(f"{prog}: {' '.join(str(exc).split())}", file=sys.stderr)
@@ -303,8 +314,8 @@ def add_arguments(parser):
                         help="instead of INPUT, read N synthetic ads samples (ingest.synthetic) written to "
                              "a temporary file, deleted at exit")
     parser.add_argument("--seed", type=int, default=0, metavar="S", help="seed of --synthetic (default: 0)")
-    parser.add_argument("--format", choices=[t.value for t in FileType], default=FileType.txt.value,
-                        help="sample format (default: txt)")
+    parser.add_argument("--format", choices=[t.value for t in FileType], default=None,
+                        help="sample format (default: from the first input's name, .pb/.spb[.zst...], else txt)")
     parser.add_argument("--batch-size", type=_int_at_least(1), default=1024, metavar="N",
                         help="samples per batch (default: 1024)")
     parser.add_argument("--threads", type=_int_at_least(1), default=1, metavar="N",
