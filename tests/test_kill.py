@@ -109,10 +109,10 @@ def hdfs_data(services, data):
     return root
 
 
-@pytest.mark.parametrize("file_type", ["txt", "pb"])
-def test_kill_hdfs(data, hdfs_data, file_type):
+@pytest.mark.parametrize("file_type,threads", [("txt", 1), ("pb", 2)])
+def test_kill_hdfs(data, hdfs_data, file_type, threads):
     """Input and saved states on HDFS; byte ranges (unit_bytes is automatic: several per file)."""
-    cfg = _cfg([f"{hdfs_data}/{data[file_type].name}"], file_type, 2, data["aux"], hdfs_data)
+    cfg = _cfg([f"{hdfs_data}/{data[file_type].name}"], file_type, threads, data["aux"], hdfs_data)
     _check(cfg, data["want"], seed=7)
 
 
