@@ -53,8 +53,8 @@ def main(argv=None):
               "samples_per_s_with_state_every_batch": statistics.median(rates[True])}
     OUT.mkdir(exist_ok=True)
     (OUT / "bench_state.json").write_text(json.dumps(result, indent=2))
-    print(f"| work units | state() median | p99 | state size | samples/s without | with a state per batch |")
-    print(f"|---|---|---|---|---|---|")
+    print("| work units | state() median | p99 | state size | samples/s without | with a state per batch |")
+    print("|---|---|---|---|---|---|")
     print(f"| {units} | {result['median_us']:.1f} us | {result['p99_us']:.1f} us | {size} B | "
           f"{result['samples_per_s_without']:,.0f} | {result['samples_per_s_with_state_every_batch']:,.0f} |")
 

@@ -80,8 +80,12 @@ def group_ranges(group_offsets, r0, r1, lo, hi):
 
 @njit(nogil=True, cache=True)
 def refer_ranges(refer, lo, hi, nranges, next_lo, next_hi):
-    """For each range of rows, the contiguous range of next-table rows its rows refer to."""
+    """For each range of rows, the contiguous range of next-table rows its rows refer to (0:0 when empty)."""
     for g in range(nranges):
+        if hi[g] <= lo[g]:
+            next_lo[g] = 0
+            next_hi[g] = 0
+            continue
         m = refer[lo[g]]
         x = m
         for r in range(lo[g] + 1, hi[g]):

@@ -237,6 +237,22 @@ def _line_size(r, side, refer, offsets, keys, values, sp_aux, sp_hdr_off, dense,
 
 
 @helper
+def write_dense_feature(out, p, d, r, dense, dn_base, dn_width, dn_hdr, dn_hdr_off, bits):
+    """Dense feature ``d`` of row ``r`` as a ``FeatureLine.features`` entry: one FeatureValue holding the vector."""
+    vec = 4 * dn_width[d]
+    out[_u(p)] = 0x0A
+    p = _put_varint(out, p + 1, _dense_body(d, dn_width, dn_hdr_off))
+    p = _put_bytes(out, p, dn_hdr, dn_hdr_off[d], dn_hdr_off[d + 1])
+    out[_u(p)] = 0x1A
+    p = _put_varint(out, p + 1, _entry(vec))
+    out[_u(p)] = 0x1A  # FeatureValue.vector, packed
+    p = _put_varint(out, p + 1, vec)
+    for c in range(dn_base[d], dn_base[d] + dn_width[d]):
+        p = _put_f32(out, p, dense[r, c], bits)
+    return p
+
+
+@helper
 def _write_line(out, p, r, side, refer, offsets, keys, values, sp_aux, sp_hdr, sp_hdr_off, dense, dn_base, dn_width,
                 dn_aux, dn_hdr, dn_hdr_off, bits, bodies, slot):
     """Write the line sized by ``_line_size`` (same row, side and slot)."""
@@ -260,16 +276,7 @@ def _write_line(out, p, r, side, refer, offsets, keys, values, sp_aux, sp_hdr, s
                     p = _put_f32(out, p + 1, values[i], bits)
     for d in range(len(dn_width)):
         if (side == ALL or dn_aux[d] == (side == AUX)) and _dense_present(d, r, dense, dn_base, dn_width):
-            vec = 4 * dn_width[d]
-            out[_u(p)] = 0x0A
-            p = _put_varint(out, p + 1, _dense_body(d, dn_width, dn_hdr_off))
-            p = _put_bytes(out, p, dn_hdr, dn_hdr_off[d], dn_hdr_off[d + 1])
-            out[_u(p)] = 0x1A
-            p = _put_varint(out, p + 1, _entry(vec))
-            out[_u(p)] = 0x1A  # FeatureValue.vector, packed
-            p = _put_varint(out, p + 1, vec)
-            for c in range(dn_base[d], dn_base[d] + dn_width[d]):
-                p = _put_f32(out, p, dense[r, c], bits)
+            p = write_dense_feature(out, p, d, r, dense, dn_base, dn_width, dn_hdr, dn_hdr_off, bits)
     if refer != 0:
         out[_u(p)] = 0x10  # FeatureLine.refer
         p = _put_varint(out, p + 1, refer)

@@ -15,8 +15,10 @@ primitives (varints, floats, labels, the timestamp extension) are those of
 """
 import numpy as np
 
+from .batch import refer_ranges
 from .encode import (_TIMESTAMP_ENTRY_KEY, _dense_body, _dense_present, _entry, _ext_body, _int_digits,
-                     _labels_body, _put_bytes, _put_f32, _put_int_text, _put_varint, _vlen, _write_labels)
+                     _labels_body, _put_bytes, _put_f32, _put_int_text, _put_varint, _vlen, _write_labels,
+                     write_dense_feature)
 from .index import _u
 from .jit import helper
 from .names import lookup_name
@@ -118,23 +120,10 @@ def group_line_ranges(lo, hi, refer, next_lo, next_hi, local_refer):
     table (block numbering).  The group's next-table lines are ``min(refer)..max(refer)``
     (contiguous in a block); ``local_refer[r] = refer[r] - next_lo[g]`` is what the record stores.
     """
+    refer_ranges(refer, lo, hi, len(lo), next_lo, next_hi)
     for g in range(len(lo)):
-        if hi[g] <= lo[g]:
-            next_lo[g] = 0
-            next_hi[g] = 0
-            continue
-        m = refer[lo[g]]
-        x = m
-        for r in range(lo[g] + 1, hi[g]):
-            v = refer[r]
-            if v < m:
-                m = v
-            if v > x:
-                x = v
-        next_lo[g] = m
-        next_hi[g] = x + 1
         for r in range(lo[g], hi[g]):
-            local_refer[r] = refer[r] - m
+            local_refer[r] = refer[r] - next_lo[g]
 
 
 @helper
@@ -263,18 +252,8 @@ def write_table(lo, hi, table_pos, table_body, sizes, offsets, keys, hkeys, valu
                         out[_u(p)] = 0x20  # FeatureValue.hkey
                         p = _put_varint(out, p + 1, h)
             for d in range(len(dn_width)):
-                if not _dense_present(d, r, dense, dn_base, dn_width):
-                    continue
-                vec = 4 * dn_width[d]
-                out[_u(p)] = 0x0A
-                p = _put_varint(out, p + 1, _dense_body(d, dn_width, dn_hdr_off))
-                p = _put_bytes(out, p, dn_hdr, dn_hdr_off[d], dn_hdr_off[d + 1])
-                out[_u(p)] = 0x1A
-                p = _put_varint(out, p + 1, _entry(vec))
-                out[_u(p)] = 0x1A  # FeatureValue.vector, packed
-                p = _put_varint(out, p + 1, vec)
-                for c in range(dn_base[d], dn_base[d] + dn_width[d]):
-                    p = _put_f32(out, p, dense[r, c], bits)
+                if _dense_present(d, r, dense, dn_base, dn_width):
+                    p = write_dense_feature(out, p, d, r, dense, dn_base, dn_width, dn_hdr, dn_hdr_off, bits)
             if with_refer and local_refer[r] != 0:
                 out[_u(p)] = 0x10  # FeatureLine.refer
                 p = _put_varint(out, p + 1, local_refer[r])
