@@ -319,14 +319,16 @@ class DataReader:
             self._progress = state_format.check(self._restored, self.name, self._state_options(), mine)
         elif self._enable_state:
             self._progress = Progress([u.index for u in mine])
+        rounds = self._rounds()
         kafka = [u.url for u in mine if is_kafka(u.url)]
         if self._progress is not None and self._kafka.group_id is not None and kafka:
             self._committer = KafkaCommitter(parse_kafka_url(kafka[0])[0], self._kafka)
-        rounds = self._rounds()
         builder = BatchBuilder(schema, self._batch_size, self._pad, unique=self._unique, stats=self._stats,
                                track=self._progress is not None, keep_pieces=rounds is not None)
-        self._pipeline = Pipeline(mine, self._epochs, fmt, builder, rounds=rounds, dsl=_dsl_stage(schema),
-                                  ops=OpStage(schema.raw, self._ops) if self._ops else None, threads=self._threads, deterministic=self._deterministic, split_group=self._split_group,
+        ops = OpStage(schema.raw, self._ops) if self._ops else None  # checks built-in ops against the schema
+        self._pipeline = Pipeline(mine, self._epochs, fmt, builder, ops=ops, dsl=_dsl_stage(schema), rounds=rounds,
+                                  threads=self._threads, deterministic=self._deterministic,
+                                  split_group=self._split_group,
                                   drop_last=self._drop_last, on_skip=on_skip, stats=self._stats,
                                   prefetch=self._prefetch, shuffle=self._shuffle, progress=self._progress)
         self._started = True

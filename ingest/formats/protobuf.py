@@ -279,7 +279,8 @@ class ProtobufFormat(UnitFormat):
             field = f"feature_tables[{table}]" + (f".feature_lines[{line}]" if line >= 0 else "")
         else:
             field = "feature_line" if self.simple and table >= 0 else None
-        return ProtobufDecodeError(reason, source=source_at(f, unit, base + pos), offset=base + pos, record=records + record,
+        return ProtobufDecodeError(reason, source=source_at(f, unit, base + pos), offset=base + pos,
+                                   record=records + record,
                                    expected=expected, text=text, field=field, feature=feature,
                                    kind=_KIND[code])
 

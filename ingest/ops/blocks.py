@@ -21,7 +21,8 @@ def check_parsed_only(blk):
 
 
 def _csr_layout(lengths, base):
-    """Offsets ``[F, m + 1]`` of rows of ``lengths`` (``[F, m]``) laid feature after feature from ``base``; and the end."""
+    """Offsets ``[F, m + 1]`` of rows of ``lengths`` (``[F, m]``) laid feature after feature from ``base``;
+    and the end."""
     nfeat, m = lengths.shape
     starts = np.empty(nfeat * m + 1, np.int64)
     starts[0] = base

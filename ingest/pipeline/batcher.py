@@ -264,7 +264,8 @@ def cut_batches(blocks, builder, *, split_group=True, drop_last=False, on_skip=N
                     r = g_end
                     continue
             if rounds is not None:  # groups whose last row is taken now
-                rounds.packed(int(np.searchsorted(ends, r + take, side="right") - np.searchsorted(ends, r, side="right")))
+                a, b = np.searchsorted(ends, [r, r + take], side="right")
+                rounds.packed(int(b - a))
             pieces.append((blk, r, r + take))
             filled += take
             r += take
