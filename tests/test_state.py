@@ -10,9 +10,10 @@ from ingest.convert import convert
 from conftest import flatten, key_of, make_reader
 
 
-def _reader(paths, file_type="txt", aux=(), **options):
+def _reader(paths, file_type="txt", aux=(), dsl=None, **options):
     options.setdefault("batch_size", (100,))
-    return synthetic.declare(make_reader(paths, file_type=file_type, **options), aux=aux)
+    reader = synthetic.declare(make_reader(paths, file_type=file_type, **options), aux=aux)
+    return reader if dsl is None else reader.feature("x", "sparse", dsl=dsl)
 
 
 def _samples(batches):
@@ -61,7 +62,9 @@ CASES = [
     ("pb", 1, {}),
     ("pb", 2, {"unit_bytes": (100_000,)}),
     ("pb.zst", 2, {}),
-    ("spb", 1, {"deterministic": (True,)}),
+    ("spb", 1, {}),
+    ("txt", 2, {"deterministic": (True,)}),
+    ("pb", 2, {"unique_ids": (True,), "dsl": "cartesian(cate, age)"}),
 ]
 
 
