@@ -237,6 +237,19 @@ def _line_size(r, side, refer, offsets, keys, values, sp_aux, sp_hdr_off, dense,
 
 
 @helper
+def write_timestamp_ext(out, p, ts):
+    """One ``SampleGroup.extensions`` entry holding the map entry ``timestamp -> "<ts>"``."""
+    out[_u(p)] = 0x2A  # SampleGroup.extensions
+    p = _put_varint(out, p + 1, _ext_body(ts))
+    out[_u(p)] = 0x0A  # Extensions.extension (a map entry)
+    p = _put_varint(out, p + 1, len(_TIMESTAMP_ENTRY_KEY) + _entry(_int_digits(ts)))
+    p = _put_bytes(out, p, _TIMESTAMP_ENTRY_KEY, 0, len(_TIMESTAMP_ENTRY_KEY))
+    out[_u(p)] = 0x12  # entry value
+    p = _put_varint(out, p + 1, _int_digits(ts))
+    return _put_int_text(out, p, ts)
+
+
+@helper
 def write_dense_feature(out, p, d, r, dense, dn_base, dn_width, dn_hdr, dn_hdr_off, bits):
     """Dense feature ``d`` of row ``r`` as a ``FeatureLine.features`` entry: one FeatureValue holding the vector."""
     vec = 4 * dn_width[d]
@@ -448,15 +461,7 @@ def encode_groups(g0, group_offsets, simple, offsets, keys, values, sp_aux, sp_h
                                 dn_width, dn_aux, dn_hdr, dn_hdr_off, bits, bodies, n + d)
         if any_ts:
             for r in range(r0, r1):
-                ts = timestamps[r]
-                out[_u(p)] = 0x2A  # extensions
-                p = _put_varint(out, p + 1, _ext_body(ts))
-                out[_u(p)] = 0x0A  # Extensions.extension (a map entry)
-                p = _put_varint(out, p + 1, len(_TIMESTAMP_ENTRY_KEY) + _entry(_int_digits(ts)))
-                p = _put_bytes(out, p, _TIMESTAMP_ENTRY_KEY, 0, len(_TIMESTAMP_ENTRY_KEY))
-                out[_u(p)] = 0x12  # entry value
-                p = _put_varint(out, p + 1, _int_digits(ts))
-                p = _put_int_text(out, p, ts)
+                p = write_timestamp_ext(out, p, timestamps[r])
         out_pos = p
         g += 1
     return g, out_pos

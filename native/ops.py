@@ -16,9 +16,8 @@ primitives (varints, floats, labels, the timestamp extension) are those of
 import numpy as np
 
 from .batch import refer_ranges
-from .encode import (_TIMESTAMP_ENTRY_KEY, _dense_body, _dense_present, _entry, _ext_body, _int_digits,
-                     _labels_body, _put_bytes, _put_f32, _put_int_text, _put_varint, _vlen, _write_labels,
-                     write_dense_feature)
+from .encode import (_dense_body, _dense_present, _entry, _ext_body, _labels_body, _put_bytes, _put_f32, _put_varint,
+                     _vlen, _write_labels, write_dense_feature, write_timestamp_ext)
 from .index import _u
 from .jit import helper
 from .names import lookup_name
@@ -281,12 +280,4 @@ def write_frames(group_offsets, sid_bytes, sid_offsets, labels, timestamps, rec_
         if any_ts:
             p = ext_pos[g]
             for r in range(r0, r1):
-                ts = timestamps[r]
-                out[_u(p)] = 0x2A  # SampleGroup.extensions
-                p = _put_varint(out, p + 1, _ext_body(ts))
-                out[_u(p)] = 0x0A  # Extensions.extension (a map entry)
-                p = _put_varint(out, p + 1, len(_TIMESTAMP_ENTRY_KEY) + _entry(_int_digits(ts)))
-                p = _put_bytes(out, p, _TIMESTAMP_ENTRY_KEY, 0, len(_TIMESTAMP_ENTRY_KEY))
-                out[_u(p)] = 0x12  # entry value
-                p = _put_varint(out, p + 1, _int_digits(ts))
-                p = _put_int_text(out, p, ts)
+                p = write_timestamp_ext(out, p, timestamps[r])
