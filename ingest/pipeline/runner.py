@@ -23,6 +23,7 @@ from .progress import Marks
 __all__ = ["Pipeline"]
 
 _POLL = 0.05
+_ROUNDS_POLL = 0.005  # the batcher looks this often whether a round or pass has ended
 
 
 class _Marker:
@@ -164,9 +165,10 @@ class Pipeline:
 
     def _get(self, q, rounds=None):
         """The next item; with ``rounds``, FLUSH when nothing can come before the consumer releases a batch."""
+        poll = _POLL if rounds is None else _ROUNDS_POLL
         while True:
             try:
-                return q.get(timeout=_POLL)
+                return q.get(timeout=poll)
             except queue.Empty:
                 if self.stop.is_set():
                     raise ReaderClosedError("the reader was shut down") from None
