@@ -240,3 +240,21 @@ def test_convert_to_a_topic(services, tmp_path, capsys):
     assert aux
     assert read_synthetic([url], "pb", aux=aux) == read_synthetic([str(local)], "pb", aux=aux)
     assert len(read_synthetic([url], "pb", aux=aux)) == 1500
+
+
+def test_offsets_gone_from_the_broker_are_an_error(services):
+    """A restored position the broker deleted (retention) is a SourceError naming it, not a silent jump."""
+    from kafka.structs import TopicPartition as TP
+    bootstrap = services["KAFKA_BOOTSTRAP"]
+    lines = [f"s{i}|g{i}|a@{i}||1\n".encode() for i in range(30)]
+    topic = _topic(bootstrap, [(0, line) for line in lines])
+    url = f"kafka://{bootstrap}/{topic}:0"
+    reader = ingest.DataReader("k", [url], enable_state=True).feature("a", "sparse").batch_size(5)
+    first, state = _take(reader, 1)
+    assert [s for s, _ in first] == [f"s{i}".encode() for i in range(5)]
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin.delete_records({TP(topic, 0): 20})
+    admin.close()
+    again = ingest.DataReader("k", [url]).feature("a", "sparse").batch_size(5).restore(state)
+    with pytest.raises(SourceError, match=f"{topic}:0: cannot fetch from offset 5"):
+        again.startup().read_all()

@@ -57,8 +57,9 @@ def parse_kafka_url(url):
     return parts.netloc.split(","), topic, chosen
 
 
-# fetches large enough that a partition streams at the parser's speed; the user's settings win
-_FETCH = {"max_partition_fetch_bytes": 16 << 20, "fetch_max_bytes": 64 << 20}
+# fetches large enough that a partition streams at the parser's speed; an offset the broker no longer has
+# (retention) is an error, never a silent jump to another offset
+_FETCH = {"max_partition_fetch_bytes": 16 << 20, "fetch_max_bytes": 64 << 20, "auto_offset_reset": "none"}
 
 
 def _consumer(brokers, config):
@@ -179,6 +180,7 @@ class KafkaStream(io.RawIOBase):
         if unit.resume is not None:
             (self._next, self._within), _ = unit.resume
         self._tp = TopicPartition(topic, partition)
+        self._url = unit.url
         self._consumer = None
         self._pending = memoryview(b"")
         self._messages = []
@@ -198,12 +200,17 @@ class KafkaStream(io.RawIOBase):
     def _fill(self, waiting=True):
         """Take the next message's bytes into ``_pending``; False at the end offset, or (unless ``waiting``)
         when a live stream has nothing new within a poll."""
+        from kafka.errors import KafkaError
         while not self._messages:
             if not self.live and self._next >= self._end:
                 return False
             if self.stop is not None and self.stop.is_set():
                 return False
-            got = self._consumer.poll(timeout_ms=POLL_MS, max_records=1000)
+            try:
+                got = self._consumer.poll(timeout_ms=POLL_MS, max_records=1000)
+            except KafkaError as exc:
+                raise SourceError(f"{self._url}: cannot fetch from offset {self._next}: {exc}",
+                                  source=self._url) from exc
             self._messages = [m for m in got.get(self._tp, ()) if self.live or m.offset < self._end]
             self._messages.reverse()
             if not self._messages and not waiting:
