@@ -408,15 +408,16 @@ class DataReader:
         """The position after the last sample handed to the consumer, as bytes (docs/state.md).
 
         Needs ``enable_state=True`` and ``startup()``.  Costs no pipeline drain: it describes what
-        was delivered, whatever the threads have read ahead.  With ``kafka(group_id=...)`` the Kafka
+        was delivered, whatever the threads have read ahead; it may be taken from any thread.  With ``kafka(group_id=...)`` the Kafka
         positions are also committed to the consumer group."""
         if self._progress is None:
             raise ConfigError(f"reader {self.name!r}: state() needs enable_state=True and startup()")
         if self._state_header is None:
             self._state_header = state_format.header(self.name, self._state_options(), self._units)
-        data = state_format.encode(self._state_header, self._progress)
+        progress = self._progress.snapshot()
+        data = state_format.encode(self._state_header, progress)
         if self._committer is not None:
-            self._committer.commit(kafka_positions(self._units, self._progress))
+            self._committer.commit(kafka_positions(self._units, progress))
         return data
 
     def restore(self, state):

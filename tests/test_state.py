@@ -192,3 +192,25 @@ def test_state_after_the_end_resumes_nothing(files):
     again.startup()
     with again:
         assert list(again) == []
+
+
+def test_state_from_another_thread(files):
+    """A checkpoint thread taking state() while the consumer iterates gets consistent states."""
+    import threading
+    reader = _reader([files["txt"]], threads=(2,), batch_size=(10,), enable_state=True)
+    reader.startup()
+    states, done = [], threading.Event()
+
+    def checkpoints():
+        while not done.is_set():
+            states.append(json.loads(reader.state()))
+
+    taker = threading.Thread(target=checkpoints)
+    with reader:
+        taker.start()
+        n = sum(b.size for b in reader)
+        done.set()
+        taker.join()
+    assert len(states) > 10
+    counts = [s["samples"] for s in states]
+    assert counts == sorted(counts) and counts[-1] <= n

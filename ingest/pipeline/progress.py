@@ -7,6 +7,7 @@ delivered in any order (several parse threads), so done units are kept per epoch
 first epoch with anything undelivered on.  Every batch carries the marks of what it
 delivers (``Marks``); the reader applies them when it hands the batch out.
 """
+import threading
 from dataclasses import dataclass, field
 
 __all__ = ["Marks", "Progress"]
@@ -33,19 +34,27 @@ class Progress:
         self.partial = partial or {}  # (epoch, unit index) -> (position, rows)
         self.batches = batches
         self.samples = samples
+        self._lock = threading.Lock()  # state() may be taken from another thread than the consumer's
 
     def apply(self, marks, samples=0, batch=True):
-        for key, where in marks.positions.items():
-            if key[1] not in self.done.get(key[0], ()):
-                self.partial[key] = where
-        for key in marks.done:
-            self.done.setdefault(key[0], set()).add(key[1])
-            self.partial.pop(key, None)
-        while self.units and len(self.done.get(self.epoch, ())) >= len(self.units):
-            del self.done[self.epoch]
-            self.epoch += 1
-        self.batches += batch
-        self.samples += samples
+        with self._lock:
+            for key, where in marks.positions.items():
+                if key[1] not in self.done.get(key[0], ()):
+                    self.partial[key] = where
+            for key in marks.done:
+                self.done.setdefault(key[0], set()).add(key[1])
+                self.partial.pop(key, None)
+            while self.units and len(self.done.get(self.epoch, ())) >= len(self.units):
+                del self.done[self.epoch]
+                self.epoch += 1
+            self.batches += batch
+            self.samples += samples
+
+    def snapshot(self):
+        """A copy, consistent even while the consumer's thread applies marks."""
+        with self._lock:
+            return Progress(self.units, self.epoch, {e: set(s) for e, s in self.done.items()}, dict(self.partial),
+                            self.batches, self.samples)
 
     def delivered(self, epoch, index):
         """Whether every sample of the unit in that epoch was delivered."""
