@@ -156,3 +156,49 @@ def expected_samples(records, simple, sparse, dense, label_count, cutoff=None):
                         s["dense"][name] = dn.get(name, [0.0] * (dense[name][1] or "1" * dense[name][0]).count("1"))
             out.append(s)
     return out
+
+
+def group_records(groups, main, aux, dense=()):
+    """Framed ``SampleGroup`` records of generated groups, as the protobuf library writes them.
+
+    ``groups`` holds ``(samples, aux lines)``: dicts of feature name -> sparse values, as
+    ``(key, value)`` or ``(hkey, key, value)`` tuples, or a dense vector for names in ``dense``.
+    A sample also gives ``refer`` and may give ``sid``, ``label`` (1.0) and ``ts`` (0: none).
+    Canonical choices: a value of 1.0, a high key of 0 and an all-zero vector are left out.
+    """
+    from ingest import sample_pb2 as pb
+
+    def add(line, name, got):
+        if name in dense:
+            if any(got):
+                line.features.add(type=pb.kDense, name=name).values.add().vector.extend(got)
+        elif got:
+            f = line.features.add(type=pb.kSparse, name=name)
+            for entry in got:
+                h, k, v = entry if len(entry) == 3 else (0, *entry)
+                fv = f.values.add(key=k)
+                if v != 1.0:
+                    fv.value = v
+                if h:
+                    fv.hkey = h
+
+    records = []
+    for samples, aux_lines in groups:
+        g = pb.SampleGroup()
+        t0, t1 = g.feature_tables.add(), g.feature_tables.add()
+        with_ts = any(s.get("ts") for s in samples)
+        for s in samples:
+            if s.get("sid") is not None:
+                g.sample_ids.append(s["sid"])
+            g.labels.add().values.append(s.get("label", 1.0))
+            line = t0.feature_lines.add(refer=s["refer"])
+            for name in main:
+                add(line, name, s[name])
+            if with_ts:
+                g.extensions.add().extension["timestamp"] = str(s.get("ts", 0))
+        for a in aux_lines:
+            line = t1.feature_lines.add()
+            for name in aux:
+                add(line, name, a[name])
+        records.append(g.SerializeToString())
+    return frame(records)

@@ -11,7 +11,7 @@ from ingest.errors import DslError, DslLimitError
 
 from conftest import flatten
 from dsl_twin import cross64 as twin_cross64, evaluate, render
-from pbwire import frame
+from pbwire import frame, group_records
 
 # features of the generated data: sparse a, b, c and dense d (width 3) per sample; sparse u and
 # dense e (width 2) on the aux line a sample refers to
@@ -80,32 +80,8 @@ def _groups(draw):
     return groups
 
 
-def _add(line, name, got):
-    if name in WIDTH:
-        f = line.features.add(type=pb.kDense, name=name)
-        f.values.add().vector.extend(got)
-    elif got:
-        f = line.features.add(type=pb.kSparse, name=name)
-        for k, v in got:
-            f.values.add(key=k, value=v)
-
-
 def _write(path, groups):
-    records = []
-    for samples, aux in groups:
-        g = pb.SampleGroup()
-        t0, t1 = g.feature_tables.add(), g.feature_tables.add()
-        for s in samples:
-            g.labels.add().values.append(1.0)
-            line = t0.feature_lines.add(refer=s["refer"])
-            for name in ("a", "b", "c", "d"):
-                _add(line, name, s[name])
-        for a in aux:
-            line = t1.feature_lines.add()
-            for name in ("u", "e"):
-                _add(line, name, a[name])
-        records.append(g.SerializeToString())
-    path.write_bytes(frame(records))
+    path.write_bytes(group_records(groups, ("a", "b", "c", "d"), ("u", "e"), dense=WIDTH))
 
 
 def _raw_reader(path):

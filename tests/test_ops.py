@@ -19,7 +19,7 @@ from ingest.ops.blocks import concat_blocks, take_rows
 from ingest.ops.messages import GroupCodec
 from ingest.sources import expand_paths, plan_units
 
-from pbwire import frame
+from pbwire import group_records
 
 quiet = {"log": lambda *_: None}
 
@@ -86,41 +86,8 @@ def pb_groups(draw):
     return groups
 
 
-def _add_feature(line, name, got):
-    if name in ("d", "e"):
-        if any(got):
-            f = line.features.add(type=pb.kDense, name=name)
-            f.values.add().vector.extend(got)
-    elif got:
-        f = line.features.add(type=pb.kSparse, name=name)
-        for h, k, v in got:
-            fv = f.values.add(key=k)
-            if v != 1.0:
-                fv.value = v
-            if h:
-                fv.hkey = h
-
-
 def write_pb(path, groups):
-    records = []
-    for samples, aux in groups:
-        g = pb.SampleGroup()
-        t0, t1 = g.feature_tables.add(), g.feature_tables.add()
-        for s in samples:
-            if s["sid"] is not None:
-                g.sample_ids.append(s["sid"])
-            g.labels.add().values.append(s["label"])
-            line = t0.feature_lines.add(refer=s["refer"])
-            for name in ("a", "b", "d"):
-                _add_feature(line, name, s[name])
-            if any(x["ts"] for x in samples):
-                g.extensions.add().extension["timestamp"] = str(s["ts"])
-        for x in aux:
-            line = t1.feature_lines.add()
-            for name in ("u", "e"):
-                _add_feature(line, name, x[name])
-        records.append(g.SerializeToString())
-    path.write_bytes(frame(records))
+    path.write_bytes(group_records(groups, ("a", "b", "d"), ("u", "e"), dense=("d", "e")))
 
 
 def pb_block(tmp_path, groups):
