@@ -21,7 +21,7 @@ from _common import OUT, arguments, machine, synthetic_file
 def read(path, unit_bytes, take_state):
     reader = ingest.DataReader("state", [str(path)], enable_state=True)
     synthetic.declare(reader).threads(2).batch_size(1024).unit_bytes(unit_bytes)
-    costs, samples, size = [], 0, 0
+    costs, samples, blob = [], 0, b""
     t0 = time.perf_counter()
     reader.startup()
     with reader:
@@ -31,8 +31,7 @@ def read(path, unit_bytes, take_state):
                 s0 = time.perf_counter()
                 blob = reader.state()
                 costs.append(time.perf_counter() - s0)
-                size = max(size, len(blob))
-    return samples / (time.perf_counter() - t0), costs, size, len(reader._units)
+    return samples / (time.perf_counter() - t0), costs, blob
 
 
 def main(argv=None):
@@ -43,7 +42,9 @@ def main(argv=None):
     costs, rates = [], {True: [], False: []}
     for _ in range(args.runs):
         for take in (False, True):
-            rate, c, size, units = read(path, unit_bytes, take)
+            rate, c, blob = read(path, unit_bytes, take)
+            if blob:
+                size, units = len(blob), json.loads(blob)["unit_count"]
             rates[take].append(rate)
             costs += c
     us = np.array(costs) * 1e6

@@ -53,7 +53,8 @@ class FoundFeatures:
 def _scan_file(unit, limit, scan):
     """Feed the first ``limit`` bytes of a file (all when None) to ``scan`` window by window.
 
-    ``scan(buf, filled, at_end)`` returns how many bytes of ``buf[:filled]`` it used; the
+    ``scan(buf, filled, at_end, base)`` (``base``: the file offset of ``buf[0]``) returns how many
+    bytes of ``buf[:filled]`` it used; the
     rest is kept for the next window, and the buffer doubles when nothing could be used.
     ``at_end`` is True when the file itself ended (not the limit).
     """
@@ -62,7 +63,7 @@ def _scan_file(unit, limit, scan):
     with open_unit(unit) as f:
         while True:
             filled, eof = refill(f, buf, filled, None if limit is None else limit - done)
-            used = scan(buf, filled, eof and (limit is None or done + filled < limit))
+            used = scan(buf, filled, eof and (limit is None or done + filled < limit), done)
             if eof:
                 return
             if used == 0:  # a line or record longer than the buffer
@@ -79,7 +80,7 @@ def _scan_unit(unit, limit):
     labels_seen = np.array([1 << 30, -1], np.int64)
     tables = [build_name_table(sparse), build_name_table([])]
 
-    def scan(buf, filled, at_end):
+    def scan(buf, filled, at_end, base):
         last = last_newline(buf, filled)
         cut = filled if at_end else last + 1  # whole lines only, unless the file ended
         pos = 0
@@ -91,7 +92,7 @@ def _scan_unit(unit, limit):
             name = raw.tobytes().decode("utf-8", "replace")
             if len(sparse) + len(dense) >= MAX_FEATURES or (raw < 32).any():
                 raise DataError(f"a feature name with control bytes, or more than {MAX_FEATURES} names;",
-                                source=unit.url, offset=pos, text=name[:80], kind="NOT_TEXT",
+                                source=unit.url, offset=base + a, text=name[:80], kind="NOT_TEXT",
                                 expected="a text sample file (is this a pb or binary file read as text?)")
             if kind == 1:
                 sparse.append(name)
@@ -133,7 +134,7 @@ def _scan_records_unit(unit, simple, limit):
     found = np.zeros(5, np.int64)
     known = [build_name_table([]), np.empty(0, np.int64), np.empty(0, np.int64)]
 
-    def scan(buf, filled, at_end):
+    def scan(buf, filled, at_end, base):
         pos = 0
         while True:
             pos = scan_record_names(buf, pos, filled, simple, *known[0], known[1], known[2], labels_seen, found)
@@ -143,7 +144,7 @@ def _scan_records_unit(unit, simple, limit):
             name = buf[a:b].tobytes().decode("utf-8", "replace")
             if kind == 3:
                 raise DataError(f"feature {name!r} appears in more than one table or with two types;",
-                                source=unit.url, offset=0, text=name,
+                                source=unit.url, offset=base + a, text=name,
                                 expected="each feature name in one table with one type (text holds one)",
                                 kind="FEATURE_CONFLICT")
             features.append((kind, name, table, width))

@@ -7,7 +7,7 @@ from . import formats
 from . import state as state_format
 from .dsl.compiler import check, compile_feature, home_table, parse, single_valued
 from .dsl.stage import DslStage
-from .errors import ConfigError, DslError, ReaderClosedError, StateError
+from .errors import ConfigError, DslError, ReaderClosedError
 from .features import FeatureType, Schema, make_feature
 from .ops import OpStage, as_op
 from .pipeline.batcher import BatchBuilder
@@ -18,7 +18,7 @@ from .pipeline.stats import Stats
 from .pipeline.timeline import Timeline
 from .sources import expand_paths, plan_units
 from .sources.compression import check_codec
-from .sources.kafka import KafkaCommitter, KafkaOptions, is_kafka, kafka_positions, kafka_units, parse_kafka_url
+from .sources.kafka import KafkaGroup, KafkaOptions, is_kafka, kafka_positions, kafka_units, parse_kafka_url
 
 __all__ = ["DataReader"]
 
@@ -90,7 +90,7 @@ class DataReader:
         self._save_every = None
         self._saved_at = 0
         self._shuffle = None
-        self._committer = None
+        self._kafka_group = None
         self._state_header = None
         self._ops = []
         self._keep = False
@@ -322,7 +322,7 @@ class DataReader:
         rounds = self._rounds()
         kafka = [u.url for u in mine if is_kafka(u.url)]
         if self._progress is not None and self._kafka.group_id is not None and kafka:
-            self._committer = KafkaCommitter(parse_kafka_url(kafka[0])[0], self._kafka)
+            self._kafka_group = KafkaGroup(parse_kafka_url(kafka[0])[0], self._kafka)
         builder = BatchBuilder(schema, self._batch_size, self._pad, unique=self._unique, stats=self._stats,
                                track=self._progress is not None, keep_pieces=rounds is not None)
         ops = OpStage(schema.raw, self._ops) if self._ops else None  # checks built-in ops against the schema
@@ -416,8 +416,8 @@ class DataReader:
             self._state_header = state_format.header(self.name, self._state_options(), self._units)
         progress = self._progress.snapshot()
         data = state_format.encode(self._state_header, progress)
-        if self._committer is not None:
-            self._committer.commit(kafka_positions(self._units, progress))
+        if self._kafka_group is not None:
+            self._kafka_group.commit(kafka_positions(self._units, progress))
         return data
 
     def restore(self, state):
@@ -439,13 +439,11 @@ class DataReader:
 
     def restore_from(self, url, missing_ok=False):
         """``restore()`` from a state saved at ``url``; with ``missing_ok`` a missing file starts afresh."""
-        try:
-            return self.restore(state_format.read(url))
-        except StateError:
-            if missing_ok and not state_format.exists(url):
-                self._option()
-                return self
-            raise
+        data = state_format.read(url, missing_ok)
+        if data is None:
+            self._option()
+            return self
+        return self.restore(data)
 
     def _save(self):
         state_format.write_atomic(self._save_every[1], self.state())
@@ -478,9 +476,9 @@ class DataReader:
         if self._pipeline is not None:
             self._pipeline.close()
             self._write_timeline()
-        if self._committer is not None:
-            self._committer.close()
-            self._committer = None
+        if self._kafka_group is not None:
+            self._kafka_group.close()
+            self._kafka_group = None
         if self._finalizer is not None:
             self._finalizer.detach()
 

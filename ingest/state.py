@@ -19,7 +19,7 @@ from .errors import ConfigError, StateError
 from .pipeline.progress import Progress
 from .sources.kafka import is_kafka
 
-__all__ = ["FORMAT", "VERSION", "header", "encode", "decode", "check", "unit_digest", "write_atomic", "read", "exists"]
+__all__ = ["FORMAT", "VERSION", "header", "encode", "decode", "check", "unit_digest", "write_atomic", "read"]
 
 FORMAT = "ingest-state"
 VERSION = 1
@@ -90,16 +90,14 @@ def write_atomic(url, data):
     fs.mv(tmp, path)
 
 
-def exists(url):
-    fs, path = fsspec.core.url_to_fs(url)
-    return fs.exists(path)
-
-
-def read(url):
+def read(url, missing_ok=False):
+    """The bytes of a saved state; None when there is none and ``missing_ok``."""
     try:
         with fsspec.open(url, "rb") as f:
             return f.read()
     except FileNotFoundError as exc:
+        if missing_ok:
+            return None
         raise StateError(f"{url}: no saved reader state there") from exc
     except OSError as exc:
         raise ConfigError(f"{url}: cannot read the reader state: {exc}") from exc

@@ -433,3 +433,5 @@ def test_discovery_refuses_binary_input(tmp_path):
     with pytest.raises(ingest.DataError, match="control bytes") as info:
         scan_features(expand_paths([str(tmp_path / "a.pb")]), FileType.txt, 1)
     assert info.value.source.endswith("a.pb")
+    at = info.value.offset  # where the bad name is in the file
+    assert (tmp_path / "a.pb").read_bytes()[at:at + 40].decode("utf-8", "replace").startswith(info.value.text[:2])

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import ConfigError, SourceError
 
-__all__ = ["is_kafka", "kafka_units", "KafkaStream", "KafkaOptions", "parse_kafka_url", "KafkaCommitter"]
+__all__ = ["is_kafka", "kafka_units", "KafkaStream", "KafkaOptions", "parse_kafka_url", "KafkaGroup"]
 
 POLL_MS = 500
 
@@ -98,14 +98,14 @@ def kafka_units(url, options, first_index):
             starts = {tp: (found[tp].offset if found[tp] is not None else ends[tp]) for tp in tps}
         resume = {}
         if options.group_id is not None:  # the group's committed positions win
-            committer = KafkaCommitter(brokers, options)
+            group = KafkaGroup(brokers, options)
             try:
                 for tp in tps:
-                    committed = committer.consumer.committed(tp, metadata=True)
-                    if committed is not None and committed.offset >= 0:
-                        starts[tp], resume[tp] = _from_commit(committed)
+                    committed = group.committed(tp)
+                    if committed is not None:
+                        starts[tp], resume[tp] = committed
             finally:
-                committer.close()
+                group.close()
     finally:
         consumer.close()
     netloc = ",".join(brokers)
@@ -129,11 +129,17 @@ def _from_commit(committed):
     return committed.offset, None
 
 
-class KafkaCommitter:
-    """Commits reader positions to a consumer group (a consumer of the group that never subscribes)."""
+class KafkaGroup:
+    """The consumer group of ``kafka(group_id=...)``: its committed positions, and commits of the reader's
+    (a consumer of the group that never subscribes)."""
 
     def __init__(self, brokers, options):
         self.consumer = _consumer(brokers, {**options.config, "group_id": options.group_id})
+
+    def committed(self, tp):
+        """(start offset, resume point or None) committed for a partition, or None."""
+        got = self.consumer.committed(tp, metadata=True)
+        return _from_commit(got) if got is not None and got.offset >= 0 else None
 
     def commit(self, positions):
         """``positions``: ``{(topic, partition): (offset, within, rows)}``."""
