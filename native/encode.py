@@ -189,18 +189,46 @@ def _put_int_text(out, p, v):
             return p + n
 
 
+_NO_HKEYS = np.empty(0, np.int64)  # text input has no high keys
+
+
 @helper
-def _sparse_body(f, r, offsets, keys, values, hdr_off):
-    """Body size of sparse feature ``f`` of row ``r``; 0 when the row has no value."""
+def _value_size(key, hkey, value):
+    """Size of one sparse ``FeatureValue`` body: key, value unless 1.0, hkey unless 0."""
+    return 1 + _vlen(key) + (5 if value != 1.0 else 0) + (1 + _vlen(hkey) if hkey != 0 else 0)
+
+
+@helper
+def sparse_body(f, r, offsets, keys, hkeys, values, hdr_off):
+    """Body size of sparse feature ``f`` of row ``r``; 0 when the row has no value (``hkeys`` empty: all 0)."""
     a = offsets[f, r]
     b = offsets[f, r + 1]
     if a == b:
         return 0
     size = hdr_off[f + 1] - hdr_off[f]
+    with_h = len(hkeys) > 0
     for i in range(a, b):
-        fv = 1 + _vlen(keys[i]) + (5 if values[i] != 1.0 else 0)
-        size += _entry(fv)
+        size += _entry(_value_size(keys[i], hkeys[i] if with_h else 0, values[i]))
     return size
+
+
+@helper
+def write_sparse_values(out, p, a, b, keys, hkeys, values, bits):
+    """The ``Feature.values`` entries of ids ``a:b`` sized by ``sparse_body``."""
+    with_h = len(hkeys) > 0
+    for i in range(a, b):
+        h = hkeys[i] if with_h else 0
+        out[_u(p)] = 0x1A  # Feature.values
+        p = _put_varint(out, p + 1, _value_size(keys[i], h, values[i]))
+        out[_u(p)] = 0x08  # FeatureValue.key
+        p = _put_varint(out, p + 1, keys[i])
+        if values[i] != 1.0:
+            out[_u(p)] = 0x15  # FeatureValue.value (fixed32)
+            p = _put_f32(out, p + 1, values[i], bits)
+        if h != 0:
+            out[_u(p)] = 0x20  # FeatureValue.hkey
+            p = _put_varint(out, p + 1, h)
+    return p
 
 
 @helper
@@ -224,7 +252,7 @@ def _line_size(r, side, refer, offsets, keys, values, sp_aux, sp_hdr_off, dense,
     size = 0
     for f in range(offsets.shape[0]):
         if side == ALL or sp_aux[f] == (side == AUX):
-            body = _sparse_body(f, r, offsets, keys, values, sp_hdr_off)
+            body = sparse_body(f, r, offsets, keys, _NO_HKEYS, values, sp_hdr_off)
             bodies[slot, f] = body
             if body:
                 size += _entry(body)
@@ -277,16 +305,7 @@ def _write_line(out, p, r, side, refer, offsets, keys, values, sp_aux, sp_hdr, s
             out[_u(p)] = 0x0A  # FeatureLine.features
             p = _put_varint(out, p + 1, body)
             p = _put_bytes(out, p, sp_hdr, sp_hdr_off[f], sp_hdr_off[f + 1])
-            for i in range(offsets[f, r], offsets[f, r + 1]):
-                has_value = values[i] != 1.0
-                fv = 1 + _vlen(keys[i]) + (5 if has_value else 0)
-                out[_u(p)] = 0x1A  # Feature.values
-                p = _put_varint(out, p + 1, fv)
-                out[_u(p)] = 0x08  # FeatureValue.key
-                p = _put_varint(out, p + 1, keys[i])
-                if has_value:
-                    out[_u(p)] = 0x15  # FeatureValue.value (fixed32)
-                    p = _put_f32(out, p + 1, values[i], bits)
+            p = write_sparse_values(out, p, offsets[f, r], offsets[f, r + 1], keys, _NO_HKEYS, values, bits)
     for d in range(len(dn_width)):
         if (side == ALL or dn_aux[d] == (side == AUX)) and _dense_present(d, r, dense, dn_base, dn_width):
             p = write_dense_feature(out, p, d, r, dense, dn_base, dn_width, dn_hdr, dn_hdr_off, bits)

@@ -16,8 +16,8 @@ primitives (varints, floats, labels, the timestamp extension) are those of
 import numpy as np
 
 from .batch import refer_ranges
-from .encode import (_dense_body, _dense_present, _entry, _ext_body, _labels_body, _put_bytes, _put_f32, _put_varint,
-                     _vlen, _write_labels, write_dense_feature, write_timestamp_ext)
+from .encode import (_dense_body, _dense_present, _entry, _ext_body, _labels_body, _put_bytes, _put_varint, _vlen,
+                     _write_labels, sparse_body, write_dense_feature, write_sparse_values, write_timestamp_ext)
 from .index import _u
 from .jit import helper
 from .names import lookup_name
@@ -126,30 +126,10 @@ def group_line_ranges(lo, hi, refer, next_lo, next_hi, local_refer):
 
 
 @helper
-def _value_size(key, hkey, value):
-    """Size of one sparse ``FeatureValue`` body: key, value unless 1.0, hkey unless 0."""
-    return 1 + _vlen(key) + (5 if value != 1.0 else 0) + (1 + _vlen(hkey) if hkey != 0 else 0)
-
-
-@helper
-def _sparse_body(f, r, offsets, keys, hkeys, values, hdr_off):
-    """Body size of sparse feature ``f`` of row ``r`` (0 when the row is empty)."""
-    a = offsets[f, r]
-    b = offsets[f, r + 1]
-    if a == b:
-        return 0
-    size = hdr_off[f + 1] - hdr_off[f]
-    with_h = len(hkeys) > 0
-    for i in range(a, b):
-        size += _entry(_value_size(keys[i], hkeys[i] if with_h else 0, values[i]))
-    return size
-
-
-@helper
 def _line_body(r, offsets, keys, hkeys, values, sp_hdr_off, dense, dn_base, dn_width, dn_hdr_off, refer):
     size = 0
     for f in range(offsets.shape[0]):
-        body = _sparse_body(f, r, offsets, keys, hkeys, values, sp_hdr_off)
+        body = sparse_body(f, r, offsets, keys, hkeys, values, sp_hdr_off)
         if body:
             size += _entry(body)
     for d in range(len(dn_width)):
@@ -222,7 +202,6 @@ def record_layout(group_offsets, sid_offsets, label_count, timestamps, table_bod
 def write_table(lo, hi, table_pos, table_body, sizes, offsets, keys, hkeys, values, sp_hdr, sp_hdr_off, dense,
                 dn_base, dn_width, dn_hdr, dn_hdr_off, local_refer, bits, out):
     """Write each group's ``FeatureTable`` of one table at ``table_pos[g]`` (sized by ``line_sizes``)."""
-    with_h = len(hkeys) > 0
     with_refer = len(local_refer) > 0
     for g in range(len(lo)):
         p = table_pos[g]
@@ -232,24 +211,13 @@ def write_table(lo, hi, table_pos, table_body, sizes, offsets, keys, hkeys, valu
             out[_u(p)] = 0x0A  # FeatureTable.feature_lines
             p = _put_varint(out, p + 1, sizes[r])
             for f in range(offsets.shape[0]):
-                body = _sparse_body(f, r, offsets, keys, hkeys, values, sp_hdr_off)
+                body = sparse_body(f, r, offsets, keys, hkeys, values, sp_hdr_off)
                 if body == 0:
                     continue
                 out[_u(p)] = 0x0A  # FeatureLine.features
                 p = _put_varint(out, p + 1, body)
                 p = _put_bytes(out, p, sp_hdr, sp_hdr_off[f], sp_hdr_off[f + 1])
-                for i in range(offsets[f, r], offsets[f, r + 1]):
-                    h = hkeys[i] if with_h else 0
-                    out[_u(p)] = 0x1A  # Feature.values
-                    p = _put_varint(out, p + 1, _value_size(keys[i], h, values[i]))
-                    out[_u(p)] = 0x08  # FeatureValue.key
-                    p = _put_varint(out, p + 1, keys[i])
-                    if values[i] != 1.0:
-                        out[_u(p)] = 0x15  # FeatureValue.value (fixed32)
-                        p = _put_f32(out, p + 1, values[i], bits)
-                    if h != 0:
-                        out[_u(p)] = 0x20  # FeatureValue.hkey
-                        p = _put_varint(out, p + 1, h)
+                p = write_sparse_values(out, p, offsets[f, r], offsets[f, r + 1], keys, hkeys, values, bits)
             for d in range(len(dn_width)):
                 if _dense_present(d, r, dense, dn_base, dn_width):
                     p = write_dense_feature(out, p, d, r, dense, dn_base, dn_width, dn_hdr, dn_hdr_off, bits)
