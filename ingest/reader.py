@@ -262,13 +262,15 @@ class DataReader:
         self._unique = bool(on)
         return self
 
-    def kafka(self, group_id=None, start="earliest", until="caught_up", **consumer_config):
+    def kafka(self, group_id=None, start="earliest", until="caught_up", client="direct", **consumer_config):
         """Kafka settings for ``kafka://`` paths: where partitions start (``"earliest"``, ``"latest"`` or a
-        timestamp in ms), where they end (``"caught_up"``: the end offsets seen at startup), and any
-        kafka-python consumer setting.  With ``group_id``, partitions start at the group's committed
-        positions (exactly, when ingest committed them) and ``state()`` commits the delivered ones."""
+        timestamp in ms), where they end (``"caught_up"``: the end offsets seen at startup, or
+        ``"forever"``), and kafka-python consumer settings.  With ``group_id``, partitions start at the
+        group's committed positions (exactly, when ingest committed them) and ``state()`` commits the
+        delivered ones.  ``client="direct"`` fetches over ingest's own sockets (PLAINTEXT, read_uncommitted);
+        ``"kafka-python"`` through kafka-python's consumer, for TLS, SASL or ``read_committed``."""
         self._option()
-        self._kafka = KafkaOptions(group_id, start, until, **consumer_config)
+        self._kafka = KafkaOptions(group_id, start, until, client, **consumer_config)
         return self
 
     def timeline(self, path):

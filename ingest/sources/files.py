@@ -1,9 +1,7 @@
 """Files through fsspec: expansion of paths, work-unit planning, sharding and opening."""
 import io
 import os
-import queue
 import socket
-import threading
 import urllib.parse
 from dataclasses import dataclass
 
@@ -11,6 +9,7 @@ import fsspec
 import fsspec.core
 
 from ..errors import ConfigError, SourceError
+from .ahead import Ahead
 from .compression import infer_compression
 from .kafka import KafkaStream, is_kafka
 
@@ -154,6 +153,8 @@ def open_unit(unit):
     A compressed unit is decompressed a few chunks ahead on a thread of its own
     (``ReadAhead``), so that decompression overlaps with parsing.  A whole unit that resumes
     is positioned at ``unit.stream_start`` (a compressed file by decompressing up to there).
+    Not HDFS: hdfs-native holds the GIL for much of a read (a Python thread spinning beside a
+    read slowed to 2/3), and a read-ahead thread halved the throughput of the parse workers.
     """
     if is_kafka(unit.url):
         return KafkaStream(unit)
@@ -184,11 +185,10 @@ def skip(f, n, url):
 
 
 class ReadAhead(io.RawIOBase):
-    """A stream read ``depth`` chunks ahead by a background thread; ``readinto`` copies from them.
+    """A stream read ``depth`` chunks ahead by a background thread (``Ahead``); ``readinto`` copies from them.
 
-    Errors of the underlying stream (a corrupt or truncated compressed file) reach the
-    reader as a ``SourceError`` naming the file, in stream order.  ``close()`` stops and
-    joins the thread.
+    Errors of the underlying stream (a corrupt or truncated compressed file) reach the reader as a
+    ``SourceError`` naming the file, in stream order.  ``close()`` stops and joins the thread.
     """
 
     def __init__(self, f, url, chunk=4 << 20, depth=2):
@@ -196,48 +196,26 @@ class ReadAhead(io.RawIOBase):
         self._f = f
         self._url = url
         self._chunk = chunk
-        self._queue = queue.Queue(depth)
-        self._stop = threading.Event()
         self._current = memoryview(b"")
         self._pos = 0
-        self._ended = False
-        self._thread = threading.Thread(target=self._run, name="ingest-readahead", daemon=True)
-        self._thread.start()
+        self._ahead = Ahead(self._read_chunk, depth, "ingest-readahead")
 
     def readable(self):
         return True
 
-    def _run(self):
+    def _read_chunk(self, stop):
         try:
-            while not self._stop.is_set():
-                data = self._f.read(self._chunk)
-                self._put(data)
-                if not data:
-                    return
-        except Exception as exc:  # noqa: BLE001 - handed to the reading thread
-            self._put(SourceError(f"{self._url}: cannot read: {exc}", source=self._url))
-
-    def _put(self, item):
-        while not self._stop.is_set():
-            try:
-                self._queue.put(item, timeout=0.05)
-                return
-            except queue.Full:
-                continue
+            return self._f.read(self._chunk) or None
+        except Exception as exc:  # noqa: BLE001 - any failure of the underlying stream
+            raise SourceError(f"{self._url}: cannot read: {exc}", source=self._url) from exc
 
     def readinto(self, b):
         view = memoryview(b).cast("B")
         n = 0
         while n < len(view):
             if self._pos == len(self._current):
-                if self._ended:
-                    break
-                item = self._queue.get()
-                if isinstance(item, BaseException):
-                    self._ended = True
-                    raise item
-                if not item:
-                    self._ended = True
+                item = self._ahead.take()
+                if item is None:
                     break
                 self._current, self._pos = memoryview(item), 0  # slices without copies
             k = min(len(view) - n, len(self._current) - self._pos)
@@ -248,8 +226,7 @@ class ReadAhead(io.RawIOBase):
 
     def close(self):
         if not self.closed:
-            self._stop.set()
-            self._thread.join()
+            self._ahead.close()
             self._f.close()
         super().close()
 

@@ -11,12 +11,16 @@ A position inside a partition is ``(message offset, byte in message)``: the read
 keeps these, and commits them to the consumer group as the offset plus metadata
 ``ingest:<byte in message>:<samples of that group delivered>`` (plain consumers see the offset).
 """
+import collections
 import io
 import urllib.parse
 
 import numpy as np
 
+from .._native.kafka import gather
 from ..errors import ConfigError, SourceError
+from .ahead import Ahead
+from .kafka_fetch import Cluster, check_direct, fetcher
 
 __all__ = ["is_kafka", "kafka_units", "KafkaStream", "KafkaOptions", "parse_kafka_url", "KafkaGroup"]
 
@@ -30,7 +34,12 @@ def is_kafka(url):
 class KafkaOptions:
     """``reader.kafka(...)`` settings: where each partition starts and ends, and consumer settings."""
 
-    def __init__(self, group_id=None, start="earliest", until="caught_up", **consumer_config):
+    def __init__(self, group_id=None, start="earliest", until="caught_up", client="direct", **consumer_config):
+        if client not in ("direct", "kafka-python"):
+            raise ConfigError(f"kafka(client={client!r}): expected 'direct' (ingest's fetch path) or 'kafka-python' "
+                              f"(kafka-python's KafkaConsumer)")
+        if client == "direct":
+            check_direct(consumer_config)
         if group_id is not None and (not isinstance(group_id, str) or not group_id):
             raise ConfigError(f"kafka(group_id={group_id!r}): expected a non-empty string")
         if start not in ("earliest", "latest") and (isinstance(start, bool) or not isinstance(start, int)):
@@ -41,6 +50,7 @@ class KafkaOptions:
         self.group_id = group_id
         self.start = start
         self.until = until
+        self.client = client
         self.config = consumer_config
 
 
@@ -62,7 +72,7 @@ def parse_kafka_url(url):
 _FETCH = {"max_partition_fetch_bytes": 16 << 20, "fetch_max_bytes": 64 << 20, "auto_offset_reset": "none"}
 
 
-def _consumer(brokers, config):
+def consumer(brokers, config):
     from kafka import KafkaConsumer
     from kafka.errors import KafkaError
     try:
@@ -78,9 +88,9 @@ def kafka_units(url, options, first_index):
 
     from .files import WorkUnit
     brokers, topic, chosen = parse_kafka_url(url)
-    consumer = _consumer(brokers, options.config)
+    planner = Cluster(brokers, options.config) if options.client == "direct" else consumer(brokers, options.config)
     try:
-        known = consumer.partitions_for_topic(topic)
+        known = planner.partitions_for_topic(topic)
         if not known:
             raise SourceError(f"{url}: no topic {topic!r} on the brokers", source=url)
         missing = sorted(set(chosen or ()) - known)
@@ -88,13 +98,13 @@ def kafka_units(url, options, first_index):
             raise SourceError(f"{url}: topic {topic!r} has no partition {missing} (it has {sorted(known)})",
                               source=url)
         tps = [TopicPartition(topic, p) for p in (chosen or sorted(known))]
-        ends = consumer.end_offsets(tps)
+        ends = planner.end_offsets(tps)
         if options.start == "earliest":
-            starts = consumer.beginning_offsets(tps)
+            starts = planner.beginning_offsets(tps)
         elif options.start == "latest":
             starts = ends
         else:
-            found = consumer.offsets_for_times({tp: options.start for tp in tps})
+            found = planner.offsets_for_times({tp: options.start for tp in tps})
             starts = {tp: (found[tp].offset if found[tp] is not None else ends[tp]) for tp in tps}
         resume = {}
         if options.group_id is not None:  # the group's committed positions win
@@ -107,11 +117,12 @@ def kafka_units(url, options, first_index):
             finally:
                 group.close()
     finally:
-        consumer.close()
+        planner.close()
     netloc = ",".join(brokers)
     forever = options.until == "forever"
     return [WorkUnit(first_index + i, f"kafka://{netloc}/{topic}:{tp.partition}", 0, None, None, None,
-                     position=(starts[tp], None if forever else ends[tp], tuple(sorted(options.config.items()))),
+                     position=(starts[tp], None if forever else ends[tp], options.client,
+                               tuple(sorted(options.config.items()))),
                      resume=resume.get(tp))
             for i, tp in enumerate(tps)]
 
@@ -134,7 +145,7 @@ class KafkaGroup:
     (a consumer of the group that never subscribes)."""
 
     def __init__(self, brokers, options):
-        self.consumer = _consumer(brokers, {**options.config, "group_id": options.group_id})
+        self.consumer = consumer(brokers, {**options.config, "group_id": options.group_id})
 
     def committed(self, tp):
         """(start offset, resume point or None) committed for a partition, or None."""
@@ -178,64 +189,63 @@ class KafkaStream(io.RawIOBase):
     """
 
     def __init__(self, unit):
-        from kafka import TopicPartition
         super().__init__()
         brokers, topic, [partition] = parse_kafka_url(unit.url)
-        self._next, self._end, config = unit.position
-        self._within = 0  # bytes of the first message delivered before a restore
-        if unit.resume is not None:
-            (self._next, self._within), _ = unit.resume
-        self._tp = TopicPartition(topic, partition)
+        self._next, self._end, client, config = unit.position
         self._url = unit.url
-        self._consumer = None
-        self._pending = memoryview(b"")
-        self._messages = []
-        self._read = 0          # stream position of the next byte
-        self._starts = []       # stream position where each message read starts (the first may be < 0)
-        self._offsets = []      # and its offset
+        self._chunks = collections.deque()  # Messages fetched and not read to their end
+        self._message = 0                   # the next byte to read: message and byte in the first chunk
+        self._byte = 0
+        if unit.resume is not None:         # the first message was delivered up to a byte
+            (self._next, self._byte), _ = unit.resume
+        self._read = 0                      # stream position of the next byte
+        self._tail = -self._byte            # stream position where the next fetched message starts
+        self._starts = np.zeros(0, np.int64)   # stream position where each message read starts
+        self._offsets = np.zeros(0, np.int64)  # and its offset
         self.live = self._end is None
         self.stop = None  # threading.Event, set by the reader (read_unit)
+        self._fetch = self._ahead = None
         if self.live or self._next < self._end:
-            self._consumer = _consumer(brokers, dict(config))
-            self._consumer.assign([self._tp])
-            self._consumer.seek(self._tp, self._next)
+            self._fetch = fetcher(self._url, brokers, topic, partition, client, dict(config))
+            self._ahead = Ahead(self._fetch_next, depth=2, name="ingest-kafka-fetch")
+
+    def _fetch_next(self, stop):
+        """The Messages of the next fetch (a list, empty when a live stream got nothing within a poll);
+        None at the end offset."""
+        if not self.live and self._next >= self._end:
+            return None
+        got, self._next = self._fetch.fetch(self._next, self._end, POLL_MS, stop)
+        return got
 
     def readable(self):
         return True
 
     def _fill(self, waiting=True):
-        """Take the next message's bytes into ``_pending``; False at the end offset, or (unless ``waiting``)
-        when a live stream has nothing new within a poll."""
-        from kafka.errors import KafkaError
-        while not self._messages:
-            if not self.live and self._next >= self._end:
+        """Take fetched messages into ``_chunks``; False at the end offset, or (unless ``waiting``) when a
+        live stream has nothing new within a poll."""
+        while not self._chunks:
+            if self._ahead is None or self.stop is not None and self.stop.is_set():
                 return False
-            if self.stop is not None and self.stop.is_set():
+            got = self._ahead.take()
+            if got is None:
                 return False
-            try:
-                got = self._consumer.poll(timeout_ms=POLL_MS, max_records=1000)
-            except KafkaError as exc:
-                raise SourceError(f"{self._url}: cannot fetch from offset {self._next}: {exc}",
-                                  source=self._url) from exc
-            self._messages = [m for m in got.get(self._tp, ()) if self.live or m.offset < self._end]
-            self._messages.reverse()
-            if not self._messages and not waiting:
+            for messages in got:
+                starts = self._tail + np.cumsum(messages.lens) - messages.lens
+                self._tail += int(messages.lens.sum())
+                self._starts = np.concatenate([self._starts, starts])
+                self._offsets = np.concatenate([self._offsets, messages.offsets])
+                self._chunks.append(messages)
+            if not self._chunks and not waiting:
                 return False
-        message = self._messages.pop()
-        self._next = message.offset + 1
-        self._pending = memoryview(message.value or b"")[self._within:]
-        self._starts.append(self._read - self._within)
-        self._offsets.append(message.offset)
-        self._within = 0
         return True
 
     def at_boundary(self):
-        return self.live and not self._pending
+        return self.live and not self._chunks
 
     def locate(self, pos):
         """Where stream position ``pos`` is, in Kafka's terms (for error messages)."""
         i = max(0, int(np.searchsorted(self._starts, pos, side="right")) - 1)
-        if not self._starts:
+        if not len(self._starts):
             return f"byte {pos} of the partition stream"
         return f"message offset {self._offsets[i]}, byte {pos - self._starts[i]} of the message"
 
@@ -244,25 +254,28 @@ class KafkaStream(io.RawIOBase):
         ``end``; earlier ones are forgotten (blocks come in stream order)."""
         first = max(0, int(np.searchsorted(self._starts, start, side="right")) - 1)
         last = int(np.searchsorted(self._starts, end, side="right"))
-        out = (np.array(self._starts[first:last], np.int64), np.array(self._offsets[first:last], np.int64))
-        del self._starts[:first], self._offsets[:first]
+        out = (self._starts[first:last].copy(), self._offsets[first:last].copy())
+        self._starts, self._offsets = self._starts[first:], self._offsets[first:]
         return out
 
     def readinto(self, b):
-        view = memoryview(b).cast("B")
+        out = np.frombuffer(memoryview(b).cast("B"), np.uint8)
         n = 0
-        while n < len(view):
-            if not self._pending and not self._fill(waiting=n == 0):
+        while n < len(out):
+            if not self._chunks and not self._fill(waiting=n == 0):
                 break
-            k = min(len(view) - n, len(self._pending))
-            view[n:n + k] = self._pending[:k]
-            self._pending = self._pending[k:]
-            n += k
-            self._read += k
+            m = self._chunks[0]
+            self._message, self._byte, filled = gather(m.buf, m.starts, m.lens, self._message, self._byte, out, n)
+            self._read += filled - n
+            n = filled
+            if self._message == len(m.starts):
+                self._chunks.popleft()
+                self._message = self._byte = 0
         return n
 
     def close(self):
-        if self._consumer is not None:
-            self._consumer.close()
-            self._consumer = None
+        if self._ahead is not None:
+            self._ahead.close()
+            self._fetch.close()
+            self._ahead = self._fetch = None
         super().close()
