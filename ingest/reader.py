@@ -323,6 +323,10 @@ class DataReader:
             self._progress = Progress([u.index for u in mine])
         rounds = self._rounds()
         kafka = [u.url for u in mine if is_kafka(u.url)]
+        if self._kafka.until == "forever" and len(kafka) > self._threads:
+            # a live partition holds its parse worker for good: with fewer workers, some would never be read
+            raise ConfigError(f"reader {self.name!r}: kafka(until='forever') reads each partition on a parse thread "
+                              f"of its own; this reader has {len(kafka)} partitions and threads({self._threads})")
         if self._progress is not None and self._kafka.group_id is not None and kafka:
             self._kafka_group = KafkaGroup(parse_kafka_url(kafka[0])[0], self._kafka)
         builder = BatchBuilder(schema, self._batch_size, self._pad, unique=self._unique, stats=self._stats,

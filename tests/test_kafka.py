@@ -17,13 +17,13 @@ from conftest import flatten, read_synthetic
 PARTITIONS = 3
 
 
-def _topic(bootstrap, messages):
+def _topic(bootstrap, messages, **producer_config):
     """A new topic of PARTITIONS partitions holding ``messages`` (partition, bytes), in order."""
     name = f"it-{uuid.uuid4().hex[:8]}"
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     admin.create_topics([NewTopic(name, PARTITIONS, 1)])
     admin.close()
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", **producer_config)
     for partition, value in messages:
         producer.send(name, value=value, partition=partition)
     producer.flush()
@@ -79,6 +79,25 @@ def test_same_samples_as_the_files(source):
     assert read_synthetic([f"kafka://{bootstrap}/{pb_topic}"], "pb") == read_synthetic([str(pb)], "pb")
 
 
+def test_both_clients_read_the_same(source):
+    """client="kafka-python" (KafkaConsumer) gives what the direct fetch path gives."""
+    bootstrap, text_topic, pb_topic, text, pb = source
+    for topic, file_type, path in ((text_topic, "txt", text), (pb_topic, "pb", pb)):
+        reader = synthetic.declare(ingest.DataReader("k", [f"kafka://{bootstrap}/{topic}"], file_type=file_type))
+        got = sorted((s["sid"], str(s)) for b in reader.kafka(client="kafka-python").startup() for s in flatten(b))
+        assert got == read_synthetic([str(path)], file_type)
+
+
+@pytest.mark.parametrize("codec", ["gzip", "lz4", "zstd"])
+def test_compressed_topics(services, source, codec):
+    """Record batches compressed by the producer are decompressed batch by batch (several messages each)."""
+    _, _, _, text, _ = source
+    groups = _groups(text.read_bytes())
+    topic = _topic(services["KAFKA_BOOTSTRAP"], [(k % PARTITIONS, g) for k, g in enumerate(groups)],
+                   compression_type=codec, linger_ms=50)
+    assert read_synthetic([f"kafka://{services['KAFKA_BOOTSTRAP']}/{topic}"], threads=2) == read_synthetic([str(text)])
+
+
 def test_shards_cover_every_sample_once(source):
     bootstrap, text_topic, _, text, _ = source
     url = f"kafka://{bootstrap}/{text_topic}"
@@ -101,6 +120,13 @@ def test_errors(source):
         ingest.DataReader("k", [f"kafka://{bootstrap}/{text_topic}:7"]).feature("item", "sparse").startup()
     with pytest.raises(ConfigError, match="group_id"):
         ingest.DataReader("k", []).kafka(group_id="")
+    with pytest.raises(ConfigError, match="client='kafka-python'"):
+        ingest.DataReader("k", []).kafka(security_protocol="SSL")
+    with pytest.raises(ConfigError, match="expected 'direct'"):
+        ingest.DataReader("k", []).kafka(client="librdkafka")
+    forever = ingest.DataReader("k", [f"kafka://{bootstrap}/{text_topic}"]).feature("item", "sparse").threads(2)
+    with pytest.raises(ConfigError, match=r"3 partitions and threads\(2\)"):
+        forever.kafka(until="forever").startup()
 
 
 def test_produce_then_read_back(services, tmp_path, capsys):

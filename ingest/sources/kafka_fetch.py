@@ -55,6 +55,26 @@ def check_direct(config):
                           f"PLAINTEXT and read_uncommitted only; pass client='kafka-python' for the others")
 
 
+def _decompress(codec, data):
+    """The records of a compressed batch: Kafka's codec numbers 1 gzip, 2 snappy (xerial framing), 3 lz4
+    (frames), 4 zstd.  lz4 goes through pyarrow, so kafka-python's optional lz4 package is not needed."""
+    import gzip
+
+    import pyarrow as pa
+    from kafka import codec as kafka_codec
+    if codec == 1:
+        return gzip.decompress(data)
+    if codec == 3:
+        return pa.CompressedInputStream(pa.BufferReader(data.tobytes()), "lz4").read()
+    if codec == 4:
+        return kafka_codec.zstd_decode(data.tobytes())
+    if codec == 2:
+        if not kafka_codec.has_snappy():
+            raise ValueError("snappy batches need python-snappy (pip install python-snappy)")
+        return kafka_codec.snappy_decode(data.tobytes())
+    raise ValueError(f"unknown compression codec {codec}")
+
+
 class _Connection:
     """One socket to a broker: framed requests out, framed responses into a reused buffer."""
 
@@ -311,20 +331,18 @@ class DirectFetch:
 
     def _decompressed(self, buf, at, first, last):
         """The messages of the compressed batch at ``at`` (None when none is in range), and the next offset."""
-        from kafka import codec
         attributes = int(kernels._be(buf, at + 21, 2))
         base = int(kernels._be(buf, at, 8))
         count = int(kernels._signed(kernels._be(buf, at + 57, 4), 32))
         next_offset = max(first, base + int(kernels._signed(kernels._be(buf, at + 23, 4), 32)) + 1)
-        decode = {1: codec.gzip_decode, 2: codec.snappy_decode, 3: codec.lz4_decode,
-                  4: codec.zstd_decode}.get(attributes & 7)
-        stop = at + 12 + int(kernels._be(buf, at + 8, 4))
-        if decode is None:
-            raise SourceError(f"{self.url}: record batch at offset {base}: unknown compression {attributes & 7}",
-                              source=self.url)
         if attributes & 0x20:  # transaction markers
             return None, next_offset
-        records = np.frombuffer(decode(buf[at + kernels.BATCH_HEADER:stop].tobytes()), np.uint8)
+        stop = at + 12 + int(kernels._be(buf, at + 8, 4))
+        try:
+            records = np.frombuffer(_decompress(attributes & 7, buf[at + kernels.BATCH_HEADER:stop]), np.uint8)
+        except Exception as exc:  # noqa: BLE001 - any codec's failure on bad bytes
+            raise SourceError(f"{self.url}: the compressed record batch at offset {base} does not decompress: "
+                              f"{exc}", source=self.url) from exc
         arrays = [np.empty(count, np.int64) for _ in range(3)]
         k = kernels.walk_records(records, 0, len(records), base, count, first, last, *arrays, 0)
         if k < 0:
