@@ -98,26 +98,28 @@ def scan_batches(buf, p, first, last, offsets, starts, lens, checks):
     k = 0
     n = 0
     next_offset = first
-    while p + BATCH_HEADER <= end:
-        length = _be(buf, p + 8, 4)
-        stop = p + 12 + length
-        if stop > end:
-            break                                   # the truncated batch that ends a fetch
+    while p + 17 <= end:
         if buf[_u(p + 16)] != 2:
             return BAD_MAGIC, k, n, p, next_offset
+        length = _be(buf, p + 8, 4)
+        stop = p + 12 + length
+        if p + BATCH_HEADER > end or stop > end:
+            break                                   # the truncated batch that ends a fetch
         base = _be(buf, p, 8)
         attributes = _be(buf, p + 21, 2)
         last_delta = _signed(_be(buf, p + 23, 4), 32)
         count = _signed(_be(buf, p + 57, 4), 32)
-        if length < BATCH_HEADER - 12 or count < 0:
+        compressed = attributes & 0x7 != 0
+        # an uncompressed record takes at least a byte (a compressed batch's count is checked on its records)
+        if length < BATCH_HEADER - 12 or count < 0 or not compressed and count > stop - p - BATCH_HEADER:
             return MALFORMED, k, n, p, next_offset
-        if n == len(checks) or k + count > len(offsets):
+        if n == len(checks) or not compressed and k + count > len(offsets):
             return FULL, k, n, p, next_offset
         checks[n, 0] = p + 21
         checks[n, 1] = stop
         checks[n, 2] = _be(buf, p + 17, 4)
         n += 1
-        if attributes & 0x7:
+        if compressed:
             return COMPRESSED, k, n, p, next_offset
         if not attributes & _CONTROL:
             k = walk_records(buf, p + BATCH_HEADER, stop, base, count, first, last, offsets, starts, lens, k)

@@ -260,6 +260,9 @@ class DirectFetch:
                 response = self.conn.call(request, FetchResponse, FETCH_VERSION)
                 [data] = response.responses[0].partitions
                 code = response.error_code or data.error_code
+            except (OSError, ValueError, struct.error) as exc:  # refused, reset, timed out, cut short
+                failure = f"{type(exc).__name__}: {exc}"
+            else:
                 if code == 0:
                     return self._messages(data.records, offset, end)
                 error = for_code(code)
@@ -271,8 +274,6 @@ class DirectFetch:
                     raise SourceError(f"{self.url}: cannot fetch from offset {offset}: {error.__name__}",
                                       source=self.url)
                 failure = error.__name__
-            except (OSError, ValueError, struct.error) as exc:  # refused, reset, timed out, cut short
-                failure = f"{type(exc).__name__}: {exc}"
             self.close()  # find the leader again
             if time.monotonic() > deadline:
                 raise SourceError(f"{self.url}: cannot fetch from offset {offset} for {RETRY_FOR_S} s: {failure}",
