@@ -36,7 +36,7 @@ class WorkUnit:
     end: object
     size: object
     compression: object
-    position: object = None  # Kafka: (start offset, end offset, consumer settings)
+    position: object = None  # Kafka: (start offset, end offset or None, client, consumer settings)
     resume: object = None
 
     @property

@@ -82,8 +82,8 @@ def consumer(brokers, config):
 
 
 def kafka_units(url, options, first_index):
-    """The work units of a kafka:// URL: ``WorkUnit``s whose ``position`` is ``(start offset, end offset,
-    consumer settings)``."""
+    """The work units of a kafka:// URL: ``WorkUnit``s whose ``position`` is ``(start offset, end offset (None:
+    forever), client, consumer settings)``."""
     from kafka import TopicPartition
 
     from .files import WorkUnit

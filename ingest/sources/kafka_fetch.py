@@ -3,9 +3,9 @@
 ``DirectFetch`` (the default) sends Fetch requests to the partition's leader over a socket of its
 own: the response lands in one buffer (``recv_into``), kafka-python's protocol classes encode the
 request and decode the response fields, and the record batches are walked by a numba kernel
-(``native/kafka.py``) with no Python object per message; CRCs are checked per batch by ``crc32c``.  kafka-python's
-``KafkaConsumer`` makes a Python object per message and copies each value five times; on a 2-core
-machine it moved 110-200 MB/s where this moves 600+ MB/s.
+(``native/kafka.py``) with no Python object per message; CRCs are checked per batch by ``crc32c``.
+kafka-python's ``KafkaConsumer`` makes a Python object per message and copies each value about five
+times: on a 2-core machine it moved 110-200 MB/s where this moves 1.1-1.6 GB/s (docs/decisions.md).
 
 ``ConsumerFetch`` goes through ``KafkaConsumer`` (``kafka(client="kafka-python")``): for what the
 direct path does not speak (TLS, SASL, ``read_committed``).
@@ -15,9 +15,7 @@ import struct
 import time
 from typing import NamedTuple
 
-import crc32c
 import numpy as np
-from kafka import TopicPartition
 
 from .._native import kafka as kernels
 from ..errors import ConfigError, SourceError
@@ -171,6 +169,7 @@ class Cluster:
     def _list(self, tps, timestamp):
         """``{tp: offset or None}``: the first offset at or after ``timestamp`` (-2: earliest, -1: latest);
         one request per leader."""
+        from kafka import TopicPartition
         from kafka.errors import for_code
         from kafka.protocol.consumer.offsets import ListOffsetsRequest, ListOffsetsResponse
         by_leader = {}
@@ -324,6 +323,7 @@ class DirectFetch:
             p = at
 
     def _check(self, buf, checks):
+        import crc32c
         view = memoryview(buf)
         for start, stop, expected in checks.tolist():
             if crc32c.crc32c(view[start:stop]) != expected:
