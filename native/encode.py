@@ -213,10 +213,14 @@ def sparse_body(f, r, offsets, keys, hkeys, values, hdr_off):
 
 
 @helper
-def write_sparse_values(out, p, a, b, keys, hkeys, values, bits):
-    """The ``Feature.values`` entries of ids ``a:b`` sized by ``sparse_body``."""
+def write_sparse_feature(out, p, f, r, body, offsets, keys, hkeys, values, hdr, hdr_off, bits):
+    """Sparse feature ``f`` of row ``r`` as a ``FeatureLine.features`` entry of ``body`` bytes (``sparse_body``):
+    its header (name, type), then one ``Feature.values`` entry per id."""
+    out[_u(p)] = 0x0A  # FeatureLine.features
+    p = _put_varint(out, p + 1, body)
+    p = _put_bytes(out, p, hdr, hdr_off[f], hdr_off[f + 1])
     with_h = len(hkeys) > 0
-    for i in range(a, b):
+    for i in range(offsets[f, r], offsets[f, r + 1]):
         h = hkeys[i] if with_h else 0
         out[_u(p)] = 0x1A  # Feature.values
         p = _put_varint(out, p + 1, _value_size(keys[i], h, values[i]))
@@ -299,13 +303,9 @@ def _write_line(out, p, r, side, refer, offsets, keys, values, sp_aux, sp_hdr, s
     """Write the line sized by ``_line_size`` (same row, side and slot)."""
     for f in range(offsets.shape[0]):
         if side == ALL or sp_aux[f] == (side == AUX):
-            body = bodies[slot, f]
-            if body == 0:
-                continue
-            out[_u(p)] = 0x0A  # FeatureLine.features
-            p = _put_varint(out, p + 1, body)
-            p = _put_bytes(out, p, sp_hdr, sp_hdr_off[f], sp_hdr_off[f + 1])
-            p = write_sparse_values(out, p, offsets[f, r], offsets[f, r + 1], keys, _NO_HKEYS, values, bits)
+            if bodies[slot, f]:
+                p = write_sparse_feature(out, p, f, r, bodies[slot, f], offsets, keys, _NO_HKEYS, values, sp_hdr,
+                                         sp_hdr_off, bits)
     for d in range(len(dn_width)):
         if (side == ALL or dn_aux[d] == (side == AUX)) and _dense_present(d, r, dense, dn_base, dn_width):
             p = write_dense_feature(out, p, d, r, dense, dn_base, dn_width, dn_hdr, dn_hdr_off, bits)

@@ -17,7 +17,7 @@ import numpy as np
 
 from .batch import refer_ranges
 from .encode import (_dense_body, _dense_present, _entry, _ext_body, _labels_body, _put_bytes, _put_varint, _vlen,
-                     _write_labels, sparse_body, write_dense_feature, write_sparse_values, write_timestamp_ext)
+                     _write_labels, sparse_body, write_dense_feature, write_sparse_feature, write_timestamp_ext)
 from .index import _u
 from .jit import helper
 from .names import lookup_name
@@ -212,12 +212,9 @@ def write_table(lo, hi, table_pos, table_body, sizes, offsets, keys, hkeys, valu
             p = _put_varint(out, p + 1, sizes[r])
             for f in range(offsets.shape[0]):
                 body = sparse_body(f, r, offsets, keys, hkeys, values, sp_hdr_off)
-                if body == 0:
-                    continue
-                out[_u(p)] = 0x0A  # FeatureLine.features
-                p = _put_varint(out, p + 1, body)
-                p = _put_bytes(out, p, sp_hdr, sp_hdr_off[f], sp_hdr_off[f + 1])
-                p = write_sparse_values(out, p, offsets[f, r], offsets[f, r + 1], keys, hkeys, values, bits)
+                if body:
+                    p = write_sparse_feature(out, p, f, r, body, offsets, keys, hkeys, values, sp_hdr, sp_hdr_off,
+                                             bits)
             for d in range(len(dn_width)):
                 if _dense_present(d, r, dense, dn_base, dn_width):
                     p = write_dense_feature(out, p, d, r, dense, dn_base, dn_width, dn_hdr, dn_hdr_off, bits)

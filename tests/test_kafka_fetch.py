@@ -362,8 +362,8 @@ def test_without_check_crcs_the_changed_bytes_pass():
 @settings(max_examples=100, deadline=None)
 @given(responses(codecs=WRITABLE, min_batches=1), st.data())
 def test_any_changed_byte_under_the_crc_is_caught(case, data):
-    """Any byte changed in a whole batch's CRC range (the record count aside: see test_a_corrupted_record_count_does_not_grow_the_arrays) is a CRC
-    error naming that batch, whatever batches come before it."""
+    """Any byte changed in a whole batch's CRC range is a CRC error naming that batch, whatever batches come
+    before it (a changed record count: test_a_corrupted_record_count_does_not_grow_the_arrays)."""
     raw, first, end = case
     batches, _ = batches_of(raw)
     b = data.draw(st.sampled_from(batches))

@@ -28,6 +28,22 @@ RETRY_FOR_S = 120      # how long an unreachable leader is retried (a broker res
 _BACKOFF_S = (0.05, 1.0)
 
 
+class _BatchHeader(NamedTuple):
+    """The fields of a record batch's header that the Python side needs (for compressed batches and errors)."""
+    base: int
+    stop: int          # the byte after the batch
+    attributes: int
+    next_offset: int   # base + last offset delta + 1
+    count: int
+
+    @classmethod
+    def at(cls, buf, p):
+        base, length = struct.unpack_from(">qi", buf, p)
+        attributes, last_delta = struct.unpack_from(">hi", buf, p + 21)
+        count = struct.unpack_from(">i", buf, p + 57)[0]
+        return cls(base, p + 12 + length, attributes, base + last_delta + 1, count)
+
+
 class Messages(NamedTuple):
     """Message values ``buf[starts[i]:starts[i] + lens[i]]`` at ``offsets[i]``."""
     buf: np.ndarray
@@ -84,7 +100,7 @@ class _Connection:
         self.buf = np.empty(1 << 20, np.uint8)
 
     def call(self, request, response_class, version):
-        """The decoded response to ``request``, and the buffer holding its bytes (valid until the next call)."""
+        """The decoded response to ``request`` (its bytes are in ``buf`` until the next call)."""
         self.correlation += 1
         request.API_VERSION = version
         request.with_header(correlation_id=self.correlation, client_id=self.client_id)
@@ -97,9 +113,9 @@ class _Connection:
         if struct.unpack_from(">i", data)[0] != self.correlation:
             raise OSError("response out of order")
         pos = 4
-        if response_class.flexible_version_q(version):  # response header v1: tagged fields, none expected
-            while data[pos] & 0x80:
-                pos += 1
+        if response_class.flexible_version_q(version):  # response header v1 ends with its tagged fields
+            if data[pos] != 0:
+                raise OSError("tagged fields in a response header (none are defined)")
             pos += 1
         return response_class.decode(data[pos:], version=version)
 
@@ -224,7 +240,6 @@ class DirectFetch:
     """Fetches of one partition from its leader, reconnecting (and finding the leader again) on failure."""
 
     def __init__(self, url, brokers, topic, partition, config):
-        check_direct(config)
         self.url = url
         self.brokers = brokers
         self.topic = topic
@@ -315,11 +330,12 @@ class DirectFetch:
                 batch, next_offset = self._decompressed(buf, at, next_offset, last)
                 if batch is not None:
                     out.append(batch)
-                at += 12 + int(kernels._be(buf, at + 8, 4))
+                at = _BatchHeader.at(buf, at).stop
             else:
                 what = {kernels.BAD_MAGIC: "a record batch of message format v0/v1",
                         kernels.MALFORMED: "a malformed record batch"}[status]
-                raise SourceError(f"{self.url}: {what} at offset {int(kernels._be(buf, at, 8))}", source=self.url)
+                raise SourceError(f"{self.url}: {what} at offset {struct.unpack_from('>q', buf, at)[0]}",
+                                  source=self.url)
             p = at
 
     def _check(self, buf, checks):
@@ -327,27 +343,25 @@ class DirectFetch:
         view = memoryview(buf)
         for start, stop, expected in checks.tolist():
             if crc32c.crc32c(view[start:stop]) != expected:
-                raise SourceError(f"{self.url}: the record batch at offset {int(kernels._be(buf, start - 21, 8))} "
-                                  f"does not match its CRC (corrupt on the broker or in transit)", source=self.url)
+                base = struct.unpack_from(">q", buf, start - 21)[0]  # a CRC covers the batch from its attributes
+                raise SourceError(f"{self.url}: the record batch at offset {base} does not match its CRC (corrupt on "
+                                  f"the broker or in transit)", source=self.url)
 
     def _decompressed(self, buf, at, first, last):
         """The messages of the compressed batch at ``at`` (None when none is in range), and the next offset."""
-        attributes = int(kernels._be(buf, at + 21, 2))
-        base = int(kernels._be(buf, at, 8))
-        count = int(kernels._signed(kernels._be(buf, at + 57, 4), 32))
-        next_offset = max(first, base + int(kernels._signed(kernels._be(buf, at + 23, 4), 32)) + 1)
-        if attributes & 0x20:  # transaction markers
+        h = _BatchHeader.at(buf, at)
+        next_offset = max(first, h.next_offset)
+        if h.attributes & 0x20:  # transaction markers
             return None, next_offset
-        stop = at + 12 + int(kernels._be(buf, at + 8, 4))
         try:
-            records = np.frombuffer(_decompress(attributes & 7, buf[at + kernels.BATCH_HEADER:stop]), np.uint8)
+            records = np.frombuffer(_decompress(h.attributes & 7, buf[at + kernels.BATCH_HEADER:h.stop]), np.uint8)
         except Exception as exc:  # noqa: BLE001 - any codec's failure on bad bytes
-            raise SourceError(f"{self.url}: the compressed record batch at offset {base} does not decompress: "
+            raise SourceError(f"{self.url}: the compressed record batch at offset {h.base} does not decompress: "
                               f"{exc}", source=self.url) from exc
-        arrays = [np.empty(count, np.int64) for _ in range(3)]
-        k = kernels.walk_records(records, 0, len(records), base, count, first, last, *arrays, 0)
+        arrays = [np.empty(h.count, np.int64) for _ in range(3)]
+        k = kernels.walk_records(records, 0, len(records), h.base, h.count, first, last, *arrays, 0)
         if k < 0:
-            raise SourceError(f"{self.url}: a malformed compressed record batch at offset {base}", source=self.url)
+            raise SourceError(f"{self.url}: a malformed compressed record batch at offset {h.base}", source=self.url)
         return (Messages(records, *(a[:k] for a in arrays)) if k else None), next_offset
 
     def close(self):
