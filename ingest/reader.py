@@ -19,10 +19,19 @@ from .pipeline.timeline import Timeline
 from .sources import expand_paths, plan_units
 from .sources.compression import check_codec
 from .sources.kafka import KafkaGroup, KafkaOptions, is_kafka, kafka_positions, kafka_units, parse_kafka_url
+from .sources.kafka_fetch import Cluster
+from .sources.kafka_group import GroupMember
 
 __all__ = ["DataReader"]
 
 _POLICIES = ("raise", "skip")
+
+
+def _close(pipeline, member):
+    """Stop a reader's threads (and leave its consumer group), also when it is garbage collected."""
+    pipeline.close()
+    if member is not None:
+        member.close()
 
 
 def _positive_int(name, value, minimum=1):
@@ -90,7 +99,8 @@ class DataReader:
         self._save_every = None
         self._saved_at = 0
         self._shuffle = None
-        self._kafka_group = None
+        self._kafka_group = None  # fixed assignment with group_id: commits
+        self._member = None       # group_id on topic URLs: this reader's membership of the group
         self._state_header = None
         self._ops = []
         self._keep = False
@@ -265,10 +275,18 @@ class DataReader:
     def kafka(self, group_id=None, start="earliest", until="caught_up", client="direct", **consumer_config):
         """Kafka settings for ``kafka://`` paths: where partitions start (``"earliest"``, ``"latest"`` or a
         timestamp in ms), where they end (``"caught_up"``: the end offsets seen at startup, or
-        ``"forever"``), and kafka-python consumer settings.  With ``group_id``, partitions start at the
-        group's committed positions (exactly, when ingest committed them) and ``state()`` commits the
-        delivered ones.  ``client="direct"`` fetches over ingest's own sockets (PLAINTEXT, read_uncommitted);
-        ``"kafka-python"`` through kafka-python's consumer, for TLS, SASL or ``read_committed``."""
+        ``"forever"``), and kafka-python consumer settings.
+
+        With ``group_id`` and topic URLs (``kafka://brokers/topic``) the reader joins the consumer group: the
+        group's coordinator assigns it partitions and moves them as readers come and go; revoked partitions
+        are drained and committed before they move, and ``commit()`` commits what was delivered
+        (docs/state.md).  With the partitions named in the URL (``topic:0,2``) the assignment is fixed:
+        partitions start at the group's committed positions and ``state()`` commits the delivered ones.
+        Either way a partition starts exactly where ingest's last commit left it.
+
+        ``client="direct"`` fetches over ingest's own sockets (PLAINTEXT, read_uncommitted);
+        ``"kafka-python"`` through kafka-python's consumer, for TLS, SASL or ``read_committed`` (fixed
+        assignments only)."""
         self._option()
         self._kafka = KafkaOptions(group_id, start, until, client, **consumer_config)
         return self
@@ -314,8 +332,12 @@ class DataReader:
         elif self._max_record_bytes is not None:
             options["max_record_bytes"] = self._max_record_bytes
         fmt = formats.make_format(self._file_type, schema.raw, **options)
-        units = self._plan_units(fmt)
-        mine = units[self._task[0]::self._task[1]]
+        self._member = self._join_group()
+        if self._member is not None:  # units come as the group assigns partitions
+            mine = []
+            self._progress = Progress([])
+        else:
+            mine = self._plan_units(fmt)[self._task[0]::self._task[1]]
         self._units = mine
         if self._restored is not None:
             self._progress = state_format.check(self._restored, self.name, self._state_options(), mine)
@@ -336,14 +358,48 @@ class DataReader:
                                   threads=self._threads, deterministic=self._deterministic,
                                   split_group=self._split_group,
                                   drop_last=self._drop_last, on_skip=on_skip, stats=self._stats,
-                                  prefetch=self._prefetch, shuffle=self._shuffle, progress=self._progress)
+                                  prefetch=self._prefetch, shuffle=self._shuffle, progress=self._progress,
+                                  unit_source=self._member)
         self._started = True
         if self._timeline_path is not None:
             self._stats.timeline = Timeline()
         self._stats.start_clock()
         self._pipeline.start()
-        self._finalizer = weakref.finalize(self, self._pipeline.close)
+        if self._member is not None:
+            self._member.start(self._pipeline)
+        self._finalizer = weakref.finalize(self, _close, self._pipeline, self._member)
         return self
+
+    def _join_group(self):
+        """A GroupMember when the reader joins its Kafka consumer group (``group_id`` with topic URLs), else None;
+        refuses what cannot be combined with membership."""
+        paths = [self._paths] if isinstance(self._paths, str) else self._paths
+        topics = [parse_kafka_url(p) for p in paths if is_kafka(p)]
+        if self._kafka.group_id is None or not topics or all(parts is not None for _, _, parts in topics):
+            return None
+        why = None
+        if any(parts is not None for _, _, parts in topics):
+            why = "some kafka:// paths name partitions (a fixed assignment) and some do not (the group's)"
+        elif len(topics) != len(paths):
+            why = "it reads files too"
+        elif len({tuple(brokers) for brokers, _, _ in topics}) > 1:
+            why = "its topics are on different brokers"
+        elif self._task[1] > 1:
+            why = "shard() shares partitions out too; name the partitions in the URL for a fixed assignment"
+        elif self._enable_state:
+            why = ("enable_state / restore / save_state_every keep positions of a fixed assignment; a member's "
+                   "positions are the group's commits (reader.commit())")
+        elif self._deterministic or self._keep or self._pause is not None or self._epochs != 1 \
+                or self._shuffle is not None:
+            why = "deterministic, keep_sample, pause, epochs and shuffle need a fixed set of units"
+        elif self._kafka.client != "direct":
+            why = "a member commits over ingest's own connections, which the direct client's settings describe"
+        if why is not None:
+            raise ConfigError(f"reader {self.name!r}: kafka(group_id={self._kafka.group_id!r}) on topic URLs joins "
+                              f"the consumer group, but {why}")
+        brokers = topics[0][0]
+        return GroupMember(brokers, sorted({topic for _, topic, _ in topics}), self._kafka,
+                           Cluster(brokers, self._kafka.config))
 
     def _rounds(self):
         """The Rounds of ``keep_sample`` / ``pause``, or None; checks what they cannot be combined with."""
@@ -395,6 +451,8 @@ class DataReader:
         except StopIteration:
             if self._save_every is not None:
                 self._save()
+            if self._member is not None:  # every partition caught up: commit and leave the group
+                self._member.close()
             self._report_skipped()
             self._write_timeline()
             raise
@@ -416,6 +474,9 @@ class DataReader:
         Needs ``enable_state=True`` and ``startup()``.  Costs no pipeline drain: it describes what
         was delivered, whatever the threads have read ahead; it may be taken from any thread.  With ``kafka(group_id=...)`` the Kafka
         positions are also committed to the consumer group."""
+        if self._member is not None:
+            raise ConfigError(f"reader {self.name!r}: a consumer group member has no state of its own: its positions "
+                              f"are the group's commits (reader.commit())")
         if self._progress is None:
             raise ConfigError(f"reader {self.name!r}: state() needs enable_state=True and startup()")
         if self._state_header is None:
@@ -425,6 +486,19 @@ class DataReader:
         if self._kafka_group is not None:
             self._kafka_group.commit(kafka_positions(self._units, progress))
         return data
+
+    def commit(self):
+        """Commit to the Kafka consumer group of ``kafka(group_id=...)`` what the consumer was handed: per
+        partition the message offset, with ``ingest:<byte in message>:<rows>`` as metadata when a message was
+        delivered in part (docs/state.md).  A group member also commits when partitions are revoked, at the
+        end of the input and at ``shutdown()``."""
+        if self._member is not None:
+            self._member.commit()
+        elif self._kafka_group is not None:
+            self._kafka_group.commit(kafka_positions(self._units, self._progress.snapshot()))
+        else:
+            raise ConfigError(f"reader {self.name!r}: commit() needs kafka(group_id=...), and enable_state=True "
+                              f"when the URLs name partitions, and startup()")
 
     def restore(self, state):
         """Continue from ``state`` (bytes of ``state()``) at ``startup()``: no sample delivered before it
@@ -485,6 +559,8 @@ class DataReader:
         if self._kafka_group is not None:
             self._kafka_group.close()
             self._kafka_group = None
+        if self._member is not None:
+            self._member.close()
         if self._finalizer is not None:
             self._finalizer.detach()
 

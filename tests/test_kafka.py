@@ -1,4 +1,5 @@
 """Reading Kafka topics from a real broker (scripts/services.sh): the same samples as the files they came from."""
+import contextlib
 import json
 import struct
 import subprocess
@@ -198,24 +199,98 @@ def test_restore_mid_partition(source):
         assert sorted(first + rest) == read_synthetic([str(path)], file_type)
 
 
-def test_group_commit_resumes_a_plain_group_reader(source):
-    """state() commits to the consumer group; a reader of the same group (no state restored) resumes exactly,
-    and plain Kafka consumers of the group see the offsets."""
+def _member_take(reader, n):
+    """Samples of the first ``n`` batches (all when None) of a group member, which commits as it shuts down."""
+    got = []
+    with reader.startup():
+        for i, batch in enumerate(reader):
+            got.extend((s["sid"], str(s)) for s in flatten(batch))
+            if i + 1 == n:
+                break
+    return got
+
+
+def test_group_member_resumes_where_the_last_one_left(source):
+    """A reader of a consumer group (group_id on a topic URL) is assigned every partition when alone; it commits
+    what it delivered when it leaves, and the next member goes on exactly there; plain Kafka consumers of the
+    group see the offsets."""
     from kafka import KafkaConsumer, TopicPartition
     bootstrap, text_topic, _, text, _ = source
     url = f"kafka://{bootstrap}/{text_topic}"
     group = f"g-{uuid.uuid4().hex[:8]}"
-    first, _ = _take(_kafka_reader(url, group_id=group), 9)
-    second, _ = _take(_kafka_reader(url, group_id=group), 4)
-    rest, _ = _take(_kafka_reader(url, group_id=group), None)
+
+    def member():
+        return synthetic.declare(ingest.DataReader("k", [url]).batch_size(50).threads(2)).kafka(group_id=group)
+
+    first = _member_take(member(), 9)
+    second = _member_take(member(), 4)
+    rest = _member_take(member(), None)
     assert len(first) == 450 and len(second) == 200
     assert sorted(first + second + rest) == read_synthetic([str(text)])
     plain = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
     tps = [TopicPartition(text_topic, p) for p in range(PARTITIONS)]
     assert {tp: plain.committed(tp) for tp in tps} == plain.end_offsets(tps)  # all read
     plain.close()
-    nothing, _ = _take(_kafka_reader(url, group_id=group), None)
-    assert nothing == []
+    assert _member_take(member(), None) == []
+
+
+def test_group_members_share_partitions_across_rebalances(services, source):
+    """Two members of a group read a topic while it is being written: the second one's arrival moves a partition
+    (its stream cut at a message boundary, drained and committed before it moves), and the first one has more
+    partitions than threads (they take turns).  What they deliver, and then what a third member reads from
+    their commits, is every sample exactly once."""
+    import threading
+    import time
+    bootstrap = services["KAFKA_BOOTSTRAP"]
+    _, _, _, text, _ = source
+    groups = _groups(text.read_bytes())
+    topic = _topic(bootstrap, [])
+    url = f"kafka://{bootstrap}/{topic}"
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    got = {"a": [], "b": []}
+    readers = {}
+    lock = threading.Lock()
+
+    def member(name, threads, **kafka):
+        reader = synthetic.declare(ingest.DataReader(name, [url]).batch_size(50).threads(threads))
+        return reader.kafka(group_id=group, heartbeat_interval_ms=200, **kafka)
+
+    def live(name, threads):
+        readers[name] = member(name, threads, until="forever").startup()
+        with contextlib.suppress(ingest.ReaderClosedError):
+            for batch in readers[name]:
+                with lock:
+                    got[name].extend((s["sid"], str(s)) for s in flatten(batch))
+
+    def total():
+        with lock:
+            return len(got["a"]) + len(got["b"])
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    a = threading.Thread(target=live, args=("a", 2), daemon=True)
+    a.start()
+    b = threading.Thread(target=live, args=("b", 1), daemon=True)
+    assert len(groups) > 250
+    for m, group_lines in enumerate(groups):  # a group per message, for ~3 s; b joins after ~0.6 s
+        producer.send(topic, value=group_lines, partition=m % PARTITIONS)
+        if m % 10 == 0:
+            producer.flush()
+            time.sleep(0.1)
+        if m == 60:
+            b.start()
+    producer.close()
+    seen, deadline = -1, time.monotonic() + 60
+    while total() != seen and time.monotonic() < deadline:  # until nothing new for a second
+        seen = total()
+        time.sleep(1.0)
+    for reader in readers.values():
+        reader.shutdown()  # commits what was delivered; a partial batch of each is still held back
+    a.join(10)
+    b.join(10)
+    assert got["a"] and got["b"]
+    rest = _member_take(member("c", 2), None)
+    assert len(rest) < 100
+    assert sorted(got["a"] + got["b"] + rest) == read_synthetic([str(text)])
 
 
 def test_until_forever_delivers_messages_as_they_arrive(services):

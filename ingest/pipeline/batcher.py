@@ -213,7 +213,8 @@ def cut_batches(blocks, builder, *, split_group=True, drop_last=False, on_skip=N
     With ``split_group`` a group that does not fit is cut at the batch boundary; without
     it the group moves whole to the next batch, and a group larger than the batch size
     raises ``GroupTooLargeError`` (or goes to ``on_skip`` when given).  The last batch
-    may be short; ``drop_last`` drops it.  ``FLUSH`` in the stream delivers the partial batch;
+    may be short; ``drop_last`` drops it.  ``FLUSH`` in the stream delivers the partial batch (or comes
+    out as FLUSH when nothing is pending);
     ``rounds`` is told of every group packed whole (or skipped).  If the block stream raises, the samples
     already taken are delivered as a short batch first, then the error propagates.
     """
@@ -234,6 +235,8 @@ def cut_batches(blocks, builder, *, split_group=True, drop_last=False, on_skip=N
             if pieces:
                 yield builder.build(pieces)
                 pieces, filled = [], 0
+            else:
+                yield FLUSH
             continue
         r = blk.skip  # rows delivered before a restore
         ends = blk.group_offsets

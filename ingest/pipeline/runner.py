@@ -45,6 +45,13 @@ class _UnitDone:
 
 
 @dataclasses.dataclass(frozen=True)
+class _Delivered:
+    """Units completed with no batch to carry them (a flush with nothing pending): applied, not handed out."""
+
+    marks: Marks
+
+
+@dataclasses.dataclass(frozen=True)
 class _End:
     """The end of the stream, with the units completed after the last batch was built."""
 
@@ -96,12 +103,16 @@ class Pipeline:
     deterministic : bool
         Blocks reach the batcher in unit order (worker ``w`` parses units ``w, w+T, ...``);
         otherwise in arrival order, units handed to whichever worker is free.
+    unit_source : object with ``next_unit(stop)`` or None
+        Units that come while reading (a Kafka consumer group's partitions) instead of ``units``, in
+        arrival order; ``flush()`` delivers what they left in the partial batch.
     """
 
     def __init__(self, units, epochs, fmt, builder, *, threads, deterministic, split_group,
                  drop_last, on_skip, stats, ops=None, dsl=None, rounds=None, prefetch=4, queue_blocks=4,
-                 shuffle=None, progress=None):
+                 shuffle=None, progress=None, unit_source=None):
         self.units = units
+        self.unit_source = unit_source
         self.epochs = epochs
         self.shuffle = shuffle
         self.progress = progress
@@ -175,11 +186,22 @@ class Pipeline:
                 if rounds is not None and rounds.starved():
                     return FLUSH
 
+    def flush(self):
+        """Deliver the partial batch now (with the units completed so far) rather than when more input fills
+        it: a consumer group member draining revoked partitions.  Non-deterministic pipelines only."""
+        self._put(self.block_queues[0], FLUSH)
+
     # -- workers -------------------------------------------------------------------------
     def _units_for(self, w):
+        if self.unit_source is not None:
+            return self._arriving_units()
         if self.deterministic:
             return itertools.islice(self._sequence(), w, None, self.threads)
         return self._shared_units()
+
+    def _arriving_units(self):
+        while (unit := self.unit_source.next_unit(self.stop)) is not None:
+            yield 0, unit
 
     def _shared_units(self):
         while True:
@@ -292,7 +314,7 @@ class Pipeline:
             workers = 0
             while workers < self.threads:
                 item = self._get(self.block_queues[0], self.rounds)
-                if item is FLUSH:
+                if item is FLUSH:  # from the rounds, or after a revoked unit
                     yield item
                     continue
                 if item is _WORKER_DONE:
@@ -310,6 +332,11 @@ class Pipeline:
             batches = cut_batches(self._blocks(done), self.builder, split_group=self.split_group,
                                   drop_last=self.drop_last, on_skip=self.on_skip, rounds=self.rounds)
             for batch in batches:  # the builder counts its own time
+                if batch is FLUSH:  # nothing was pending: the units completed travel alone
+                    if done and not self._put(self.out, _Delivered(Marks(done=list(done)))):
+                        return
+                    done.clear()
+                    continue
                 # units completed so far have all their samples in this batch or earlier ones
                 batch.marks.done, done[:] = list(done), []
                 self.stats.add(batches=1)
@@ -331,6 +358,10 @@ class Pipeline:
             self._handed = None
         t0 = time.perf_counter()
         item = self._get(self.out)
+        while isinstance(item, _Delivered):
+            if self.progress is not None:
+                self.progress.apply(item.marks, batch=False)
+            item = self._get(self.out)
         self.stats.stage("wait", t0, time.perf_counter())
         if isinstance(item, _End):
             self.finished = True

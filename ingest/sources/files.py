@@ -38,6 +38,7 @@ class WorkUnit:
     compression: object
     position: object = None  # Kafka: (start offset, end offset or None, client, consumer settings)
     resume: object = None
+    lease: object = None  # Kafka group member: the partition's kafka_group.Lease
 
     @property
     def whole(self):

@@ -99,13 +99,7 @@ def kafka_units(url, options, first_index):
                               source=url)
         tps = [TopicPartition(topic, p) for p in (chosen or sorted(known))]
         ends = planner.end_offsets(tps)
-        if options.start == "earliest":
-            starts = planner.beginning_offsets(tps)
-        elif options.start == "latest":
-            starts = ends
-        else:
-            found = planner.offsets_for_times({tp: options.start for tp in tps})
-            starts = {tp: (found[tp].offset if found[tp] is not None else ends[tp]) for tp in tps}
+        starts = plan_offsets(planner, tps, options.start, ends)
         resume = {}
         if options.group_id is not None:  # the group's committed positions win
             group = KafkaGroup(brokers, options)
@@ -125,6 +119,18 @@ def kafka_units(url, options, first_index):
                                tuple(sorted(options.config.items()))),
                      resume=resume.get(tp))
             for i, tp in enumerate(tps)]
+
+
+def plan_offsets(planner, tps, start, ends=None):
+    """``{tp: offset}`` where each partition starts by ``kafka(start=...)``: the earliest offset, the end
+    offset (``ends`` when given), or the first offset at a timestamp (the end offset when none is that late)."""
+    if start == "earliest":
+        return planner.beginning_offsets(tps)
+    ends = ends if ends is not None else planner.end_offsets(tps)
+    if start == "latest":
+        return {tp: ends[tp] for tp in tps}
+    found = planner.offsets_for_times({tp: start for tp in tps})
+    return {tp: (found[tp].offset if found[tp] is not None else ends[tp]) for tp in tps}
 
 
 _META = "ingest:"
@@ -204,6 +210,9 @@ class KafkaStream(io.RawIOBase):
         self._offsets = np.zeros(0, np.int64)  # and its offset
         self.live = self._end is None
         self.stop = None  # threading.Event, set by the reader (read_unit)
+        self._lease = unit.lease            # a consumer group's partition: it may end at any message boundary
+        self._after = self._next            # the offset after the last message read whole
+        self._cut = False
         self._fetch = self._ahead = None
         if self.live or self._next < self._end:
             self._fetch = fetcher(self._url, brokers, topic, partition, client, dict(config))
@@ -224,10 +233,13 @@ class KafkaStream(io.RawIOBase):
         """Take fetched messages into ``_chunks``; False at the end offset, or (unless ``waiting``) when a
         live stream has nothing new within a poll."""
         while not self._chunks:
-            if self._ahead is None or self.stop is not None and self.stop.is_set():
+            if self._ahead is None or self.stop is not None and self.stop.is_set() or self._cut:
                 return False
             got = self._ahead.take()
             if got is None:
+                return False
+            if not got and self._lease is not None and self._lease.should_stop(caught_up=True):
+                self._cut = True
                 return False
             for messages in got:
                 starts = self._tail + np.cumsum(messages.lens) - messages.lens
@@ -262,12 +274,17 @@ class KafkaStream(io.RawIOBase):
         out = np.frombuffer(memoryview(b).cast("B"), np.uint8)
         n = 0
         while n < len(out):
+            if self._byte == 0 and self._lease is not None and (self._cut or self._lease.should_stop(caught_up=False)):
+                self._cut = True  # at a message boundary: the stream ends here
+                break
             if not self._chunks and not self._fill(waiting=n == 0):
                 break
             m = self._chunks[0]
             self._message, self._byte, filled = gather(m.buf, m.starts, m.lens, self._message, self._byte, out, n)
             self._read += filled - n
             n = filled
+            if self._message:
+                self._after = int(m.offsets[self._message - 1]) + 1
             if self._message == len(m.starts):
                 self._chunks.popleft()
                 self._message = self._byte = 0
@@ -278,4 +295,6 @@ class KafkaStream(io.RawIOBase):
             self._ahead.close()
             self._fetch.close()
             self._ahead = self._fetch = None
+        if self._lease is not None and not self.closed:
+            self._lease.stopped(self._after)
         super().close()

@@ -153,26 +153,15 @@ class Cluster:
         """``{partition: (host, port) of its leader, or None}``; None when the brokers know no such topic.
         OSError when no broker answers."""
         from kafka.protocol.metadata import MetadataRequest, MetadataResponse
-        problems = []
-        for broker in self.brokers:
-            host, _, port = broker.rpartition(":")
-            try:
-                conn = self.connect(host or broker, int(port or 9092))
-            except OSError as exc:
-                problems.append(f"{broker}: {exc}")
-                continue
-            try:
-                meta = conn.call(MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
-                                                 allow_auto_topic_creation=False), MetadataResponse, METADATA_VERSION)
-            finally:
-                conn.close()
-            nodes = {b.node_id: (b.host, b.port) for b in meta.brokers}
-            for t in meta.topics:
-                if t.name == topic and t.error_code == 0:
-                    return {p.partition_index: nodes.get(p.leader_id) if p.error_code == 0 else None
-                            for p in t.partitions}
-            return None
-        raise OSError("; ".join(problems))
+        meta = self._any_broker(lambda conn: conn.call(
+            MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)], allow_auto_topic_creation=False),
+            MetadataResponse, METADATA_VERSION))
+        nodes = {b.node_id: (b.host, b.port) for b in meta.brokers}
+        for t in meta.topics:
+            if t.name == topic and t.error_code == 0:
+                return {p.partition_index: nodes.get(p.leader_id) if p.error_code == 0 else None
+                        for p in t.partitions}
+        return None
 
     def partitions_for_topic(self, topic):
         try:
@@ -231,6 +220,56 @@ class Cluster:
             got = self._list([tp for tp in times if times[tp] == t], t)
             out.update({tp: None if o is None else OffsetAndTimestamp(o, t, -1) for tp, o in got.items()})
         return out
+
+    def _any_broker(self, ask):
+        """``ask(connection)`` answered by the first broker that takes a connection; OSError when none does."""
+        problems = []
+        for broker in self.brokers:
+            host, _, port = broker.rpartition(":")
+            try:
+                conn = self.connect(host or broker, int(port or 9092))
+            except OSError as exc:
+                problems.append(f"{broker}: {exc}")
+                continue
+            try:
+                return ask(conn)
+            finally:
+                conn.close()
+        raise OSError("; ".join(problems))
+
+    def commit(self, group, generation, member_id, offsets):
+        """Commit ``{tp: (offset, metadata)}`` for the member ``member_id`` of ``generation`` of the consumer
+        group: over a connection of ours, so that a rebalance listener (which runs on kafka-python's IO
+        thread, where its blocking calls are refused) can commit before its partitions move.  Returns the
+        name of a retriable error (the group is rebalancing, the coordinator moved), or None once committed."""
+        from kafka.errors import for_code
+        from kafka.protocol.consumer.group import OffsetCommitRequest, OffsetCommitResponse
+        from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
+        found = self._any_broker(lambda conn: conn.call(FindCoordinatorRequest(key_type=0, coordinator_keys=[group]),
+                                                        FindCoordinatorResponse, 4).coordinators[0])
+        if found.error_code:
+            return for_code(found.error_code).__name__
+        topic_class = OffsetCommitRequest.OffsetCommitRequestTopic
+        topics = [topic_class(name=topic, partitions=[topic_class.OffsetCommitRequestPartition(
+            partition_index=tp.partition, committed_offset=offset, committed_leader_epoch=-1,
+            committed_metadata=meta) for tp, (offset, meta) in offsets.items() if tp.topic == topic])
+            for topic in sorted({tp.topic for tp in offsets})]
+        conn = self.connect(found.host, found.port)
+        try:
+            got = conn.call(OffsetCommitRequest(group_id=group, generation_id_or_member_epoch=generation,
+                                                member_id=member_id, group_instance_id=None, topics=topics),
+                            OffsetCommitResponse, 8)
+        finally:
+            conn.close()
+        for t in got.topics:
+            for answer in t.partitions:
+                if answer.error_code:
+                    error = for_code(answer.error_code)
+                    if error.retriable or error.__name__ in ("RebalanceInProgressError", "IllegalGenerationError"):
+                        return error.__name__
+                    raise SourceError(f"kafka://{','.join(self.brokers)}/{t.name}:{answer.partition_index}: cannot "
+                                      f"commit for group {group!r}: {error.__name__}", source=t.name)
+        return None
 
     def close(self):
         pass

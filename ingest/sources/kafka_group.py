@@ -1,0 +1,332 @@
+"""Membership of a Kafka consumer group: ``kafka(group_id=...)`` on ``kafka://brokers/topic`` URLs.
+
+The group's coordinator shares the topics' partitions out among the readers of the group and moves them
+as readers join and leave.  kafka-python's ``KafkaConsumer`` keeps the membership (joining, heartbeats,
+rebalances, the cooperative-sticky assignor by default) but never fetches: every partition it is given
+stays paused.  Each assigned partition becomes a work unit (a ``Lease``) that the parse workers read
+with ingest's own fetch path.
+
+When a rebalance takes a partition away, its stream is cut at the next message boundary; the reader
+waits until the consumer has been handed every sample read before the cut, commits the cut, and only
+then lets the partition go: its next owner starts where this reader stopped, so nothing is lost or
+delivered twice across a rebalance (provided the consumer keeps taking batches during the drain, which
+is bounded by half the session timeout; past it the delivered position is committed and a warning
+logged: what was still in flight may then be delivered twice).  Commits always mean "handed to the
+consumer": on revocation, at the end of the input, on ``reader.commit()`` and at ``shutdown()``.
+
+With ``until="forever"`` a partition whose stream is caught up (or has held its thread for
+``SLICE_S``) gives its parse thread up at a message boundary whenever another partition waits for one,
+and goes on as a new lease at the back of the queue: any number of partitions share ``threads(n)``.
+"""
+import collections
+import dataclasses
+import logging
+import threading
+import time
+
+from ..errors import SourceError
+from .kafka import _META, KafkaOptions, _from_commit, consumer, plan_offsets
+
+__all__ = ["GroupMember", "Lease"]
+
+log = logging.getLogger(__name__)
+
+SLICE_S = 5.0        # a live partition holds a thread at most this long while others wait
+_POLL_MS = 100       # the membership thread's poll: how soon new assignments become units
+_COMMIT_RETRY_S = 10.0
+
+
+class Lease:
+    """One stretch of a partition read by this member, as the work unit ``unit``: from its start to
+    ``end``, the offset after the last message its stream read (set when the stream closes)."""
+
+    def __init__(self, member, tp, unit):
+        self.member = member
+        self.tp = tp
+        self.unit = unit
+        self.revoked = threading.Event()  # the partition was taken away: stop at the next message boundary
+        self.taken_at = None              # when a parse worker took it
+        self.end = None
+        self.closed = threading.Event()
+
+    def should_stop(self, caught_up):
+        """Whether the stream ends at this message boundary: revoked, or (live) giving its thread up."""
+        return self.revoked.is_set() or self.member.yield_thread(self, caught_up)
+
+    def stopped(self, offset):
+        """The stream closed after reading every message before ``offset``."""
+        self.end = offset
+        self.closed.set()
+        self.member.lease_closed(self)
+
+
+class GroupMember:
+    """This reader in the consumer group ``options.group_id`` of ``topics``: hands out work units as partitions
+    are assigned (``next_unit``), and cuts, drains and commits them as they are revoked.
+
+    ``start(pipeline)`` ties it to the pipeline whose ``progress`` (over the dynamic unit indices) tells what
+    the consumer was handed."""
+
+    def __init__(self, brokers, topics, options: KafkaOptions, planner):
+        self.url = f"kafka://{','.join(brokers)}"
+        self.brokers = brokers
+        self.topics = topics
+        self.options = options
+        self.planner = planner          # offsets and commits over ingest's own connections (a Cluster)
+        config = options.config
+        self.drain_s = config.get("session_timeout_ms", 45000) / 2000
+        self.progress = None
+        self.pipeline = None
+        self._ends = {}                 # caught_up: the end offsets seen at startup
+        if options.until == "caught_up":
+            self._ends = planner.end_offsets(self._all_partitions())
+        self._cond = threading.Condition()
+        self._queue = collections.deque()  # leases waiting for a parse worker
+        self._chains = {}                  # tp -> its leases, oldest first, from the first not yet delivered
+        self._added = []                   # assigned by the listener, not yet made units
+        self._next_index = 0
+        self._settled = False              # no rebalance under way since the last poll (callbacks included)
+        self._callbacks = 0                # rebalance callbacks so far
+        self._error = None
+        self._closing = threading.Event()
+        self._commit_lock = threading.Lock()
+        self._consumer = None
+        self._thread = threading.Thread(target=self._run, name="ingest-kafka-group", daemon=True)
+
+    def _all_partitions(self):
+        from kafka import TopicPartition
+        out = []
+        for topic in self.topics:
+            known = self.planner.partitions_for_topic(topic)
+            if not known:
+                raise SourceError(f"{self.url}: no topic {topic!r} on the brokers", source=self.url)
+            out.extend(TopicPartition(topic, p) for p in sorted(known))
+        return out
+
+    def start(self, pipeline):
+        self.pipeline = pipeline
+        self.progress = pipeline.progress
+        self._thread.start()
+
+    # -- the membership thread ------------------------------------------------------------------
+    def _run(self):
+        from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
+        try:
+            settings = {"partition_assignment_strategy": (CooperativeStickyAssignor,), **self.options.config,
+                        "group_id": self.options.group_id, "auto_offset_reset": "earliest"}  # never fetches
+            self._consumer = consumer(self.brokers, settings)
+            for topic in self.topics:  # the first assignment then covers every partition
+                self._consumer.partitions_for_topic(topic)
+            self._consumer.subscribe(self.topics, listener=_listener(self))
+            while not self._closing.is_set():
+                self._consumer.poll(timeout_ms=_POLL_MS)  # joins and rebalances run their callbacks within
+                with self._cond:
+                    seen = self._callbacks
+                self._make_units()
+                stable = self._consumer.group_metadata().state == "<stable>"
+                with self._cond:
+                    self._settled = stable and self._callbacks == seen
+                    self._cond.notify_all()
+        except BaseException as exc:  # noqa: BLE001 - travels to the consumer through next_unit
+            with self._cond:
+                self._error = exc
+                self._cond.notify_all()
+        finally:
+            if self._consumer is not None:
+                try:
+                    self.commit()
+                    self._consumer.close()  # leaves the group (revoking what is left: committed again)
+                except Exception as exc:  # noqa: BLE001 - the reader is stopping; nothing to hand the error to
+                    log.warning("%s: leaving consumer group %r: %s", self.url, self.options.group_id, exc)
+
+    def _make_units(self):
+        """Leases for the partitions assigned since the last poll, from the group's committed positions
+        (exact, when ingest committed them) or the reader's start."""
+        from .files import WorkUnit
+        with self._cond:
+            added, self._added = self._added, []
+        if not added:
+            return
+        starts = plan_offsets(self.planner, added, self.options.start)
+        for tp in added:
+            got = self._consumer.committed(tp, metadata=True)
+            start, resume = (starts[tp], None) if got is None or got.offset < 0 else _from_commit(got)
+            end = None if self.options.until == "forever" else max(start, self._ends.get(tp, start))
+            self._queue_lease(tp, WorkUnit(0, f"{self.url}/{tp.topic}:{tp.partition}", 0, None, None, None,
+                                           position=(start, end, self.options.client,
+                                                     tuple(sorted(self.options.config.items()))),
+                                           resume=resume))
+
+    def _queue_lease(self, tp, unit):
+        with self._cond:
+            lease = Lease(self, tp, None)
+            lease.unit = dataclasses.replace(unit, index=self._next_index, lease=lease)
+            self._next_index += 1
+            self._chains.setdefault(tp, []).append(lease)
+            self._queue.append(lease)
+            self._cond.notify_all()
+
+    # -- the parse workers' side --------------------------------------------------------------------
+    def next_unit(self, stop):
+        """The next work unit for a parse worker; None when there is nothing more to read (``caught_up``: every
+        partition of a settled assignment read to its end offset) or the reader stops."""
+        with self._cond:
+            while True:
+                if self._error is not None:
+                    raise SourceError(f"{self.url}: consumer group {self.options.group_id!r}: {self._error}",
+                                      source=self.url) from self._error
+                if self._queue:
+                    lease = self._queue.popleft()
+                    lease.taken_at = time.monotonic()
+                    return lease.unit
+                if stop.is_set() or self._caught_up():
+                    return None
+                self._cond.wait(0.05)
+
+    def _caught_up(self):
+        """Every partition assigned in a settled generation was read to its end offset (under ``_cond``)."""
+        if self.options.until == "forever" or not self._settled or self._added:
+            return False
+        return all(lease.closed.is_set() for chain in self._chains.values() for lease in chain)
+
+    def yield_thread(self, lease, caught_up):
+        """Whether a live stream gives its parse thread up to a partition waiting for one."""
+        if self.options.until != "forever" or not self._queue:
+            return False
+        return caught_up or time.monotonic() - lease.taken_at > SLICE_S
+
+    def lease_closed(self, lease):
+        """A live lease that gave its thread up goes on as a new lease, at the back of the queue."""
+        if self.options.until == "forever" and not lease.revoked.is_set() and not self._closing.is_set() \
+                and not self.pipeline.stop.is_set():
+            self._queue_lease(lease.tp, dataclasses.replace(lease.unit, resume=None,
+                                                            position=(lease.end,) + lease.unit.position[1:],
+                                                            lease=None))
+        with self._cond:
+            self._cond.notify_all()
+
+    # -- revocation and commits -------------------------------------------------------------------
+    def assign(self, tps):
+        """Partitions given to this reader (on kafka-python's IO thread): units at the next poll."""
+        log.info("%s: group %r assigned %s", self.url, self.options.group_id, _names(tps))
+        with self._cond:
+            self._added.extend(sorted(tps))
+            self._callbacks += 1
+            self._settled = False
+
+    def revoke(self, tps, lost=False):
+        """Take partitions away (on kafka-python's IO thread, before they move): cut their streams, wait
+        until the consumer was handed what was read before the cut, commit it (unless ``lost``: the group
+        already gave them to another member)."""
+        log.info("%s: group %r revoked %s%s", self.url, self.options.group_id, _names(tps), " (lost)" if lost else "")
+        with self._cond:
+            self._callbacks += 1
+            self._settled = False
+            leases = [lease for tp in tps for lease in self._chains.get(tp, ())]
+            for lease in leases:
+                lease.revoked.set()
+            self._queue = collections.deque(lease for lease in self._queue if lease.tp not in tps)
+            self._added = [tp for tp in self._added if tp not in tps]
+        drained = self._drain([lease for lease in leases if lease.taken_at is not None])
+        if not lost:
+            if not drained and not self.pipeline.stop.is_set():
+                log.warning("%s: partitions %s revoked from group %r: the consumer did not take the batches read "
+                            "before the cut within %.0f s; committing what it was handed (the rest may be "
+                            "delivered twice)", self.url, _names(tps),
+                            self.options.group_id, self.drain_s)
+            positions = {tp: self._position(tp) for tp in tps if tp in self._chains}
+            log.info("%s: group %r: committing %s", self.url, self.options.group_id, positions)
+            self._commit(positions)
+        with self._cond:
+            for tp in tps:
+                self._chains.pop(tp, None)
+            self._cond.notify_all()
+
+    def _drain(self, started):
+        """Wait until the consumer was handed every sample of the ``started`` leases (their streams cut); False
+        when the reader stops or the drain takes longer than ``drain_s``."""
+        deadline = time.monotonic() + self.drain_s
+        if not self._wait(lambda: all(lease.closed.is_set() for lease in started), deadline):
+            return False
+
+        def delivered():
+            return all(self.progress.delivered(0, lease.unit.index) for lease in started)
+
+        while not delivered():
+            if self.pipeline.stop.is_set() or time.monotonic() > deadline:
+                return False
+            self.pipeline.flush()  # the partial batch, and again until the units' completion came through
+            self._wait(delivered, min(deadline, time.monotonic() + 0.2))
+        return True
+
+    def _wait(self, done, deadline):
+        while not done():
+            if self.pipeline.stop.is_set() or time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+        return True
+
+    def _position(self, tp):
+        """``(offset, byte in message, rows of that group)`` the consumer was handed up to in a partition."""
+        chain = self._chains[tp]
+        for lease in chain:
+            if not self.progress.delivered(0, lease.unit.index):
+                where = self.progress.resume(0, lease.unit.index) or lease.unit.resume
+                if where is None:
+                    return lease.unit.position[0], 0, 0
+                (offset, within), rows = where
+                return offset, within, rows
+        return chain[-1].end, 0, 0
+
+    def commit(self):
+        """Commit what the consumer was handed in every partition held."""
+        with self._cond:
+            held = list(self._chains)
+        self._commit({tp: self._position(tp) for tp in held})
+
+    def _commit(self, positions):
+        if not positions:
+            return
+        offsets = {tp: (o, f"{_META}{w}:{r}") for tp, (o, w, r) in positions.items()}
+        deadline = time.monotonic() + _COMMIT_RETRY_S
+        with self._commit_lock:
+            while True:
+                meta = self._consumer.group_metadata()
+                failure = self.planner.commit(self.options.group_id, meta.generation_id, meta.member_id, offsets)
+                if failure is None:
+                    return
+                if time.monotonic() > deadline:
+                    raise SourceError(f"{self.url}: cannot commit for group {self.options.group_id!r} for "
+                                      f"{_COMMIT_RETRY_S:.0f} s: {failure}", source=self.url)
+                time.sleep(0.1)
+
+    def close(self):
+        """Commit what the consumer was handed, leave the group and stop the membership thread."""
+        self._closing.set()
+        self._thread.join(30)
+
+
+def _names(tps):
+    return ", ".join(f"{tp.topic}:{tp.partition}" for tp in sorted(tps))
+
+
+def _listener(member):
+    """kafka-python's rebalance callbacks (run on its IO thread) for ``member``."""
+    from kafka import ConsumerRebalanceListener
+
+    class Listener(ConsumerRebalanceListener):
+        def on_partitions_assigned(self, assigned):
+            member._consumer.pause(*assigned)  # the consumer never fetches: ingest's workers do
+            member.assign(assigned)
+
+        def on_partitions_revoked(self, revoked):
+            if revoked:
+                member.revoke(set(revoked))
+
+        def on_partitions_lost(self, lost):
+            if lost:
+                log.warning("%s: consumer group %r dropped this reader; partitions %s go on elsewhere", member.url,
+                            member.options.group_id, _names(lost))
+                member.revoke(set(lost), lost=True)
+
+    return Listener()
