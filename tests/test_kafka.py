@@ -130,6 +130,32 @@ def test_errors(source):
         forever.kafka(until="forever").startup()
 
 
+def test_group_membership_refuses_what_needs_fixed_units(source, tmp_path):
+    """What cannot be combined with joining a consumer group is a ConfigError naming it, before any thread starts."""
+    bootstrap, text_topic, _, text, _ = source
+    url = f"kafka://{bootstrap}/{text_topic}"
+
+    def member(paths=(url,), **options):
+        return ingest.DataReader("k", list(paths), **options).feature("item", "sparse").kafka(group_id="g")
+
+    refused = {"reads files too": member([url, str(text)]),
+               "shard": member().shard(0, 2),
+               "commits": member(enable_state=True),
+               "fixed set of units": member().deterministic(True),
+               "name partitions": member([url, f"{url}:1"])}
+    for why, reader in refused.items():
+        with pytest.raises(ConfigError, match=why):
+            reader.startup()
+    plain = ingest.DataReader("k", [str(text)], enable_state=True).feature("item", "sparse").startup()
+    with pytest.raises(ConfigError, match="commits"):
+        member().restore(plain.state()).startup()
+    plain.shutdown()
+    with pytest.raises(ConfigError, match="fixed set of units"):
+        member().epochs(2).startup()
+    with pytest.raises(ConfigError, match="commit\\(\\) needs"):
+        ingest.DataReader("k", [url]).feature("item", "sparse").startup().commit()
+
+
 def test_produce_then_read_back(services, tmp_path, capsys):
     """``ingest produce`` writes whole groups (text) or records (pb) per message; reading the topic gives the file."""
     from ingest.cli import main as ingest_main
