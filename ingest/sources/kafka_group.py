@@ -84,6 +84,7 @@ class GroupMember:
         self._queue = collections.deque()  # leases waiting for a parse worker
         self._chains = {}                  # tp -> its leases, oldest first, from the first not yet delivered
         self._added = []                   # assigned by the listener, not yet made units
+        self._owned = set()                # assigned and not revoked
         self._next_index = 0
         self._settled = False              # no rebalance under way since the last poll (callbacks included)
         self._callbacks = 0                # rebalance callbacks so far
@@ -159,6 +160,8 @@ class GroupMember:
 
     def _queue_lease(self, tp, unit):
         with self._cond:
+            if tp not in self._owned:  # revoked meanwhile
+                return
             lease = Lease(self, tp, None)
             lease.unit = dataclasses.replace(unit, index=self._next_index, lease=lease)
             self._next_index += 1
@@ -211,6 +214,7 @@ class GroupMember:
         log.info("%s: group %r assigned %s", self.url, self.options.group_id, _names(tps))
         with self._cond:
             self._added.extend(sorted(tps))
+            self._owned.update(tps)
             self._callbacks += 1
             self._settled = False
 
@@ -222,20 +226,22 @@ class GroupMember:
         with self._cond:
             self._callbacks += 1
             self._settled = False
+            self._owned.difference_update(tps)
             leases = [lease for tp in tps for lease in self._chains.get(tp, ())]
             for lease in leases:
                 lease.revoked.set()
             self._queue = collections.deque(lease for lease in self._queue if lease.tp not in tps)
             self._added = [tp for tp in self._added if tp not in tps]
-        drained = self._drain([lease for lease in leases if lease.taken_at is not None])
         if not lost:
+            drained = self._drain([lease for lease in leases if lease.taken_at is not None])
             if not drained and not self.pipeline.stop.is_set():
                 log.warning("%s: partitions %s revoked from group %r: the consumer did not take the batches read "
                             "before the cut within %.0f s; committing what it was handed (the rest may be "
                             "delivered twice)", self.url, _names(tps),
                             self.options.group_id, self.drain_s)
             positions = {tp: self._position(tp) for tp in tps if tp in self._chains}
-            log.info("%s: group %r: committing %s", self.url, self.options.group_id, positions)
+            log.info("%s: group %r: committing %s", self.url, self.options.group_id,
+                     ", ".join(f"{tp.topic}:{tp.partition}@{o}+{w}" for tp, (o, w, _) in sorted(positions.items())))
             self._commit(positions)
         with self._cond:
             for tp in tps:
@@ -281,8 +287,8 @@ class GroupMember:
     def commit(self):
         """Commit what the consumer was handed in every partition held."""
         with self._cond:
-            held = list(self._chains)
-        self._commit({tp: self._position(tp) for tp in held})
+            positions = {tp: self._position(tp) for tp in self._chains}
+        self._commit(positions)
 
     def _commit(self, positions):
         if not positions:
