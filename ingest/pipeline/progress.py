@@ -60,6 +60,11 @@ class Progress:
         """Whether every sample of the unit in that epoch was delivered."""
         return epoch < self.epoch or index in self.done.get(epoch, ())
 
+    def forget(self, epoch, index):
+        """Drop a done unit that nobody will ask about again (a Kafka group member's finished leases)."""
+        with self._lock:
+            self.done.get(epoch, set()).discard(index)
+
     def resume(self, epoch, index):
         """``(position, rows)`` where the unit of that epoch continues, or None to read it from its start."""
         return self.partial.get((epoch, index))

@@ -165,7 +165,10 @@ class GroupMember:
             lease = Lease(self, tp, None)
             lease.unit = dataclasses.replace(unit, index=self._next_index, lease=lease)
             self._next_index += 1
-            self._chains.setdefault(tp, []).append(lease)
+            chain = self._chains.setdefault(tp, [])
+            while chain and self.progress.delivered(0, chain[0].unit.index):  # delivered in order: forget them
+                self.progress.forget(0, chain.pop(0).unit.index)
+            chain.append(lease)
             self._queue.append(lease)
             self._cond.notify_all()
 
@@ -274,7 +277,7 @@ class GroupMember:
 
     def _position(self, tp):
         """``(offset, byte in message, rows of that group)`` the consumer was handed up to in a partition."""
-        chain = self._chains[tp]
+        chain = self._chains[tp]  # after a yield the previous lease may still be in flight
         for lease in chain:
             if not self.progress.delivered(0, lease.unit.index):
                 where = self.progress.resume(0, lease.unit.index) or lease.unit.resume
