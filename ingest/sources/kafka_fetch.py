@@ -192,12 +192,8 @@ class Cluster:
                 ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
                     partition_index=tp.partition, current_leader_epoch=-1, timestamp=timestamp)
                 for tp in asked if tp.topic == topic]) for topic in {tp.topic for tp in asked}]
-            conn = self.connect(*leader)
-            try:
-                got = conn.call(ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=topics),
-                                ListOffsetsResponse, 4)
-            finally:
-                conn.close()
+            got = self._ask(leader, ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=topics),
+                            ListOffsetsResponse, 4)
             for t in got.topics:
                 for answer in t.partitions:
                     if answer.error_code:
@@ -220,6 +216,14 @@ class Cluster:
             got = self._list([tp for tp in times if times[tp] == t], t)
             out.update({tp: None if o is None else OffsetAndTimestamp(o, t, -1) for tp, o in got.items()})
         return out
+
+    def _ask(self, address, request, response_class, version):
+        """The response of the broker at ``(host, port)`` to one request, over a connection of its own."""
+        conn = self.connect(*address)
+        try:
+            return conn.call(request, response_class, version)
+        finally:
+            conn.close()
 
     def _any_broker(self, ask):
         """``ask(connection)`` answered by the first broker that takes a connection; OSError when none does."""
@@ -254,13 +258,10 @@ class Cluster:
             partition_index=tp.partition, committed_offset=offset, committed_leader_epoch=-1,
             committed_metadata=meta) for tp, (offset, meta) in offsets.items() if tp.topic == topic])
             for topic in sorted({tp.topic for tp in offsets})]
-        conn = self.connect(found.host, found.port)
-        try:
-            got = conn.call(OffsetCommitRequest(group_id=group, generation_id_or_member_epoch=generation,
-                                                member_id=member_id, group_instance_id=None, topics=topics),
-                            OffsetCommitResponse, 8)
-        finally:
-            conn.close()
+        got = self._ask((found.host, found.port),
+                        OffsetCommitRequest(group_id=group, generation_id_or_member_epoch=generation,
+                                            member_id=member_id, group_instance_id=None, topics=topics),
+                        OffsetCommitResponse, 8)
         for t in got.topics:
             for answer in t.partitions:
                 if answer.error_code:
