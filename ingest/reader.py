@@ -393,7 +393,7 @@ class DataReader:
                 or self._shuffle is not None:
             why = "deterministic, keep_sample, pause, epochs and shuffle need a fixed set of units"
         elif self._kafka.client != "direct":
-            why = "a member commits over ingest's own connections, which the direct client's settings describe"
+            why = "a member commits over ingest's own PLAINTEXT connections: it needs client='direct'"
         if why is not None:
             raise ConfigError(f"reader {self.name!r}: kafka(group_id={self._kafka.group_id!r}) on topic URLs joins "
                               f"the consumer group, but {why}")
@@ -472,8 +472,9 @@ class DataReader:
         """The position after the last sample handed to the consumer, as bytes (docs/state.md).
 
         Needs ``enable_state=True`` and ``startup()``.  Costs no pipeline drain: it describes what
-        was delivered, whatever the threads have read ahead; it may be taken from any thread.  With ``kafka(group_id=...)`` the Kafka
-        positions are also committed to the consumer group."""
+        was delivered, whatever the threads have read ahead; it may be taken from any thread.  With
+        ``kafka(group_id=...)`` and partitions named in the URLs the Kafka positions are also committed to the
+        group (a group member has no state: ``commit()``)."""
         if self._member is not None:
             raise ConfigError(f"reader {self.name!r}: a consumer group member has no state of its own: its positions "
                               f"are the group's commits (reader.commit())")

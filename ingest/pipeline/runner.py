@@ -314,7 +314,7 @@ class Pipeline:
             workers = 0
             while workers < self.threads:
                 item = self._get(self.block_queues[0], self.rounds)
-                if item is FLUSH:  # from the rounds, or after a revoked unit
+                if item is FLUSH:  # from the rounds, or flush()
                     yield item
                     continue
                 if item is _WORKER_DONE:

@@ -238,7 +238,7 @@ class KafkaStream(io.RawIOBase):
             got = self._ahead.take()
             if got is None:
                 return False
-            if not got and self._lease is not None and self._lease.should_stop(caught_up=True):
+            if not got and self._byte == 0 and self._lease is not None and self._lease.should_stop(caught_up=True):
                 self._cut = True
                 return False
             for messages in got:
