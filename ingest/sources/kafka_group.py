@@ -87,6 +87,7 @@ class GroupMember:
         self._owned = set()                # assigned and not revoked
         self._next_index = 0
         self._settled = False              # no rebalance under way since the last poll (callbacks included)
+        self._settled_at = time.monotonic()  # when _settled was last True (or the member started)
         self._callbacks = 0                # rebalance callbacks so far
         self._error = None
         self._closing = threading.Event()
@@ -127,6 +128,8 @@ class GroupMember:
                 stable = self._consumer.group_metadata().state == "<stable>"
                 with self._cond:
                     self._settled = stable and self._callbacks == seen
+                    if self._settled:
+                        self._settled_at = time.monotonic()
                     self._cond.notify_all()
         except BaseException as exc:  # noqa: BLE001 - travels to the consumer through next_unit
             with self._cond:
@@ -191,7 +194,11 @@ class GroupMember:
 
     def _caught_up(self):
         """Every partition assigned in a settled generation was read to its end offset (under ``_cond``)."""
-        if self.options.until == "forever" or not self._settled or self._added:
+        if self.options.until == "forever" or self._added:
+            return False
+        # a membership that never settles again (kafka-python stopped heartbeating once in CI) must not keep a
+        # caught-up reader waiting for ever: after a session timeout the partitions are someone else's anyway
+        if not self._settled and time.monotonic() - self._settled_at < 2 * self.drain_s:
             return False
         return all(lease.closed.is_set() for chain in self._chains.values() for lease in chain)
 
