@@ -85,14 +85,10 @@ def kafka_units(url, options, first_index):
     """The work units of a kafka:// URL: ``WorkUnit``s whose ``position`` is ``(start offset, end offset (None:
     forever), client, consumer settings)``."""
     from kafka import TopicPartition
-
-    from .files import WorkUnit
     brokers, topic, chosen = parse_kafka_url(url)
     planner = Cluster(brokers, options.config) if options.client == "direct" else consumer(brokers, options.config)
     try:
-        known = planner.partitions_for_topic(topic)
-        if not known:
-            raise SourceError(f"{url}: no topic {topic!r} on the brokers", source=url)
+        known = topic_partitions(planner, topic, url)
         missing = sorted(set(chosen or ()) - known)
         if missing:
             raise SourceError(f"{url}: topic {topic!r} has no partition {missing} (it has {sorted(known)})",
@@ -105,7 +101,7 @@ def kafka_units(url, options, first_index):
             group = KafkaGroup(brokers, options)
             try:
                 for tp in tps:
-                    committed = group.committed(tp)
+                    committed = committed_position(group.consumer, tp)
                     if committed is not None:
                         starts[tp], resume[tp] = committed
             finally:
@@ -114,11 +110,24 @@ def kafka_units(url, options, first_index):
         planner.close()
     netloc = ",".join(brokers)
     forever = options.until == "forever"
-    return [WorkUnit(first_index + i, f"kafka://{netloc}/{topic}:{tp.partition}", 0, None, None, None,
-                     position=(starts[tp], None if forever else ends[tp], options.client,
-                               tuple(sorted(options.config.items()))),
-                     resume=resume.get(tp))
+    return [partition_unit(first_index + i, netloc, tp, starts[tp], None if forever else ends[tp], options,
+                           resume.get(tp))
             for i, tp in enumerate(tps)]
+
+
+def topic_partitions(planner, topic, url):
+    """The partition numbers of ``topic``; a SourceError when the brokers have no such topic."""
+    known = planner.partitions_for_topic(topic)
+    if not known:
+        raise SourceError(f"{url}: no topic {topic!r} on the brokers", source=url)
+    return known
+
+
+def partition_unit(index, netloc, tp, start, end, options, resume=None):
+    """The work unit reading partition ``tp`` from offset ``start`` up to ``end`` (None: forever)."""
+    from .files import WorkUnit
+    return WorkUnit(index, f"kafka://{netloc}/{tp.topic}:{tp.partition}", 0, None, None, None,
+                    position=(start, end, options.client, tuple(sorted(options.config.items()))), resume=resume)
 
 
 def plan_offsets(planner, tps, start, ends=None):
@@ -136,8 +145,16 @@ def plan_offsets(planner, tps, start, ends=None):
 _META = "ingest:"
 
 
-def _from_commit(committed):
-    """(start offset, resume point or None) of a committed OffsetAndMetadata."""
+def commit_metadata(within, rows):
+    """The metadata of a commit: where in the message at the committed offset delivery stopped."""
+    return f"{_META}{within}:{rows}"
+
+
+def committed_position(group_consumer, tp):
+    """(start offset, resume point or None) committed to a consumer's group for a partition, or None."""
+    committed = group_consumer.committed(tp, metadata=True)
+    if committed is None or committed.offset < 0:
+        return None
     meta = committed.metadata or ""
     if meta.startswith(_META):
         within, rows = (int(v) for v in meta[len(_META):].split(":"))
@@ -147,22 +164,18 @@ def _from_commit(committed):
 
 
 class KafkaGroup:
-    """The consumer group of ``kafka(group_id=...)``: its committed positions, and commits of the reader's
-    (a consumer of the group that never subscribes)."""
+    """The consumer group of ``kafka(group_id=...)`` with a fixed assignment: its committed positions
+    (``committed_position(group.consumer, tp)``) and commits of the reader's (a consumer of the group that
+    never subscribes)."""
 
     def __init__(self, brokers, options):
         self.consumer = consumer(brokers, {**options.config, "group_id": options.group_id})
-
-    def committed(self, tp):
-        """(start offset, resume point or None) committed for a partition, or None."""
-        got = self.consumer.committed(tp, metadata=True)
-        return _from_commit(got) if got is not None and got.offset >= 0 else None
 
     def commit(self, positions):
         """``positions``: ``{(topic, partition): (offset, within, rows)}``."""
         from kafka import TopicPartition
         from kafka.structs import OffsetAndMetadata
-        self.consumer.commit({TopicPartition(t, p): OffsetAndMetadata(o, f"{_META}{w}:{r}", -1)
+        self.consumer.commit({TopicPartition(t, p): OffsetAndMetadata(o, commit_metadata(w, r), -1)
                               for (t, p), (o, w, r) in positions.items()})
 
     def close(self):

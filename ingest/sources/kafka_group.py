@@ -25,7 +25,8 @@ import threading
 import time
 
 from ..errors import SourceError
-from .kafka import _META, KafkaOptions, _from_commit, consumer, plan_offsets
+from .kafka import (KafkaOptions, commit_metadata, committed_position, consumer, partition_unit, plan_offsets,
+                    topic_partitions)
 
 __all__ = ["GroupMember", "Lease"]
 
@@ -68,7 +69,8 @@ class GroupMember:
     the consumer was handed."""
 
     def __init__(self, brokers, topics, options: KafkaOptions, planner):
-        self.url = f"kafka://{','.join(brokers)}"
+        self.netloc = ",".join(brokers)
+        self.url = f"kafka://{self.netloc}"
         self.brokers = brokers
         self.topics = topics
         self.options = options
@@ -99,10 +101,7 @@ class GroupMember:
         from kafka import TopicPartition
         out = []
         for topic in self.topics:
-            known = self.planner.partitions_for_topic(topic)
-            if not known:
-                raise SourceError(f"{self.url}: no topic {topic!r} on the brokers", source=self.url)
-            out.extend(TopicPartition(topic, p) for p in sorted(known))
+            out.extend(TopicPartition(topic, p) for p in sorted(topic_partitions(self.planner, topic, self.url)))
         return out
 
     def start(self, pipeline):
@@ -146,20 +145,15 @@ class GroupMember:
     def _make_units(self):
         """Leases for the partitions assigned since the last poll, from the group's committed positions
         (exact, when ingest committed them) or the reader's start."""
-        from .files import WorkUnit
         with self._cond:
             added, self._added = self._added, []
         if not added:
             return
         starts = plan_offsets(self.planner, added, self.options.start)
         for tp in added:
-            got = self._consumer.committed(tp, metadata=True)
-            start, resume = (starts[tp], None) if got is None or got.offset < 0 else _from_commit(got)
+            start, resume = committed_position(self._consumer, tp) or (starts[tp], None)
             end = None if self.options.until == "forever" else max(start, self._ends.get(tp, start))
-            self._queue_lease(tp, WorkUnit(0, f"{self.url}/{tp.topic}:{tp.partition}", 0, None, None, None,
-                                           position=(start, end, self.options.client,
-                                                     tuple(sorted(self.options.config.items()))),
-                                           resume=resume))
+            self._queue_lease(tp, partition_unit(0, self.netloc, tp, start, end, self.options, resume))
 
     def _queue_lease(self, tp, unit):
         with self._cond:
@@ -303,7 +297,7 @@ class GroupMember:
     def _commit(self, positions):
         if not positions:
             return
-        offsets = {tp: (o, f"{_META}{w}:{r}") for tp, (o, w, r) in positions.items()}
+        offsets = {tp: (o, commit_metadata(w, r)) for tp, (o, w, r) in positions.items()}
         deadline = time.monotonic() + _COMMIT_RETRY_S
         with self._commit_lock:
             while True:
