@@ -129,6 +129,7 @@ class Pipeline:
         self.on_skip = on_skip
         self.stats = stats
         self.stop = threading.Event()
+        self._handing = threading.Lock()  # a batch handed over and its marks applied, or refused after close()
         nq = threads if deterministic else 1
         self.block_queues = [queue.Queue(queue_blocks * (1 if deterministic else threads)) for _ in range(nq)]
         self.out = queue.Queue(prefetch)
@@ -375,16 +376,21 @@ class Pipeline:
             if isinstance(item, IngestError):
                 raise item
             raise IngestError(f"reader pipeline failed: {item!r}") from item
-        if self.progress is not None:
-            self.progress.apply(item.marks, item.size)
+        with self._handing:
+            if self.stop.is_set():  # closed meanwhile: what close() left in progress (a group's commit) excludes it
+                raise ReaderClosedError("the reader was shut down")
+            if self.progress is not None:
+                self.progress.apply(item.marks, item.size)
         if self.rounds is not None:
             item.release_groups = _GroupRelease(self.rounds, item.pieces)
             self._handed = item
         return item
 
     def close(self, timeout=10.0):
-        """Stop every thread and wait for them; safe to call twice."""
+        """Stop every thread and wait for them; safe to call twice.  No batch is handed over once it returns."""
         self.stop.set()
+        with self._handing:  # a batch being handed over has its marks applied before progress is read
+            pass
         for q in self.block_queues + [self.out]:
             with contextlib.suppress(queue.Empty):
                 while True:

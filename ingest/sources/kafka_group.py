@@ -35,16 +35,18 @@ log = logging.getLogger(__name__)
 SLICE_S = 5.0        # a live partition holds a thread at most this long while others wait
 _POLL_MS = 100       # the membership thread's poll: how soon new assignments become units
 _COMMIT_RETRY_S = 10.0
+_REJOINS = 3         # consumers replaced in a row whose membership never settled: then the reader fails
 
 
 class Lease:
     """One stretch of a partition read by this member, as the work unit ``unit``: from its start to
     ``end``, the offset after the last message its stream read (set when the stream closes)."""
 
-    def __init__(self, member, tp, unit):
+    def __init__(self, member, tp, assignment):
         self.member = member
         self.tp = tp
-        self.unit = unit
+        self.assignment = assignment      # which assignment of the partition to this member it reads for
+        self.unit = None
         self.revoked = threading.Event()  # the partition was taken away: stop at the next message boundary
         self.taken_at = None              # when a parse worker took it
         self.end = None
@@ -77,6 +79,7 @@ class GroupMember:
         self.planner = planner          # offsets and commits over ingest's own connections (a Cluster)
         config = options.config
         self.drain_s = config.get("session_timeout_ms", 45000) / 2000
+        self.stuck_s = 4 * self.drain_s  # unsettled this long (no drain of ours under way): a new consumer rejoins
         self.progress = None
         self.pipeline = None
         self._ends = {}                 # caught_up: the end offsets seen at startup
@@ -85,11 +88,14 @@ class GroupMember:
         self._cond = threading.Condition()
         self._queue = collections.deque()  # leases waiting for a parse worker
         self._chains = {}                  # tp -> its leases, oldest first, from the first not yet delivered
-        self._added = []                   # assigned by the listener, not yet made units
-        self._owned = set()                # assigned and not revoked
+        self._added = []                   # (partition, assignment) given by the listener, not yet made units
+        self._owned = {}                   # partition -> its assignment (a number) while not revoked
+        self._assignments = 0
         self._next_index = 0
         self._settled = False              # no rebalance under way since the last poll (callbacks included)
-        self._settled_at = time.monotonic()  # when _settled was last True (or the member started)
+        self._settled_at = time.monotonic()  # when _settled was last True, or a drain of ours or a rejoin ended
+        self._revoking = 0                 # revocations under way (their drains hold the rebalance up)
+        self._rejoining = False            # a stuck consumer is being replaced: its commits may be refused
         self._callbacks = 0                # rebalance callbacks so far
         self._error = None
         self._closing = threading.Event()
@@ -110,15 +116,20 @@ class GroupMember:
         self._thread.start()
 
     # -- the membership thread ------------------------------------------------------------------
-    def _run(self):
+    def _subscribe(self):
         from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
+        settings = {"partition_assignment_strategy": (CooperativeStickyAssignor,), **self.options.config,
+                    "group_id": self.options.group_id, "auto_offset_reset": "earliest"}  # never fetches
+        member = consumer(self.brokers, settings)
+        for topic in self.topics:  # the first assignment then covers every partition
+            member.partitions_for_topic(topic)
+        member.subscribe(self.topics, listener=_listener(self))
+        return member
+
+    def _run(self):
         try:
-            settings = {"partition_assignment_strategy": (CooperativeStickyAssignor,), **self.options.config,
-                        "group_id": self.options.group_id, "auto_offset_reset": "earliest"}  # never fetches
-            self._consumer = consumer(self.brokers, settings)
-            for topic in self.topics:  # the first assignment then covers every partition
-                self._consumer.partitions_for_topic(topic)
-            self._consumer.subscribe(self.topics, listener=_listener(self))
+            self._consumer = self._subscribe()
+            rejoins = 0
             while not self._closing.is_set():
                 self._consumer.poll(timeout_ms=_POLL_MS)  # joins and rebalances run their callbacks within
                 with self._cond:
@@ -129,7 +140,16 @@ class GroupMember:
                     self._settled = stable and self._callbacks == seen
                     if self._settled:
                         self._settled_at = time.monotonic()
+                        rejoins = 0
+                    stuck = not self._settled and not self._revoking and \
+                        time.monotonic() - self._settled_at > self.stuck_s
                     self._cond.notify_all()
+                if stuck:
+                    rejoins += 1
+                    if rejoins > _REJOINS:
+                        raise SourceError(f"the membership did not settle in {_REJOINS + 1} consumers in a row, "
+                                          f"{self.stuck_s:.0f} s each", source=self.url)
+                    self._rejoin()
         except BaseException as exc:  # noqa: BLE001 - travels to the consumer through next_unit
             with self._cond:
                 self._error = exc
@@ -142,6 +162,27 @@ class GroupMember:
                 except Exception as exc:  # noqa: BLE001 - the reader is stopping; nothing to hand the error to
                     log.warning("%s: leaving consumer group %r: %s", self.url, self.options.group_id, exc)
 
+    def _rejoin(self):
+        """Replace a consumer whose membership stopped settling (kafka-python 3.0 was seen to send no SyncGroup
+        after a join, never heartbeating again): it leaves the group, revoking (draining, committing) what it
+        held, and a new consumer joins."""
+        log.warning("%s: group %r: the membership did not settle for %.0f s; rejoining with a new consumer",
+                    self.url, self.options.group_id, self.stuck_s)
+        self._rejoining = True
+        try:
+            self._consumer.close(timeout_ms=1000 * self.drain_s)
+        except Exception as exc:  # noqa: BLE001 - the old consumer is dropped either way
+            log.warning("%s: group %r: closing the stuck consumer: %s", self.url, self.options.group_id, exc)
+        finally:
+            self._rejoining = False
+        with self._cond:
+            held = set(self._owned)
+        if held:  # the close did not revoke them: not committed, they may be read again elsewhere
+            self.revoke(held, lost=True)
+        self._consumer = self._subscribe()
+        with self._cond:
+            self._settled_at = time.monotonic()
+
     def _make_units(self):
         """Leases for the partitions assigned since the last poll, from the group's committed positions
         (exact, when ingest committed them) or the reader's start."""
@@ -149,17 +190,18 @@ class GroupMember:
             added, self._added = self._added, []
         if not added:
             return
-        starts = plan_offsets(self.planner, added, self.options.start)
-        for tp in added:
+        starts = plan_offsets(self.planner, [tp for tp, _ in added], self.options.start)
+        for tp, assignment in added:
             start, resume = committed_position(self._consumer, tp) or (starts[tp], None)
             end = None if self.options.until == "forever" else max(start, self._ends.get(tp, start))
-            self._queue_lease(tp, partition_unit(0, self.netloc, tp, start, end, self.options, resume))
+            self._queue_lease(tp, assignment, partition_unit(0, self.netloc, tp, start, end, self.options, resume))
 
-    def _queue_lease(self, tp, unit):
+    def _queue_lease(self, tp, assignment, unit):
         with self._cond:
-            if tp not in self._owned:  # revoked meanwhile
+            # revoked meanwhile (and maybe assigned again: that assignment plans from the commit of this revocation)
+            if self._owned.get(tp) != assignment:
                 return
-            lease = Lease(self, tp, None)
+            lease = Lease(self, tp, assignment)
             lease.unit = dataclasses.replace(unit, index=self._next_index, lease=lease)
             self._next_index += 1
             chain = self._chains.setdefault(tp, [])
@@ -188,11 +230,7 @@ class GroupMember:
 
     def _caught_up(self):
         """Every partition assigned in a settled generation was read to its end offset (under ``_cond``)."""
-        if self.options.until == "forever" or self._added:
-            return False
-        # a membership that never settles again (kafka-python stopped heartbeating once in CI) must not keep a
-        # caught-up reader waiting for ever: after a session timeout the partitions are someone else's anyway
-        if not self._settled and time.monotonic() - self._settled_at < 2 * self.drain_s:
+        if self.options.until == "forever" or self._added or not self._settled:
             return False
         return all(lease.closed.is_set() for chain in self._chains.values() for lease in chain)
 
@@ -206,7 +244,7 @@ class GroupMember:
         """A live lease that gave its thread up goes on as a new lease, at the back of the queue."""
         if self.options.until == "forever" and not lease.revoked.is_set() and not self._closing.is_set() \
                 and not self.pipeline.stop.is_set():
-            self._queue_lease(lease.tp, dataclasses.replace(lease.unit, resume=None,
+            self._queue_lease(lease.tp, lease.assignment, dataclasses.replace(lease.unit, resume=None,
                                                             position=(lease.end,) + lease.unit.position[1:],
                                                             lease=None))
         with self._cond:
@@ -214,43 +252,49 @@ class GroupMember:
 
     # -- revocation and commits -------------------------------------------------------------------
     def assign(self, tps):
-        """Partitions given to this reader (on kafka-python's IO thread): units at the next poll."""
+        """Partitions given to this reader (on kafka-python's event loop): units at the next poll."""
         log.info("%s: group %r assigned %s", self.url, self.options.group_id, _names(tps))
         with self._cond:
-            self._added.extend(sorted(tps))
-            self._owned.update(tps)
+            self._assignments += 1
+            self._added.extend((tp, self._assignments) for tp in sorted(tps))
+            self._owned.update((tp, self._assignments) for tp in tps)
             self._callbacks += 1
             self._settled = False
 
     def revoke(self, tps, lost=False):
-        """Take partitions away (on kafka-python's IO thread, before they move): cut their streams, wait
+        """Take partitions away (before they move; kafka-python's event loop waits): cut their streams, wait
         until the consumer was handed what was read before the cut, commit it (unless ``lost``: the group
         already gave them to another member)."""
         log.info("%s: group %r revoked %s%s", self.url, self.options.group_id, _names(tps), " (lost)" if lost else "")
         with self._cond:
+            self._revoking += 1
             self._callbacks += 1
             self._settled = False
-            self._owned.difference_update(tps)
+            for tp in tps:
+                self._owned.pop(tp, None)
             leases = [lease for tp in tps for lease in self._chains.get(tp, ())]
             for lease in leases:
                 lease.revoked.set()
             self._queue = collections.deque(lease for lease in self._queue if lease.tp not in tps)
-            self._added = [tp for tp in self._added if tp not in tps]
-        if not lost:
-            drained = self._drain([lease for lease in leases if lease.taken_at is not None])
-            if not drained and not self.pipeline.stop.is_set():
-                log.warning("%s: partitions %s revoked from group %r: the consumer did not take the batches read "
-                            "before the cut within %.0f s; committing what it was handed (the rest may be "
-                            "delivered twice)", self.url, _names(tps),
-                            self.options.group_id, self.drain_s)
-            positions = {tp: self._position(tp) for tp in tps if tp in self._chains}
-            log.info("%s: group %r: committing %s", self.url, self.options.group_id,
-                     ", ".join(f"{tp.topic}:{tp.partition}@{o}+{w}" for tp, (o, w, _) in sorted(positions.items())))
-            self._commit(positions)
-        with self._cond:
-            for tp in tps:
-                self._chains.pop(tp, None)
-            self._cond.notify_all()
+            self._added = [(tp, n) for tp, n in self._added if tp not in tps]
+        try:
+            if not lost:
+                self._drain_and_commit(tps, leases)
+        finally:
+            with self._cond:
+                for tp in tps:
+                    self._chains.pop(tp, None)
+                self._revoking -= 1
+                self._settled_at = time.monotonic()
+                self._cond.notify_all()
+
+    def _drain_and_commit(self, tps, leases):
+        drained = self._drain([lease for lease in leases if lease.taken_at is not None])
+        if not drained and not self.pipeline.stop.is_set():
+            log.warning("%s: partitions %s revoked from group %r: the consumer did not take the batches read "
+                        "before the cut within %.0f s; committing what it was handed (the rest may be "
+                        "delivered twice)", self.url, _names(tps), self.options.group_id, self.drain_s)
+        self._commit({tp: self._position(tp) for tp in tps if tp in self._chains})
 
     def _drain(self, started):
         """Wait until the consumer was handed every sample of the ``started`` leases (their streams cut); False
@@ -286,7 +330,11 @@ class GroupMember:
                     return lease.unit.position[0], 0, 0
                 (offset, within), rows = where
                 return offset, within, rows
-        return chain[-1].end, 0, 0
+        last = chain[-1]
+        if last.end == last.unit.position[0] and last.unit.resume is not None:  # cut before reading on: as it began
+            (offset, within), rows = last.unit.resume
+            return offset, within, rows
+        return last.end, 0, 0
 
     def commit(self):
         """Commit what the consumer was handed in every partition held."""
@@ -297,18 +345,36 @@ class GroupMember:
     def _commit(self, positions):
         if not positions:
             return
+        log.info("%s: group %r: committing %s", self.url, self.options.group_id,  # offset+byte/rows
+                 ", ".join(f"{tp.topic}:{tp.partition}@{o}+{w}/{r}" for tp, (o, w, r) in sorted(positions.items())))
         offsets = {tp: (o, commit_metadata(w, r)) for tp, (o, w, r) in positions.items()}
-        deadline = time.monotonic() + _COMMIT_RETRY_S
         with self._commit_lock:
-            while True:
-                meta = self._consumer.group_metadata()
-                failure = self.planner.commit(self.options.group_id, meta.generation_id, meta.member_id, offsets)
-                if failure is None:
-                    return
-                if time.monotonic() > deadline:
-                    raise SourceError(f"{self.url}: cannot commit for group {self.options.group_id!r} for "
-                                      f"{_COMMIT_RETRY_S:.0f} s: {failure}", source=self.url)
-                time.sleep(0.1)
+            try:
+                self._commit_as_member(offsets, 1.0 if self._rejoining else _COMMIT_RETRY_S)
+            except SourceError as exc:
+                if not self._rejoining:
+                    raise
+                # the stuck consumer is no member any more: a commit of no member, which the coordinator takes
+                # while the group has no member either (else the partitions are read again from their last commit)
+                try:
+                    failure = self.planner.commit(self.options.group_id, -1, "", offsets)
+                except SourceError as again:
+                    failure = again
+                if failure is not None:
+                    log.warning("%s: group %r: %s; then as no member: %s: what was delivered since the last commit "
+                                "may be delivered again", self.url, self.options.group_id, exc, failure)
+
+    def _commit_as_member(self, offsets, retry_s):
+        deadline = time.monotonic() + retry_s
+        while True:
+            meta = self._consumer.group_metadata()
+            failure = self.planner.commit(self.options.group_id, meta.generation_id, meta.member_id, offsets)
+            if failure is None:
+                return
+            if time.monotonic() > deadline:
+                raise SourceError(f"{self.url}: cannot commit for group {self.options.group_id!r} for "
+                                  f"{retry_s:.0f} s: {failure}", source=self.url)
+            time.sleep(0.1)
 
     def close(self):
         """Commit what the consumer was handed, leave the group and stop the membership thread."""
@@ -321,22 +387,40 @@ def _names(tps):
 
 
 def _listener(member):
-    """kafka-python's rebalance callbacks (run on its IO thread) for ``member``."""
-    from kafka import ConsumerRebalanceListener
+    """kafka-python's rebalance callbacks for ``member``.  They run on kafka-python's event loop, which also sends
+    the heartbeats: a revocation's drain (up to ``drain_s``) runs on a thread of its own while the loop goes on."""
+    from kafka import AsyncConsumerRebalanceListener
 
-    class Listener(ConsumerRebalanceListener):
-        def on_partitions_assigned(self, assigned):
+    async def off_loop(work, *args):
+        done, failure = threading.Event(), []
+
+        def run():
+            try:
+                work(*args)
+            except BaseException as exc:  # noqa: BLE001 - re-raised on the event loop, where kafka-python reports it
+                failure.append(exc)
+            finally:
+                done.set()
+
+        threading.Thread(target=run, name="ingest-kafka-revoke", daemon=True).start()
+        while not done.is_set():
+            await member._consumer._net.sleep(0.01)  # kafka-python 3's event-loop sleep (there is no public one)
+        if failure:
+            raise failure[0]
+
+    class Listener(AsyncConsumerRebalanceListener):
+        async def on_partitions_assigned(self, assigned):
             member._consumer.pause(*assigned)  # the consumer never fetches: ingest's workers do
             member.assign(assigned)
 
-        def on_partitions_revoked(self, revoked):
+        async def on_partitions_revoked(self, revoked):
             if revoked:
-                member.revoke(set(revoked))
+                await off_loop(member.revoke, set(revoked))
 
-        def on_partitions_lost(self, lost):
+        async def on_partitions_lost(self, lost):
             if lost:
                 log.warning("%s: consumer group %r dropped this reader; partitions %s go on elsewhere", member.url,
                             member.options.group_id, _names(lost))
-                member.revoke(set(lost), lost=True)
+                member.revoke(set(lost), lost=True)  # nothing to drain or commit: quick
 
     return Listener()
