@@ -6,6 +6,7 @@ import urllib.parse
 from dataclasses import dataclass
 
 import fsspec
+import fsspec.compression
 import fsspec.core
 
 from ..errors import ConfigError, SourceError
@@ -154,17 +155,20 @@ def open_unit(unit):
     A compressed unit is decompressed a few chunks ahead on a thread of its own
     (``ReadAhead``), so that decompression overlaps with parsing.  A whole unit that resumes
     is positioned at ``unit.stream_start`` (a compressed file by decompressing up to there).
-    Not HDFS: hdfs-native holds the GIL for much of a read (a Python thread spinning beside a
-    read slowed to 2/3), and a read-ahead thread halved the throughput of the parse workers.
+    An hdfs-native file is read through one ranged stream (``RangeStream``).  It gets no read-ahead
+    thread when uncompressed: the stream already fetches ahead, and the extra thread halved the
+    throughput of the parse workers.
     """
     if is_kafka(unit.url):
         return KafkaStream(unit)
     try:
-        f = fsspec.open(unit.url, "rb", compression=unit.compression).open()
+        f = fsspec.open(unit.url, "rb").open()
+        if hasattr(f, "read_range_stream"):
+            f = RangeStream(f, unit.url)
+        if unit.compression:
+            f = ReadAhead(fsspec.compression.compr[unit.compression](f, mode="rb"), unit.url, under=f)
     except (OSError, ValueError) as exc:
         raise SourceError(f"{unit.url}: cannot open: {exc}", source=unit.url) from exc
-    if unit.compression:
-        f = ReadAhead(f, unit.url)
     if unit.whole and unit.stream_start:
         skip(f, unit.stream_start, unit.url)
     return f
@@ -185,6 +189,67 @@ def skip(f, n, url):
         left -= got
 
 
+class RangeStream(io.RawIOBase):
+    """A file of hdfs-native read through one ranged stream from the current position to its end (started
+    again after a seek).  Each ``read()`` of hdfs-native asks the DataNode anew: 4 MiB reads moved ~170 MB/s
+    here where one stream moves ~600 MB/s.  A stream dropped part-way (the unit's end) costs nothing."""
+
+    def __init__(self, f, url):
+        super().__init__()
+        self._f = f
+        self._url = url
+        self._size = f.size
+        self._pos = f.tell()
+        self._chunks = None               # the stream's iterator of bytes, from _pos on
+        self._current = memoryview(b"")
+        self._at = 0
+
+    def readable(self):
+        return True
+
+    def seekable(self):
+        return True
+
+    def tell(self):
+        return self._pos
+
+    def seek(self, offset, whence=io.SEEK_SET):
+        target = {io.SEEK_SET: offset, io.SEEK_CUR: self._pos + offset, io.SEEK_END: self._size + offset}[whence]
+        if target != self._pos:
+            self._chunks, self._current, self._at, self._pos = None, memoryview(b""), 0, target
+        return self._pos
+
+    def _next_chunk(self):
+        try:
+            if self._chunks is None:
+                self._chunks = iter(self._f.read_range_stream(self._pos, max(0, self._size - self._pos)))
+            return next(self._chunks, None)
+        except Exception as exc:  # noqa: BLE001 - any failure of the client
+            raise SourceError(f"{self._url}: cannot read at byte {self._pos}: {exc}", source=self._url) from exc
+
+    def readinto(self, b):
+        view = memoryview(b).cast("B")
+        n = 0
+        while n < len(view):
+            if self._at == len(self._current):
+                chunk = self._next_chunk() if self._pos < self._size else None
+                if not chunk:
+                    break
+                self._current, self._at = memoryview(chunk), 0
+            k = min(len(view) - n, len(self._current) - self._at)
+            view[n:n + k] = self._current[self._at:self._at + k]
+            n += k
+            self._at += k
+            self._pos += k
+        return n
+
+    def close(self):
+        if not self.closed:
+            self._chunks = None
+            self._f.close()
+        super().close()
+
+
 class ReadAhead(io.RawIOBase):
     """A stream read ``depth`` chunks ahead by a background thread (``Ahead``); ``readinto`` copies from them.
 
@@ -192,9 +257,10 @@ class ReadAhead(io.RawIOBase):
     ``SourceError`` naming the file, in stream order.  ``close()`` stops and joins the thread.
     """
 
-    def __init__(self, f, url, chunk=4 << 20, depth=2):
+    def __init__(self, f, url, chunk=4 << 20, depth=2, under=None):
         super().__init__()
         self._f = f
+        self._under = under  # the compressed stream, closed too (a GzipFile leaves its file open)
         self._url = url
         self._chunk = chunk
         self._current = memoryview(b"")
@@ -229,6 +295,8 @@ class ReadAhead(io.RawIOBase):
         if not self.closed:
             self._ahead.close()
             self._f.close()
+            if self._under is not None:
+                self._under.close()
         super().close()
 
 
