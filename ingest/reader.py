@@ -555,13 +555,11 @@ class DataReader:
     def shutdown(self):
         """Stop the threads (also when the consumer stopped early); the reader cannot be restarted."""
         if self._pipeline is not None:
-            self._pipeline.close()
+            _close(self._pipeline, self._member)
             self._write_timeline()
         if self._kafka_group is not None:
             self._kafka_group.close()
             self._kafka_group = None
-        if self._member is not None:
-            self._member.close()
         if self._finalizer is not None:
             self._finalizer.detach()
 

@@ -389,3 +389,24 @@ def test_offsets_gone_from_the_broker_are_an_error(services):
     again = ingest.DataReader("k", [url]).feature("a", "sparse").batch_size(5).restore(state)
     with pytest.raises(SourceError, match=f"{topic}:0: cannot fetch from offset 5"):
         again.startup().read_all()
+
+
+def test_a_lease_cut_before_reading_ends_where_it_began():
+    """A group member's lease that resumed inside a message (rows of it delivered) and was cut before reading
+    on ends at that resume point, so its commit and its continuation keep the rows; once it read on, it ends at
+    the message boundary it reached."""
+    from kafka import TopicPartition
+    from ingest.sources.kafka import KafkaOptions, partition_unit
+    from ingest.sources.kafka_group import Lease
+    tp = TopicPartition("t", 2)
+    resume = ((102, 0), 7)
+    lease = Lease(None, tp, 1)
+    lease.unit = partition_unit(0, "b:9092", tp, 102, None, KafkaOptions(), resume)
+    lease.end = 102
+    assert lease.resume_at_end == resume
+    lease.end = 103
+    assert lease.resume_at_end is None
+    plain = Lease(None, tp, 1)
+    plain.unit = partition_unit(0, "b:9092", tp, 102, None, KafkaOptions())
+    plain.end = 102
+    assert plain.resume_at_end is None

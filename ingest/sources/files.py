@@ -189,7 +189,40 @@ def skip(f, n, url):
         left -= got
 
 
-class RangeStream(io.RawIOBase):
+class _Chunked(io.RawIOBase):
+    """A stream whose bytes come as chunks (bytes, None at the end) from ``_next_chunk()``; ``readinto``
+    copies from them, slicing without copies."""
+
+    def __init__(self):
+        super().__init__()
+        self._current = memoryview(b"")
+        self._at = 0      # next byte in _current
+        self._pos = 0     # stream position of the next byte
+
+    def readable(self):
+        return True
+
+    def _next_chunk(self):
+        raise NotImplementedError
+
+    def readinto(self, b):
+        view = memoryview(b).cast("B")
+        n = 0
+        while n < len(view):
+            if self._at == len(self._current):
+                chunk = self._next_chunk()
+                if not chunk:
+                    break
+                self._current, self._at = memoryview(chunk), 0
+            k = min(len(view) - n, len(self._current) - self._at)
+            view[n:n + k] = self._current[self._at:self._at + k]
+            n += k
+            self._at += k
+            self._pos += k
+        return n
+
+
+class RangeStream(_Chunked):
     """A file of hdfs-native read through one ranged stream from the current position to its end (started
     again after a seek).  Each ``read()`` of hdfs-native asks the DataNode anew: 4 MiB reads moved ~170 MB/s
     here where one stream moves ~600 MB/s.  A stream dropped part-way (the unit's end) costs nothing."""
@@ -201,11 +234,6 @@ class RangeStream(io.RawIOBase):
         self._size = f.size
         self._pos = f.tell()
         self._chunks = None               # the stream's iterator of bytes, from _pos on
-        self._current = memoryview(b"")
-        self._at = 0
-
-    def readable(self):
-        return True
 
     def seekable(self):
         return True
@@ -220,28 +248,14 @@ class RangeStream(io.RawIOBase):
         return self._pos
 
     def _next_chunk(self):
+        if self._pos >= self._size:
+            return None
         try:
             if self._chunks is None:
-                self._chunks = iter(self._f.read_range_stream(self._pos, max(0, self._size - self._pos)))
+                self._chunks = iter(self._f.read_range_stream(self._pos, self._size - self._pos))
             return next(self._chunks, None)
         except Exception as exc:  # noqa: BLE001 - any failure of the client
             raise SourceError(f"{self._url}: cannot read at byte {self._pos}: {exc}", source=self._url) from exc
-
-    def readinto(self, b):
-        view = memoryview(b).cast("B")
-        n = 0
-        while n < len(view):
-            if self._at == len(self._current):
-                chunk = self._next_chunk() if self._pos < self._size else None
-                if not chunk:
-                    break
-                self._current, self._at = memoryview(chunk), 0
-            k = min(len(view) - n, len(self._current) - self._at)
-            view[n:n + k] = self._current[self._at:self._at + k]
-            n += k
-            self._at += k
-            self._pos += k
-        return n
 
     def close(self):
         if not self.closed:
@@ -250,8 +264,8 @@ class RangeStream(io.RawIOBase):
         super().close()
 
 
-class ReadAhead(io.RawIOBase):
-    """A stream read ``depth`` chunks ahead by a background thread (``Ahead``); ``readinto`` copies from them.
+class ReadAhead(_Chunked):
+    """A stream read ``depth`` chunks ahead by a background thread (``Ahead``).
 
     Errors of the underlying stream (a corrupt or truncated compressed file) reach the reader as a
     ``SourceError`` naming the file, in stream order.  ``close()`` stops and joins the thread.
@@ -263,12 +277,7 @@ class ReadAhead(io.RawIOBase):
         self._under = under  # the compressed stream, closed too (a GzipFile leaves its file open)
         self._url = url
         self._chunk = chunk
-        self._current = memoryview(b"")
-        self._pos = 0
         self._ahead = Ahead(self._read_chunk, depth, "ingest-readahead")
-
-    def readable(self):
-        return True
 
     def _read_chunk(self, stop):
         try:
@@ -276,20 +285,8 @@ class ReadAhead(io.RawIOBase):
         except Exception as exc:  # noqa: BLE001 - any failure of the underlying stream
             raise SourceError(f"{self._url}: cannot read: {exc}", source=self._url) from exc
 
-    def readinto(self, b):
-        view = memoryview(b).cast("B")
-        n = 0
-        while n < len(view):
-            if self._pos == len(self._current):
-                item = self._ahead.take()
-                if item is None:
-                    break
-                self._current, self._pos = memoryview(item), 0  # slices without copies
-            k = min(len(view) - n, len(self._current) - self._pos)
-            view[n:n + k] = self._current[self._pos:self._pos + k]
-            n += k
-            self._pos += k
-        return n
+    def _next_chunk(self):
+        return self._ahead.take()
 
     def close(self):
         if not self.closed:

@@ -62,6 +62,12 @@ class Lease:
         self.closed.set()
         self.member.lease_closed(self)
 
+    @property
+    def resume_at_end(self):
+        """The resume point within the message at ``end``: the lease's own when its stream was cut before
+        reading past it (the rows of that message it started after are still delivered), else None."""
+        return self.unit.resume if self.end == self.unit.position[0] else None
+
 
 class GroupMember:
     """This reader in the consumer group ``options.group_id`` of ``topics``: hands out work units as partitions
@@ -244,9 +250,9 @@ class GroupMember:
         """A live lease that gave its thread up goes on as a new lease, at the back of the queue."""
         if self.options.until == "forever" and not lease.revoked.is_set() and not self._closing.is_set() \
                 and not self.pipeline.stop.is_set():
-            self._queue_lease(lease.tp, lease.assignment, dataclasses.replace(lease.unit, resume=None,
-                                                            position=(lease.end,) + lease.unit.position[1:],
-                                                            lease=None))
+            self._queue_lease(lease.tp, lease.assignment,
+                              dataclasses.replace(lease.unit, resume=lease.resume_at_end,
+                                                  position=(lease.end,) + lease.unit.position[1:], lease=None))
         with self._cond:
             self._cond.notify_all()
 
@@ -331,8 +337,8 @@ class GroupMember:
                 (offset, within), rows = where
                 return offset, within, rows
         last = chain[-1]
-        if last.end == last.unit.position[0] and last.unit.resume is not None:  # cut before reading on: as it began
-            (offset, within), rows = last.unit.resume
+        if last.resume_at_end is not None:
+            (offset, within), rows = last.resume_at_end
             return offset, within, rows
         return last.end, 0, 0
 
