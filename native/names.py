@@ -4,6 +4,7 @@ Built once per reader in Python (``build_name_table``), probed per feature entry
 parse kernels (``lookup_name``) without creating a Python object.
 """
 import numpy as np
+from numba import njit
 
 from .index import _u
 from .jit import helper
@@ -26,21 +27,26 @@ def lookup_name(buf, i, end, slots, names, name_offsets):
     """Index of the name ``buf[i:end]`` in the table, or -1 when it is not declared."""
     mask = np.uint64(len(slots) - 1)
     s = fnv1a(buf, i, end) & mask
-    n = end - i
     while True:
         f = slots[s]
         if f < 0:
             return -1
-        a = name_offsets[f]
-        if name_offsets[f + 1] - a == n:
-            same = True
-            for k in range(n):
-                if names[a + k] != buf[_u(i + k)]:
-                    same = False
-                    break
-            if same:
-                return f
+        if is_name(buf, i, end, f, names, name_offsets):
+            return f
         s = (s + np.uint64(1)) & mask
+
+
+@njit(nogil=True, cache=True, inline="always")
+def is_name(buf, i, end, f, names, name_offsets):
+    """Whether ``buf[i:end]`` is name ``f`` of the table."""
+    a = name_offsets[f]
+    n = end - i
+    if name_offsets[f + 1] - a != n:
+        return False
+    for k in range(n):
+        if names[_u(a + k)] != buf[_u(i + k)]:
+            return False
+    return True
 
 
 def build_name_table(names):

@@ -16,7 +16,7 @@ from numba import njit
 
 from .index import _u
 from .jit import helper
-from .names import lookup_name
+from .names import is_name, lookup_name
 from .numbers import OK, _load8, scan_int64
 
 # status of decode_chunk
@@ -71,6 +71,7 @@ STATE_SLOTS = 10
 SPARSE = 0
 DENSE = 1
 
+_ONE_BITS = np.uint32(0x3F800000)  # float32 1.0, the value of a sparse value without one
 _TIMESTAMP = np.frombuffer(b"timestamp", np.uint8).copy()
 
 
@@ -184,6 +185,26 @@ def _skip(buf, p, end, wt, field):
     return -1
 
 
+_GUESSES = 64  # Feature entries of a line whose names are remembered (``_declared``)
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _declared(buf, na, nb, slots, names, name_off, guess, k, nth):
+    """``lookup_name`` of a line's ``nth`` Feature entry (counted from 1) in table ``k``.
+
+    Lines of a file mostly name the same features in the same order, so the feature found at
+    this place of the previous line is tried first: one comparison instead of a hash and a probe.
+    """
+    if nth <= _GUESSES:
+        g = guess[k, nth - 1]
+        if g >= 0 and is_name(buf, na, nb, g, names, name_off):
+            return g
+    code = lookup_name(buf, na, nb, slots, names, name_off)
+    if nth <= _GUESSES:
+        guess[k, nth - 1] = code
+    return code
+
+
 @helper
 def _fail(st, code, pos, table, line, feature, got):
     st[S_POS] = pos
@@ -284,8 +305,8 @@ def _finish_group(n, lines0, tab_rows, ntables, line_tok0, line_tok1, refer, den
 
 @helper
 def _decode_record(buf, a, b, simple, label_count, slots, names, name_off, feat, dn_feat, dn_elem_col, tok_feat,
-                   tok_key, tok_hkey, tok_val, line_tok0, line_tok1, refer, tab_rows, dense, labels, timestamps,
-                   sid_bytes, sid_off, group_start, spans, dn_seen, vec, bits, lines0, st):
+                   tok_key, tok_hkey, tok_bits, line_tok0, line_tok1, refer, tab_rows, dense, labels, timestamps,
+                   sid_bytes, sid_off, group_start, spans, dn_seen, vec, bits, lines0, guess, st):
     """One record: a ``SampleGroup``, or a ``SampleSimple`` when ``simple``.  Returns 0 or an error code.
 
     Everything per line, feature and value is decoded in this one function, with only
@@ -293,7 +314,10 @@ def _decode_record(buf, a, b, simple, label_count, slots, names, name_off, feat,
     those atomic operations cost more than decoding a feature.  The top-level fields
     are walked first (sample ids, labels, timestamps, and the span of every line), then
     the lines.  ``feat[c]`` is (kind, index in its kind, table) of declared feature c,
-    ``dn_feat[d]`` (nvec, first element of ``dn_elem_col``) of dense feature d.
+    ``dn_feat[d]`` (nvec, first element of ``dn_elem_col``) of dense feature d.  Token values
+    are written as their float32 bits (``tok_bits``), as they come on the wire.  High keys are
+    written only once a token of the chunk has one (``hk_live``): until then the chunk has
+    none, and its ``tok_hkey`` is not read.
     """
     ntables = tab_rows.shape[0]
     row0 = st[S_NROWS]
@@ -430,6 +454,7 @@ def _decode_record(buf, a, b, simple, label_count, slots, names, name_off, feat,
     # -- the lines -------------------------------------------------------------------------
     ntok = st[S_NTOK]  # kept in a register while tokens are written
     any_hkey = False
+    hk_live = st[S_ANY_HKEY] != 0
     for i in range(nspans):
         k = spans[i, 0]
         if simple:  # every feature_line occurrence merges into the sample's one line
@@ -446,6 +471,7 @@ def _decode_record(buf, a, b, simple, label_count, slots, names, name_off, feat,
                 dense[k, row, c] = 0.0
             for d in range(len(dn_seen)):
                 dn_seen[d] = False
+            nth = 0  # Feature entries of the line so far
         lb = spans[i, 2]
         p = spans[i, 1]
         while p < lb:
@@ -475,6 +501,7 @@ def _decode_record(buf, a, b, simple, label_count, slots, names, name_off, feat,
             if fa < 0:
                 return _fail(st, MALFORMED, fpos, k, line, -1, 0)
             p = fb
+            nth += 1
             # the canonical shape of a declared sparse Feature, in one pass: type (08 01),
             # name (12 n ...), then only values each of exactly key (08 ...) and maybe value
             # (15 ....).  Anything else rolls its tokens back and takes the general path below,
@@ -483,7 +510,7 @@ def _decode_record(buf, a, b, simple, label_count, slots, names, name_off, feat,
                     and buf[_u(fa + 3)] < 0x80 and fa + 4 + np.int64(buf[_u(fa + 3)]) <= fb):
                 na = fa + 4
                 nb = na + np.int64(buf[_u(fa + 3)])
-                code = lookup_name(buf, na, nb, slots, names, name_off)
+                code = _declared(buf, na, nb, slots, names, name_off, guess, k, nth)
                 if code >= 0 and feat[code, 2] == k and feat[code, 0] == SPARSE:
                     fi = feat[code, 1]
                     ntok0 = ntok
@@ -495,18 +522,22 @@ def _decode_record(buf, a, b, simple, label_count, slots, names, name_off, feat,
                         vb = va + np.int64(buf[_u(q + 1)])
                         if buf[_u(q + 1)] >= 0x80 or vb > fb or va >= vb or buf[_u(va)] != 0x08:
                             break
-                        v, r = _varint(buf, va + 1, vb)
-                        if r < 0:
+                        # bounded by the record, not the value, so that the key is read in one
+                        # 8-byte load even when fewer than 8 bytes of the value follow it
+                        v, r = _varint(buf, va + 1, b)
+                        if r < 0 or r > vb:
                             break
-                        value = np.float32(1.0)
+                        vbits = _ONE_BITS
                         if r + 5 == vb and buf[_u(r)] == 0x15:
-                            value = _f32(buf, r + 1, bits)
+                            vbits = _u32(buf, r + 1)
                         elif r != vb:
                             break
-                        tok_feat[ntok] = fi
-                        tok_key[ntok] = np.int64(v)
-                        tok_hkey[ntok] = 0
-                        tok_val[ntok] = value
+                        t = _u(ntok)
+                        tok_feat[t] = fi
+                        tok_key[t] = np.int64(v)
+                        if hk_live:
+                            tok_hkey[t] = 0
+                        tok_bits[t] = vbits
                         ntok += 1
                         q = vb
                     if q == fb:
@@ -547,7 +578,7 @@ def _decode_record(buf, a, b, simple, label_count, slots, names, name_off, feat,
                 return _fail(st, BAD_ENUM, fa, k, line, -1, ftype)
             if na < 0:
                 continue  # no name: cannot be a declared feature
-            code = lookup_name(buf, na, nb, slots, names, name_off)
+            code = _declared(buf, na, nb, slots, names, name_off, guess, k, nth)
             if code < 0 or feat[code, 2] != k:
                 continue
             kind = feat[code, 0]
@@ -576,7 +607,7 @@ def _decode_record(buf, a, b, simple, label_count, slots, names, name_off, feat,
                 q = vb
                 key = np.int64(0)
                 hkey = np.int64(0)
-                value = np.float32(1.0)
+                vbits = _ONE_BITS
                 has_key = False
                 nvec = 0
                 r = va
@@ -589,7 +620,7 @@ def _decode_record(buf, a, b, simple, label_count, slots, names, name_off, feat,
                         has_key = True
                         r = after
                         if r + 5 <= vb and buf[_u(r)] == 0x15:
-                            value = _f32(buf, r + 1, bits)
+                            vbits = _u32(buf, r + 1)
                             r += 5
                 while r < vb:
                     rpos = r
@@ -610,7 +641,7 @@ def _decode_record(buf, a, b, simple, label_count, slots, names, name_off, feat,
                             return _fail(st, WRONG_WIRE_TYPE, rpos, k, line, code, w2)
                         if r + 4 > vb:
                             return _fail(st, MALFORMED, rpos, k, line, code, 0)
-                        value = _f32(buf, r, bits)
+                        vbits = _u32(buf, r)
                         r += 4
                     elif f2 == 3:
                         if w2 == 5:
@@ -648,10 +679,14 @@ def _decode_record(buf, a, b, simple, label_count, slots, names, name_off, feat,
                 else:
                     if not has_key:
                         return _fail(st, MISSING_KEY, va, k, line, code, 0)
+                    if hkey != 0 and not hk_live:  # the chunk's first high key: earlier tokens had none
+                        for t in range(ntok):
+                            tok_hkey[t] = 0
+                        hk_live = True
                     tok_feat[ntok] = fi
                     tok_key[ntok] = key
                     tok_hkey[ntok] = hkey
-                    tok_val[ntok] = value
+                    tok_bits[ntok] = vbits
                     ntok += 1
                     any_hkey |= hkey != 0
         line_tok1[k, row] = ntok
@@ -702,6 +737,8 @@ def decode_chunk(buf, end, final, simple, max_record, stop_on_error, label_count
     sid_off[0] = 0
     one = np.zeros(1, np.float32)
     bits = (one, one.view(np.uint32))
+    tok_bits = tok_val.view(np.uint32)
+    guess = np.full((ntables, _GUESSES), -1, np.int64)
     vec = np.empty(max(1, dn_feat[:, 0].max() if len(dn_feat) else 1), np.float32)
     dn_seen = np.zeros(len(dn_feat), np.bool_)
     spans = np.empty((line_tok0.shape[1], 3), np.int64)
@@ -745,8 +782,8 @@ def decode_chunk(buf, end, final, simple, max_record, stop_on_error, label_count
             saved[k] = tab_rows[k]
         groups0 = st[S_NGROUPS]
         err = _decode_record(buf, a, b, simple, label_count, slots, names, name_off, feat, dn_feat, dn_elem_col,
-                             tok_feat, tok_key, tok_hkey, tok_val, line_tok0, line_tok1, refer, tab_rows, dense, labels,
-                             timestamps, sid_bytes, sid_off, group_start, spans, dn_seen, vec, bits, lines0, st)
+                             tok_feat, tok_key, tok_hkey, tok_bits, line_tok0, line_tok1, refer, tab_rows, dense, labels,
+                             timestamps, sid_bytes, sid_off, group_start, spans, dn_seen, vec, bits, lines0, guess, st)
         if err != 0:
             st[S_NTOK] = ntok
             st[S_NSID] = nsid
