@@ -86,7 +86,7 @@ def _varint(buf, p, end):
 
     One-byte varints take the first branch; up to eight bytes are decoded from one 64-bit
     load (the first byte without a continuation bit ends it; its 7-bit groups are packed
-    with shifts); longer ones (negative numbers) go byte by byte.
+    in three pairwise steps); longer ones (negative numbers) go byte by byte.
     """
     if p < end:
         b = buf[_u(p)]
@@ -99,12 +99,11 @@ def _varint(buf, p, end):
             low = stops & (~stops + np.uint64(1))     # the first stop bit, 1 << (8k + 7)
             k = np.int64(((low >> np.uint64(7)) * _BYTE_INDEX) >> np.uint64(56))
             x &= ((low << np.uint64(1)) - np.uint64(1)) & _LOW_SEVENS
-            v = ((x & np.uint64(0x7F)) | ((x >> np.uint64(1)) & np.uint64(0x3F80))
-                 | ((x >> np.uint64(2)) & np.uint64(0x1FC000)) | ((x >> np.uint64(3)) & np.uint64(0xFE00000))
-                 | ((x >> np.uint64(4)) & np.uint64(0x7F0000000)) | ((x >> np.uint64(5)) & np.uint64(0x3F800000000))
-                 | ((x >> np.uint64(6)) & np.uint64(0x1FC0000000000))
-                 | ((x >> np.uint64(7)) & np.uint64(0xFE000000000000)))
-            return v, p + k + 1
+            # pack the 7-bit groups pairwise: bytes into 14 bits, pairs into 28, halves into 56
+            x = (x & np.uint64(0x007F007F007F007F)) | ((x >> np.uint64(1)) & np.uint64(0x3F803F803F803F80))
+            x = (x & np.uint64(0x00003FFF00003FFF)) | ((x >> np.uint64(2)) & np.uint64(0x0FFFC0000FFFC000))
+            x = (x & np.uint64(0x000000000FFFFFFF)) | ((x >> np.uint64(4)) & np.uint64(0x00FFFFFFF0000000))
+            return x, p + k + 1
     x = np.uint64(0)
     shift = np.uint64(0)
     while p < end and shift < 64:
