@@ -12,6 +12,7 @@ from hypothesis import given, strategies as st
 import ingest
 from ingest import sample_pb2 as pb
 from ingest.features import Schema, make_feature
+from ingest.formats import protobuf as pf
 from ingest.formats.protobuf import ProtobufDecodeError, ProtobufFormat
 from ingest.pipeline.batcher import BatchBuilder, cut_batches
 from ingest.sources.files import WorkUnit
@@ -22,6 +23,21 @@ from pbwire import encode, expected_samples, frame, length_delimited, tag, varin
 SPARSE = {"a": 0, "b": 1, "c": 2}
 DENSE_NVEC = {"d": 3, "e": 2}
 DENSE_TABLE = {"d": 0, "e": 1}
+
+
+@pytest.fixture(autouse=True)
+def _scratch_full_of_garbage(monkeypatch):
+    """The decoder's scratch starts as garbage, not as the zeros of fresh memory: a value the kernel
+    leaves unwritten then shows up in the batches instead of passing as 0."""
+    init = pf._Scratch.__init__
+
+    def init_with_garbage(self, *args):
+        init(self, *args)
+        for name, array in vars(self).items():
+            if name not in ("tab_rows", "st"):  # the kernel's counters start at 0 by contract
+                array.view(np.uint8).fill(0xA5)
+
+    monkeypatch.setattr(pf._Scratch, "__init__", init_with_garbage)
 
 
 def test_generated_code_matches_schema(tmp_path):
@@ -214,6 +230,26 @@ def test_hkeys_come_out_as_pairs(tmp_path):
     [batch] = reader.startup().read_all()
     assert batch["a"].ids.tolist() == [[2 ** 63 - 1, -1], [0, 5]]
     assert schema.tables == 1
+
+
+def test_high_keys_that_first_come_late_in_a_chunk_leave_earlier_ids_whole(tmp_path):
+    """The decoder writes high keys only once a chunk has one: the ids before it must still pair with 0."""
+    groups = []
+    for keys in ([(7, 0), (8, 0)], [(-1, 3), (9, 0)], [(10, 0)]):
+        g = pb.SampleGroup()
+        g.labels.add().values.append(1)
+        f = g.feature_tables.add().feature_lines.add().features.add(type=pb.kSparse, name="a")
+        for key, hkey in keys:
+            v = f.values.add(key=key)
+            if hkey:
+                v.hkey = hkey
+        groups.append(g.SerializeToString())
+    path = tmp_path / "late.pb"
+    path.write_bytes(frame(groups))
+    reader = ingest.DataReader("h", [str(path)], file_type="pb").feature("a", "sparse").batch_size(3)
+    [batch] = reader.startup().read_all()
+    assert batch["a"].ids.tolist() == [[0, 7], [0, 8], [3, -1], [0, 9], [0, 10]]
+    assert batch["a"].offsets.tolist() == [0, 2, 4, 5]
 
 
 # -- golden multi-table batches (FORMATS.md section 3) ---------------------------------------------
