@@ -7,6 +7,19 @@ tokens of a row contiguous, and says where each row's tokens are (``tok0[r]:tok1
 import numpy as np
 from numba import njit
 
+from .index import _u
+
+
+@njit(nogil=True, cache=True, inline="always")
+def _run_end(tok_feat, t, t1):
+    """End of the run of tokens of one feature that starts at ``t``: the values of a feature entry come
+    together, so rows are laid out a run at a time rather than a token at a time."""
+    fid = tok_feat[t]
+    e = t + 1
+    while e < t1 and tok_feat[e] == fid:
+        e += 1
+    return e
+
 
 @njit(nogil=True, cache=True)
 def count_rows(tok_feat, tok0, tok1, nrows, feat_map, cutoff, base, offsets):
@@ -20,10 +33,14 @@ def count_rows(tok_feat, tok0, tok1, nrows, feat_map, cutoff, base, offsets):
     """
     nfeat = offsets.shape[0]
     for r in range(nrows):
-        for t in range(tok0[r], tok1[r]):
+        t = tok0[r]
+        t1 = tok1[r]
+        while t < t1:
+            e = _run_end(tok_feat, t, t1)
             f = feat_map[tok_feat[t]]
             if f >= 0:
-                offsets[f, r + 1] += 1
+                offsets[f, r + 1] += e - t
+            t = e
     for f in range(nfeat):
         lim = abs(cutoff[f])
         offsets[f, 0] = base
@@ -58,16 +75,20 @@ def fill_rows(tok_feat, tok_key, tok_hkey, tok_val, tok0, tok1, nrows, feat_map,
         if not any_cut:
             for f in range(nfeat):
                 cursor[f] = offsets[f, r]
-            for t in range(t0, t1):
+            t = t0
+            while t < t1:
+                e = _run_end(tok_feat, t, t1)
                 f = feat_map[tok_feat[t]]
-                if f < 0:
-                    continue
-                o = cursor[f]
-                keys[o] = tok_key[t]
-                values[o] = tok_val[t]
-                if with_h:
-                    hkeys[o] = tok_hkey[t]
-                cursor[f] = o + 1
+                if f >= 0:
+                    o = cursor[f] - t
+                    for j in range(t, e):  # a plain copy loop, which LLVM vectorizes
+                        keys[_u(o + j)] = tok_key[_u(j)]
+                        values[_u(o + j)] = tok_val[_u(j)]
+                    if with_h:
+                        for j in range(t, e):
+                            hkeys[_u(o + j)] = tok_hkey[_u(j)]
+                    cursor[f] = o + e
+                t = e
             continue
         for f in range(nfeat):
             seen[f] = 0
