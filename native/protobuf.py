@@ -452,7 +452,6 @@ def _decode_record(buf, a, b, simple, label_count, slots, names, name_off, feat,
         nlabels = 1
     # -- the lines -------------------------------------------------------------------------
     ntok = st[S_NTOK]  # kept in a register while tokens are written
-    any_hkey = False
     hk_live = st[S_ANY_HKEY] != 0
     for i in range(nspans):
         k = spans[i, 0]
@@ -687,10 +686,9 @@ def _decode_record(buf, a, b, simple, label_count, slots, names, name_off, feat,
                     tok_hkey[ntok] = hkey
                     tok_bits[ntok] = vbits
                     ntok += 1
-                    any_hkey |= hkey != 0
         line_tok1[k, row] = ntok
         st[S_NTOK] = ntok  # where a rolled-back record's tokens end does not matter
-        if any_hkey:
+        if hk_live:
             st[S_ANY_HKEY] = 1
         if not simple:
             tab_rows[k] = row + 1
