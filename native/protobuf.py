@@ -86,18 +86,22 @@ def _varint(buf, p, end):
 
     One-byte varints take the first branch; up to eight bytes are decoded from one 64-bit
     load (the first byte without a continuation bit ends it; its 7-bit groups are packed
-    in three pairwise steps); longer ones (negative numbers) go byte by byte.
+    in three pairwise steps); longer ones (negative numbers) go byte by byte.  The load is
+    bounded by the buffer, not by ``end``: a short field (a key with no weight after it)
+    takes it too, and a stop found past ``end`` is the same error the byte loop finds.
     """
     if p < end:
         b = buf[_u(p)]
         if b < 0x80:
             return np.uint64(b), p + 1
-    if p + 8 <= end:
+    if p + 8 <= len(buf):
         x = _load8(buf, p)
         stops = ~x & _HIGH_BITS
         if stops != 0:
             low = stops & (~stops + np.uint64(1))     # the first stop bit, 1 << (8k + 7)
             k = np.int64(((low >> np.uint64(7)) * _BYTE_INDEX) >> np.uint64(56))
+            if p + k + 1 > end:
+                return np.uint64(0), -1
             x &= ((low << np.uint64(1)) - np.uint64(1)) & _LOW_SEVENS
             # pack the 7-bit groups pairwise: bytes into 14 bits, pairs into 28, halves into 56
             x = (x & np.uint64(0x007F007F007F007F)) | ((x >> np.uint64(1)) & np.uint64(0x3F803F803F803F80))
@@ -520,10 +524,8 @@ def _decode_record(buf, a, b, simple, label_count, slots, names, name_off, feat,
                         vb = va + np.int64(buf[_u(q + 1)])
                         if buf[_u(q + 1)] >= 0x80 or vb > fb or va >= vb or buf[_u(va)] != 0x08:
                             break
-                        # bounded by the record, not the value, so that the key is read in one
-                        # 8-byte load even when fewer than 8 bytes of the value follow it
-                        v, r = _varint(buf, va + 1, b)
-                        if r < 0 or r > vb:
+                        v, r = _varint(buf, va + 1, vb)
+                        if r < 0:
                             break
                         vbits = _ONE_BITS
                         if r + 5 == vb and buf[_u(r)] == 0x15:
