@@ -173,8 +173,10 @@ def test_produce_then_read_back(services, tmp_path, capsys):
         assert read_synthetic([url], file_type, threads=2) == read_synthetic([str(path)], file_type)
 
 
-def test_broker_restart_mid_read_loses_and_repeats_nothing(services, tmp_path):
-    """The broker is stopped and started again (same data) while a reader is part-way through a topic."""
+@pytest.mark.parametrize("membership", ["fixed", "group"])
+def test_broker_restart_mid_read_loses_and_repeats_nothing(services, tmp_path, membership):
+    """The broker is stopped and started again (same data) while a reader is part-way through a topic: with its
+    partitions fixed, and as the only member of a consumer group (whose coordinator restarts with the broker)."""
     from conftest import ROOT
     bootstrap = services["KAFKA_BOOTSTRAP"]
     text = tmp_path / "r.txt"
@@ -183,7 +185,8 @@ def test_broker_restart_mid_read_loses_and_repeats_nothing(services, tmp_path):
     topic = _topic(bootstrap, [(k % PARTITIONS, b"".join(groups[i:i + 2]))
                                for k, i in enumerate(range(0, len(groups), 2))])
     reader = ingest.DataReader("k", [f"kafka://{bootstrap}/{topic}"]).batch_size(64).prefetch(1)
-    synthetic.declare(reader).kafka(max_partition_fetch_bytes=64 << 10, fetch_max_bytes=64 << 10)
+    group = {"group_id": f"g-{uuid.uuid4().hex[:8]}"} if membership == "group" else {}
+    synthetic.declare(reader).kafka(max_partition_fetch_bytes=64 << 10, fetch_max_bytes=64 << 10, **group)
     got = []
     for i, batch in enumerate(reader.startup()):
         got.extend((s["sid"], str(s)) for s in flatten(batch))
