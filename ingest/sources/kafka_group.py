@@ -331,16 +331,8 @@ class GroupMember:
         chain = self._chains[tp]  # after a yield the previous lease may still be in flight
         for lease in chain:
             if not self.progress.delivered(0, lease.unit.index):
-                where = self.progress.resume(0, lease.unit.index) or lease.unit.resume
-                if where is None:
-                    return lease.unit.position[0], 0, 0
-                (offset, within), rows = where
-                return offset, within, rows
-        last = chain[-1]
-        if last.resume_at_end is not None:
-            (offset, within), rows = last.resume_at_end
-            return offset, within, rows
-        return last.end, 0, 0
+                return _flat(self.progress.resume(0, lease.unit.index) or lease.unit.resume, lease.unit.position[0])
+        return _flat(chain[-1].resume_at_end, chain[-1].end)
 
     def commit(self):
         """Commit what the consumer was handed in every partition held."""
@@ -386,6 +378,14 @@ class GroupMember:
         """Commit what the consumer was handed, leave the group and stop the membership thread."""
         self._closing.set()
         self._thread.join(30)
+
+
+def _flat(resume, offset):
+    """A resume point ``((offset, byte in message), rows)`` as ``(offset, byte, rows)``; None: the start of ``offset``."""
+    if resume is None:
+        return offset, 0, 0
+    (at, within), rows = resume
+    return at, within, rows
 
 
 def _names(tps):
