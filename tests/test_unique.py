@@ -24,25 +24,38 @@ def naive_unique(ids, offsets):
 
 
 _key = st.integers(-3, 3) | st.integers(-2 ** 63, 2 ** 63 - 1)
+_row = st.lists(st.tuples(st.integers(-1, 1) | st.integers(-2 ** 63, 2 ** 63 - 1), _key), max_size=6)
 
 
-@given(rows=st.lists(st.lists(st.tuples(st.integers(-1, 1) | st.integers(-2 ** 63, 2 ** 63 - 1), _key),
-                              max_size=6), max_size=12), pairs=st.booleans())
-def test_kernel_matches_twin(rows, pairs):
-    offsets = np.zeros(len(rows) + 1, np.int64)
-    offsets[1:] = np.cumsum([len(r) for r in rows])
-    flat = [p for r in rows for p in r]
-    ids = np.array(flat, np.int64).reshape(len(flat), 2)
-    if not pairs:
-        ids = np.ascontiguousarray(ids[:, 1])
-    feat = SparseFeature("f", ids, np.ones(len(flat), np.float32), offsets)
-    add_unique_ids(feat, BufferPool(), UniqueScratch())
-    order, inverse, rows_of = naive_unique(ids, offsets)
-    got_u = [tuple(u) for u in feat.unique_ids.tolist()] if pairs else feat.unique_ids.tolist()
-    assert got_u == order
-    assert feat.inverse.tolist() == inverse
-    uo = feat.unique_row_offsets
-    assert [feat.unique_rows[uo[u]:uo[u + 1]].tolist() for u in range(len(order))] == rows_of
+@given(data=st.data(), nrows=st.integers(0, 12), pair=st.lists(st.booleans(), min_size=1, max_size=4))
+def test_kernel_matches_twin(data, nrows, pair):
+    """The sparse features of one table, laid out as the batch builder lays them (the ids of every
+    serialized feature in one array, of every pair feature in another), in one call."""
+    pair = np.array(pair, np.bool_)
+    offsets = np.zeros((len(pair), nrows + 1), np.int64)
+    flat = []
+    for f in range(len(pair)):
+        rows = data.draw(st.lists(_row, min_size=nrows, max_size=nrows))
+        offsets[f, 1:] = np.cumsum([len(r) for r in rows])
+        flat.append([p for r in rows for p in r])
+    counts = np.array([len(ids) for ids in flat], np.int64)
+    as_pairs = [np.array(ids, np.int64).reshape(len(ids), 2) for ids in flat]
+    ids = [a if p else a[:, 1] for a, p in zip(as_pairs, pair)]
+    keys = np.concatenate([np.empty(0, np.int64)] + [a for a, p in zip(ids, pair) if not p])
+    pairs = np.concatenate([np.empty((0, 2), np.int64)] + [a for a, p in zip(ids, pair) if p])
+    key_base = np.zeros(len(pair), np.int64)
+    for f in range(len(pair)):
+        key_base[f] = sum(counts[g] for g in range(f) if pair[g] == pair[f])
+    feats = [SparseFeature(f"f{f}", a, np.ones(len(a), np.float32), offsets[f]) for f, a in enumerate(ids)]
+    add_unique_ids(feats, keys, pairs, pair, key_base, counts, offsets, BufferPool(), UniqueScratch())
+    for f, feat in enumerate(feats):
+        order, inverse, rows_of = naive_unique(feat.ids, offsets[f])
+        got_u = [tuple(u) for u in feat.unique_ids.tolist()] if pair[f] else feat.unique_ids.tolist()
+        assert got_u == order
+        assert feat.inverse.tolist() == inverse
+        uo = feat.unique_row_offsets
+        assert uo[0] == 0 and len(uo) == len(order) + 1
+        assert [feat.unique_rows[uo[u]:uo[u + 1]].tolist() for u in range(len(order))] == rows_of
 
 
 def test_reader_fills_unique_ids_for_every_sparse_feature(tmp_path):

@@ -5,7 +5,7 @@ import numpy as np
 
 from .._native.batch import (copy_dense_ranges, copy_sparse_ranges, count_ranges, feature_bases, group_ranges,
                              refer_ranges, write_indicators)
-from .._native.unique import unique_ids
+from .._native.unique import unique_ids_of_table
 from .pool import BufferPool
 from ..batch import Batch, SparseFeature
 from ..errors import GroupTooLargeError
@@ -71,8 +71,9 @@ class BatchBuilder:
         for t in range(1, self.tables):  # aux rows, plus the empty row padded rows point at
             rows.append(sum(int((hi[:m] - lo[:m]).sum()) for lo, hi, m in (p[t] for p in plans)) + padded)
         found = {}
+        tables = []  # per table, what add_unique_ids takes of it
         for t in range(self.tables):
-            found.update(self._table(t, pieces, plans, rows[t]))
+            found.update(self._table(t, pieces, plans, rows[t], tables))
         features = {s.name: found[s.name] for s in self.schema.specs}
         indicators = []
         for k in range(self.tables - 1):
@@ -106,9 +107,8 @@ class BatchBuilder:
         if self.stats is not None:
             self.stats.stage("batch", t0, t1, size=n)
         if self.unique:
-            for feat in features.values():
-                if isinstance(feat, SparseFeature):
-                    add_unique_ids(feat, self.pool, self.scratch)
+            for table in tables:
+                add_unique_ids(*table, self.pool, self.scratch)
             if self.stats is not None:
                 self.stats.stage("unique", t1, time.perf_counter())
         batch = Batch(n, labels, timestamps, sid_bytes, sid_offsets, features, indicators,
@@ -118,8 +118,9 @@ class BatchBuilder:
             batch.pieces = list(pieces)
         return batch
 
-    def _table(self, t, pieces, plans, rows):
-        """The features of table ``t`` over ``rows`` rows: sparse CSR and dense matrices by name."""
+    def _table(self, t, pieces, plans, rows, tables):
+        """The features of table ``t`` over ``rows`` rows: sparse CSR and dense matrices by name; its sparse
+        features and their buffers go to the list ``tables``."""
         specs = self.sparse[t]
         pair = self.pair[t]
         counts = np.zeros(len(specs), np.int64)
@@ -153,9 +154,13 @@ class BatchBuilder:
         for out in dense:
             out[row:] = 0
         out = {}
+        feats = []
         for f, (spec, kb, vb, c) in enumerate(zip(specs, key_base.tolist(), value_base.tolist(), counts.tolist())):
             ids = pairs[kb:kb + c] if pair[f] else keys[kb:kb + c]
-            out[spec.name] = SparseFeature(spec.name, ids, values[vb:vb + c], offsets[f])
+            feats.append(SparseFeature(spec.name, ids, values[vb:vb + c], offsets[f]))
+            out[spec.name] = feats[-1]
+        if feats:
+            tables.append((feats, keys, pairs, pair, key_base, counts, offsets))
         for spec, arr in zip(self.dense[t], dense):
             out[spec.name] = arr
         return out
@@ -167,46 +172,48 @@ class UniqueScratch:
     def __init__(self):
         self.slots = np.empty(0, np.int32)
         self.hashes = np.empty(0, np.uint64)
-        self.uniq_h = np.empty(0, np.int64)
-        self.counts = np.empty(0, np.int64)
+        self.work_h = np.empty(0, np.int64)
+        self.work_counts = np.empty(0, np.int64)
 
-    def table(self, n):
+    def room(self, n):
+        """The scratch arrays for features of at most ``n`` ids."""
         size = 16
         while size <= 2 * n:
             size *= 2
         if len(self.slots) < size:
             self.slots = np.empty(size, np.int32)
-        if len(self.counts) < n:
+        if len(self.work_counts) < n:
             self.hashes = np.empty(2 * n, np.uint64)
-            self.uniq_h = np.empty(2 * n, np.int64)
-            self.counts = np.empty(2 * n, np.int64)
-        slots = self.slots[:size]
-        slots.fill(-1)
-        return slots, self.hashes, self.uniq_h, self.counts
+            self.work_h = np.empty(2 * n, np.int64)
+            self.work_counts = np.empty(2 * n, np.int64)
+        return self.slots, self.hashes, self.work_h, self.work_counts
 
 
-def add_unique_ids(feat, pool, scratch):
-    """Fill ``unique_ids``, ``inverse``, ``unique_rows`` and ``unique_row_offsets`` of a SparseFeature.
+def add_unique_ids(feats, keys, pairs, pair, key_base, counts, offsets, pool, scratch):
+    """Fill ``unique_ids``, ``inverse``, ``unique_rows`` and ``unique_row_offsets`` of the SparseFeatures
+    ``feats`` of one table, whose ids are ``counts[f]`` from ``key_base[f]`` in ``keys`` (``pairs`` when
+    ``pair[f]``) and whose row offsets are ``offsets[f]``: one kernel call and two leases for them all.
 
-    Two leases per feature: one int32 buffer for inverse and rows, one int64 buffer for the
-    unique ids and their row offsets (both free once the batch and its arrays are gone).
+    One int32 buffer holds every inverse and then every feature's unique rows, one int64 buffer every
+    feature's unique ids and then their row offsets (both free once the batch and its arrays are gone).
     """
-    ids = feat.ids
-    n = len(ids)
-    pairs = ids.ndim == 2
-    slots, hashes, uniq_h, counts = scratch.table(n)
-    small = pool.lease(2 * n, np.int32)
-    feat.inverse, feat.unique_rows = small[:n], small[n:]
-    width = 2 if pairs else 1
-    big = pool.lease(width * n + n + 1, np.int64)
-    uniq = big[:width * n].reshape((n, 2) if pairs else n)
-    row_offsets = big[width * n:]
-    u = unique_ids(ids[:, 0] if pairs else _NO_HKEYS, ids[:, 1] if pairs else ids, feat.offsets, slots,
-                   hashes, uniq_h, uniq[:, 1] if pairs else uniq, feat.inverse, counts, row_offsets, feat.unique_rows)
-    if pairs:
-        uniq[:u, 0] = uniq_h[:u]
-    feat.unique_ids = uniq[:u]
-    feat.unique_row_offsets = row_offsets[:u + 1]
+    width = pair.astype(np.int64) + 1
+    at = np.zeros(len(feats) + 1, np.int64)
+    np.cumsum(counts, out=at[1:])
+    words = np.zeros(len(feats) + 1, np.int64)
+    np.cumsum(counts * width, out=words[1:])
+    total, nwords = int(at[-1]), int(words[-1])
+    small = pool.lease(2 * total, np.int32)
+    big = pool.lease(nwords + total + len(feats), np.int64)
+    nunique = np.empty(len(feats), np.int64)
+    unique_ids_of_table(keys, pairs, pair, key_base, counts, offsets, *scratch.room(int(counts.max(initial=0))),
+                        small, big, nunique)
+    for f, (feat, a, n, w, u) in enumerate(zip(feats, at.tolist(), counts.tolist(), words.tolist(), nunique.tolist())):
+        feat.inverse = small[a:a + n]
+        feat.unique_rows = small[total + a:total + a + n]
+        feat.unique_ids = big[w:w + 2 * u].reshape(u, 2) if pair[f] else big[w:w + u]
+        o = nwords + a + f
+        feat.unique_row_offsets = big[o:o + u + 1]
 
 
 def cut_batches(blocks, builder, *, split_group=True, drop_last=False, on_skip=None, rounds=None):
