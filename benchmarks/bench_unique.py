@@ -1,0 +1,53 @@
+"""Benchmark of per-batch unique ids: what ``unique_ids(True)`` costs the reader, text and pb, 1 and 2 threads.
+
+The readers of ``bench_peers.py`` (every synthetic feature, ``batch_size(1024)``; pb converted with
+``--aux auto``, the user features in table 1), each read without and with unique ids.  Off and on
+alternate run by run (``bench_peers.py`` measures them minutes apart, and the VM's speed moves more
+than the cost over minutes): one warm-up run each, then ``--runs`` rounds; the cost is 1 minus the
+median of the per-round ratios on/off, by wall time and by CPU time of the whole process.  Writes
+``benchmarks/out/bench_unique.json``.
+
+    python benchmarks/bench_unique.py [--samples 120000] [--runs 5]
+"""
+import datetime
+import json
+
+from ingest.convert import convert
+
+from _common import OUT, alternated_runs, arguments, machine, markdown_table, synthetic_file
+from bench_peers import THREADS, ingest_reader
+
+
+def main(argv=None):
+    args = arguments(__doc__).parse_args(argv)
+    text = synthetic_file(args.samples)
+    pb = OUT / f"{text.stem}.pb"
+    aux = set(convert([str(text)], str(pb), aux="auto", log=lambda *_: None)["aux"])
+    inputs = {"text": (text, "txt", set()), "pb": (pb, "pb", aux)}
+    results = {}
+    for name, (path, file_type, aux_of) in inputs.items():
+        for threads in THREADS:
+            results[f"{name} {threads}"] = alternated_runs(
+                {"off": lambda p=path, f=file_type, a=aux_of, t=threads: ingest_reader(p, f, a, t, False),
+                 "on": lambda p=path, f=file_type, a=aux_of, t=threads: ingest_reader(p, f, a, t, True)},
+                args.samples, args.runs)
+    report = {"date": datetime.date.today().isoformat(), "machine": machine(), "samples": args.samples,
+              "runs": args.runs, "aux": sorted(aux), "read": results}
+    (OUT / "bench_unique.json").write_text(json.dumps(report, indent=2) + "\n")
+
+    m = report["machine"]
+    print(f"{args.samples:,} samples, batch_size 1024, median of {args.runs} alternated rounds; "
+          f"{m['nproc']} cores ({m['cpu']}), {report['date']}\n")
+    rows = []
+    for key, r in results.items():
+        name, threads = key.split()
+        off, on = r["off"], r["on"]
+        rows.append([name, threads, f"{off['samples_per_s']:,.0f}", f"{on['samples_per_s']:,.0f}",
+                     f"{1 - on['ratio']:.1%}", f"{1 - on['cpu_ratio']:.1%}"])
+    print(markdown_table(["input", "threads", "samples/s off", "samples/s on", "cost (wall)", "cost (CPU)"],
+                         rows))
+    print(f"JSON: {OUT / 'bench_unique.json'}")
+
+
+if __name__ == "__main__":
+    main()
