@@ -68,44 +68,37 @@ def unique_ids(hkeys, keys, offsets, slots, hashes, uniq_h, uniq_k, inverse, cou
 
 
 @helper
-def unique_ids_of_table(keys, pairs, pair, key_base, counts, offsets, slots, hashes, work_h, work_counts,
+def unique_ids_of_table(keys, pairs, pair, key_base, counts, at, words, offsets, slots, hashes, work_h, work_counts,
                         small, big, nunique):
     """``unique_ids`` for every sparse feature of one table of a batch, in one call.
 
     Feature ``f`` has ``counts[f]`` ids from ``key_base[f]`` in ``keys`` (or ``pairs`` when
-    ``pair[f]``) and row offsets ``offsets[f]``.  With ``a`` the ids of the features before ``f``,
-    ``A`` those of all, ``w`` the id words (2 for pairs) of the features before ``f`` and ``W`` of all:
-    its inverse goes to ``small[a:]``, its unique rows to ``small[A + a:]``, its unique ids to
-    ``big[w:]`` (pairs as (hkey, key) words) and its unique row offsets to ``big[W + a + f:]``;
-    ``nunique[f]`` gets its count.  ``slots`` needs a power of two > 2 max(counts), the work arrays
-    room for max(counts).
+    ``pair[f]``) and row offsets ``offsets[f]``.  ``at[f]`` counts the ids of the features before
+    ``f`` and ``words[f]`` their id words (2 an id for pairs); with ``F`` features, its inverse goes
+    to ``small[at[f]:]``, its unique rows to ``small[at[F] + at[f]:]``, its unique ids to
+    ``big[words[f]:]`` (pairs as (hkey, key) words) and its unique row offsets to
+    ``big[words[F] + at[f] + f:]``; ``nunique[f]`` gets its count.  ``slots`` needs a power of two
+    > 2 max(counts), the work arrays room for max(counts).
     """
-    total = 0
-    for f in range(len(counts)):
-        total += counts[f]
-    words = 0
-    for f in range(len(counts)):
-        words += counts[f] * (2 if pair[f] else 1)
-    a = 0
-    w = 0
-    for f in range(len(counts)):
+    nf = len(counts)
+    for f in range(nf):
         n = counts[f]
         kb = key_base[f]
+        a = at[f]
+        w = words[f]
         size = 16
         while size <= 2 * n:
             size *= 2
         table = slots[:size]
         table[:] = -1
         inverse = small[a:a + n]
-        rows = small[total + a:total + a + n]
-        row_offsets = big[words + a + f:words + a + f + n + 1]
+        rows = small[at[nf] + a:at[nf] + a + n]
+        o = words[nf] + a + f
+        row_offsets = big[o:o + n + 1]
         if pair[f]:
             uniq = big[w:w + 2 * n].reshape((n, 2))
             nunique[f] = unique_ids(pairs[kb:kb + n, 0], pairs[kb:kb + n, 1], offsets[f], table, hashes,
                                     uniq[:, 0], uniq[:, 1], inverse, work_counts, row_offsets, rows)
-            w += 2 * n
         else:
             nunique[f] = unique_ids(keys[:0], keys[kb:kb + n], offsets[f], table, hashes, work_h, big[w:w + n],
                                     inverse, work_counts, row_offsets, rows)
-            w += n
-        a += n

@@ -206,8 +206,8 @@ def add_unique_ids(feats, keys, pairs, pair, key_base, counts, offsets, pool, sc
     small = pool.lease(2 * total, np.int32)
     big = pool.lease(nwords + total + len(feats), np.int64)
     nunique = np.empty(len(feats), np.int64)
-    unique_ids_of_table(keys, pairs, pair, key_base, counts, offsets, *scratch.room(int(counts.max(initial=0))),
-                        small, big, nunique)
+    unique_ids_of_table(keys, pairs, pair, key_base, counts, at, words, offsets,
+                        *scratch.room(int(counts.max(initial=0))), small, big, nunique)
     for f, (feat, a, n, w, u) in enumerate(zip(feats, at.tolist(), counts.tolist(), words.tolist(), nunique.tolist())):
         feat.inverse = small[a:a + n]
         feat.unique_rows = small[total + a:total + a + n]
