@@ -19,6 +19,15 @@ def _hash(h, k):
     return mix64(np.uint64(k) ^ (np.uint64(h) * _SPREAD))
 
 
+@njit(nogil=True, cache=True)
+def table_size(n):
+    """Slots of the table for ``n`` ids: a power of two, at least 16, more than 2n (at most half full)."""
+    size = 16
+    while size <= 2 * n:
+        size *= 2
+    return size
+
+
 @helper
 def unique_ids(hkeys, keys, offsets, slots, hashes, uniq_h, uniq_k, inverse, counts, unique_row_offsets,
                unique_rows):
@@ -77,8 +86,8 @@ def unique_ids_of_table(keys, pairs, pair, key_base, counts, at, words, offsets,
     ``f`` and ``words[f]`` their id words (2 an id for pairs); with ``F`` features, its inverse goes
     to ``small[at[f]:]``, its unique rows to ``small[at[F] + at[f]:]``, its unique ids to
     ``big[words[f]:]`` (pairs as (hkey, key) words) and its unique row offsets to
-    ``big[words[F] + at[f] + f:]``; ``nunique[f]`` gets its count.  ``slots`` needs a power of two
-    > 2 max(counts), the work arrays room for max(counts).
+    ``big[words[F] + at[f] + f:]``; ``nunique[f]`` gets its count.  ``slots`` needs
+    ``table_size(max(counts))`` entries, the work arrays room for max(counts).
     """
     nf = len(counts)
     for f in range(nf):
@@ -86,10 +95,7 @@ def unique_ids_of_table(keys, pairs, pair, key_base, counts, at, words, offsets,
         kb = key_base[f]
         a = at[f]
         w = words[f]
-        size = 16
-        while size <= 2 * n:
-            size *= 2
-        table = slots[:size]
+        table = slots[:table_size(n)]
         table[:] = -1
         inverse = small[a:a + n]
         rows = small[at[nf] + a:at[nf] + a + n]

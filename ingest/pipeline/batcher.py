@@ -5,7 +5,7 @@ import numpy as np
 
 from .._native.batch import (copy_dense_ranges, copy_sparse_ranges, count_ranges, feature_bases, group_ranges,
                              refer_ranges, write_indicators)
-from .._native.unique import unique_ids_of_table
+from .._native.unique import table_size, unique_ids_of_table
 from .pool import BufferPool
 from ..batch import Batch, SparseFeature
 from ..errors import GroupTooLargeError
@@ -177,9 +177,7 @@ class UniqueScratch:
 
     def room(self, n):
         """The scratch arrays for features of at most ``n`` ids."""
-        size = 16
-        while size <= 2 * n:
-            size *= 2
+        size = table_size(n)
         if len(self.slots) < size:
             self.slots = np.empty(size, np.int32)
         if len(self.work_counts) < n:
