@@ -373,10 +373,12 @@ check_free_port() {
     if port_open "$1"; then die "port $1 is already in use (set $2 to another port)"; fi
 }
 
-# restart-kafka: stop the broker and start it again on the same data (tests of a broker restart mid-read).
+# restart-kafka [SECONDS]: stop the broker, keep it down SECONDS (default 0), and start it again on the same
+# data (tests of a broker restart mid-read, and of an outage longer than a consumer group's session).
 cmd_restart_kafka() {
     alive "$kafka_pid" "$kafka_main" || die "kafka is not running"
     stop_one kafka "$kafka_pid" "$kafka_main"
+    sleep "${1:-0}"
     launch_kafka
     wait_until kafka "$kafka_pid" "$kafka_main" "$kafka_log" kafka_ready || die "restart failed"
     cmd_status
@@ -386,6 +388,6 @@ case ${1:-} in
     start) cmd_start ;;
     stop) cmd_stop ;;
     status) cmd_status ;;
-    restart-kafka) cmd_restart_kafka ;;
-    *) echo "usage: $0 start|stop|status|restart-kafka" >&2; exit 2 ;;
+    restart-kafka) cmd_restart_kafka "${2:-0}" ;;
+    *) echo "usage: $0 start|stop|status|restart-kafka [SECONDS]" >&2; exit 2 ;;
 esac

@@ -1,8 +1,14 @@
 """Reading Kafka topics from a real broker (scripts/services.sh): the same samples as the files they came from."""
 import contextlib
+import hashlib
 import json
+import logging
+import signal
 import struct
 import subprocess
+import sys
+import threading
+import time
 import uuid
 
 import pytest
@@ -13,7 +19,7 @@ import ingest
 from ingest import synthetic
 from ingest.errors import ConfigError, SourceError
 
-from conftest import flatten, read_synthetic
+from conftest import ROOT, flatten, read_synthetic
 
 PARTITIONS = 3
 
@@ -173,11 +179,12 @@ def test_produce_then_read_back(services, tmp_path, capsys):
         assert read_synthetic([url], file_type, threads=2) == read_synthetic([str(path)], file_type)
 
 
-@pytest.mark.parametrize("membership", ["fixed", "group"])
-def test_broker_restart_mid_read_loses_and_repeats_nothing(services, tmp_path, membership):
+@pytest.mark.parametrize("membership, down_s", [("fixed", 0), ("group", 0), ("group", 9)])
+def test_broker_restart_mid_read_loses_and_repeats_nothing(services, tmp_path, membership, down_s):
     """The broker is stopped and started again (same data) while a reader is part-way through a topic: with its
-    partitions fixed, and as the only member of a consumer group (whose coordinator restarts with the broker)."""
-    from conftest import ROOT
+    partitions fixed, and as the only member of a consumer group (whose coordinator restarts with the broker),
+    also with the broker down longer than the group's session (6 s): the restarted coordinator reloads the
+    group, and the member goes on in its generation."""
     bootstrap = services["KAFKA_BOOTSTRAP"]
     text = tmp_path / "r.txt"
     synthetic.write(text, 20000, seed=5)
@@ -185,17 +192,131 @@ def test_broker_restart_mid_read_loses_and_repeats_nothing(services, tmp_path, m
     topic = _topic(bootstrap, [(k % PARTITIONS, b"".join(groups[i:i + 2]))
                                for k, i in enumerate(range(0, len(groups), 2))])
     reader = ingest.DataReader("k", [f"kafka://{bootstrap}/{topic}"]).batch_size(64).prefetch(1)
-    group = {"group_id": f"g-{uuid.uuid4().hex[:8]}"} if membership == "group" else {}
+    group = {"group_id": f"g-{uuid.uuid4().hex[:8]}", "session_timeout_ms": 6000,
+             "heartbeat_interval_ms": 500} if membership == "group" else {}
     synthetic.declare(reader).kafka(max_partition_fetch_bytes=64 << 10, fetch_max_bytes=64 << 10, **group)
     got = []
     for i, batch in enumerate(reader.startup()):
         got.extend((s["sid"], str(s)) for s in flatten(batch))
         if i == 3:  # the workers are blocked on full queues, part-way through the partitions
             read_before = reader.stats()["bytes"]
-            subprocess.run([str(ROOT / "scripts" / "services.sh"), "restart-kafka"], check=True, capture_output=True)
+            subprocess.run([str(ROOT / "scripts" / "services.sh"), "restart-kafka", str(down_s)], check=True,
+                           capture_output=True)
     assert read_before < 0.8 * reader.stats()["bytes"]  # most of the topic was read after the restart
     assert len(got) == 20000
     assert sorted(got) == read_synthetic([str(text)])
+
+
+# A group member in a process of its own, printing "sample id, digest of the sample" per sample delivered.
+_MEMBER = """
+import hashlib, sys, time
+sys.path.insert(0, sys.argv[3])
+import ingest
+from ingest import synthetic
+from conftest import flatten
+reader = synthetic.declare(ingest.DataReader("m", [sys.argv[1]]).batch_size(64).prefetch(1)).kafka(
+    group_id=sys.argv[2], session_timeout_ms=6000, heartbeat_interval_ms=500,
+    max_partition_fetch_bytes=64 << 10, fetch_max_bytes=64 << 10)
+with reader.startup():
+    for batch in reader:
+        for s in flatten(batch):
+            print(s["sid"].hex(), hashlib.sha1(str(s).encode()).hexdigest())
+        sys.stdout.flush()
+        time.sleep(0.01)  # a consumer slower than the reader: read-ahead is in flight when the process stalls
+"""
+
+
+def test_a_member_whose_session_expired_goes_on_where_it_stopped(services, tmp_path):
+    """A member's process stalls (SIGSTOP) for longer than its session: the group drops it, and when it runs
+    again kafka-python reports its partitions lost.  It cuts them, drains what it read ahead to the consumer,
+    commits as no member (the group is empty meanwhile) and joins again from there: every sample once."""
+    bootstrap = services["KAFKA_BOOTSTRAP"]
+    text = tmp_path / "r.txt"
+    synthetic.write(text, 20000, seed=5)
+    groups = _groups(text.read_bytes())
+    topic = _topic(bootstrap, [(k % PARTITIONS, b"".join(groups[i:i + 2]))
+                               for k, i in enumerate(range(0, len(groups), 2))])
+    child = subprocess.Popen([sys.executable, "-c", _MEMBER, f"kafka://{bootstrap}/{topic}",
+                              f"g-{uuid.uuid4().hex[:8]}", str(ROOT / "tests")],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        delivered = [child.stdout.readline() for _ in range(3000)]
+        child.send_signal(signal.SIGSTOP)
+        time.sleep(10)
+        child.send_signal(signal.SIGCONT)
+        out, err = child.communicate(timeout=120)
+    finally:
+        child.kill()
+    delivered += out.splitlines(keepends=True)
+    assert child.returncode == 0, err
+    assert "dropped this reader" in err  # the session did expire (a warning)
+    expected = sorted(f"{sid.hex()} {hashlib.sha1(sample.encode()).hexdigest()}\n"
+                      for sid, sample in read_synthetic([str(text)]))
+    assert sorted(delivered) == expected
+
+
+def _stalling_consumers(monkeypatch, stall):
+    """Group members whose kafka-python consumers report a rebalance that never ends once ``stall(n)`` (n: the
+    consumer's number, from 0) says so, as kafka-python 3.0 did when it sent no SyncGroup after a join; the
+    group itself stays settled.  The stuck limit is a quarter of the session (1.5 s with 6 s)."""
+    from kafka.structs import MemberState
+    from ingest.sources import kafka_group
+    made = []
+    real = kafka_group.consumer
+
+    def consumer(brokers, settings):
+        member = real(brokers, settings)
+        n = len(made)
+        made.append(member)
+        metadata = member.group_metadata
+        member.group_metadata = lambda: metadata()._replace(state=MemberState.REBALANCING) if stall(n) else metadata()
+        return member
+
+    monkeypatch.setattr(kafka_group, "consumer", consumer)
+    monkeypatch.setattr(kafka_group, "_STUCK_SESSIONS", 0.25)
+    return made
+
+
+def test_a_stuck_membership_is_replaced(services, tmp_path, monkeypatch, caplog):
+    """A member whose consumer stops settling mid-read closes it (revoking, draining and committing what it
+    held) and joins with a new one, which goes on from that commit: every sample once."""
+    bootstrap = services["KAFKA_BOOTSTRAP"]
+    text = tmp_path / "r.txt"
+    synthetic.write(text, 20000, seed=5)
+    groups = _groups(text.read_bytes())
+    topic = _topic(bootstrap, [(k % PARTITIONS, b"".join(groups[i:i + 2]))
+                               for k, i in enumerate(range(0, len(groups), 2))])
+    stalled = threading.Event()
+    made = _stalling_consumers(monkeypatch, lambda n: n == 0 and stalled.is_set())
+    reader = ingest.DataReader("k", [f"kafka://{bootstrap}/{topic}"]).batch_size(64).prefetch(1)
+    synthetic.declare(reader).kafka(group_id=f"g-{uuid.uuid4().hex[:8]}", session_timeout_ms=6000,
+                                    heartbeat_interval_ms=500, max_partition_fetch_bytes=64 << 10,
+                                    fetch_max_bytes=64 << 10)
+    got = []
+    with caplog.at_level(logging.WARNING, logger="ingest"), reader.startup():
+        for i, batch in enumerate(reader):
+            got.extend((s["sid"], str(s)) for s in flatten(batch))
+            if i == 3:
+                stalled.set()
+            time.sleep(0.01)  # the reader stays part-way through the topic until the stuck limit passes
+    assert len(made) == 2 and "rejoining with a new consumer" in caplog.text
+    assert sorted(got) == read_synthetic([str(text)])
+
+
+def test_a_membership_that_never_settles_fails_the_reader(services, source, monkeypatch):
+    """After 4 consumers in a row whose membership did not settle, the reader fails rather than wait for ever."""
+    bootstrap, text_topic, _, _, _ = source
+    made = _stalling_consumers(monkeypatch, lambda n: True)
+    reader = ingest.DataReader("k", [f"kafka://{bootstrap}/{text_topic}"]).batch_size(50)
+    synthetic.declare(reader).kafka(group_id=f"g-{uuid.uuid4().hex[:8]}", session_timeout_ms=6000,
+                                    heartbeat_interval_ms=500)
+    got = []
+    with pytest.raises(SourceError, match="the membership did not settle in 4 consumers in a row"):
+        with reader.startup():
+            for batch in reader:
+                got.extend(s["sid"] for s in flatten(batch))
+    assert len(made) == 4
+    assert len(got) == len(set(got))  # what was delivered before the failure, once
 
 
 def _take(reader, n):
@@ -270,8 +391,6 @@ def test_group_members_share_partitions_across_rebalances(services, source, assi
     every partition is revoked and assigned again), and the first one has more partitions than threads (they
     take turns).  What they deliver, and then what a third member reads from their commits, is every sample
     exactly once."""
-    import threading
-    import time
     from kafka.coordinator.assignors.range import RangePartitionAssignor
     strategy = {"range": {"partition_assignment_strategy": (RangePartitionAssignor,)}}.get(assignor, {})
     bootstrap = services["KAFKA_BOOTSTRAP"]

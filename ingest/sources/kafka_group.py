@@ -12,7 +12,9 @@ then lets the partition go: its next owner starts where this reader stopped, so 
 delivered twice across a rebalance (provided the consumer keeps taking batches during the drain, which
 is bounded by half the session timeout; past it the delivered position is committed and a warning
 logged: what was still in flight may then be delivered twice).  Commits always mean "handed to the
-consumer": on revocation, at the end of the input, on ``reader.commit()`` and at ``shutdown()``.
+consumer": on revocation, at the end of the input, on ``reader.commit()`` and at ``shutdown()``.  A member
+the group dropped (its session expired) drains the same way and commits as no member, which the coordinator
+takes only while the group has no member: alone, it goes on exactly where it stopped.
 
 With ``until="forever"`` a partition whose stream is caught up (or has held its thread for
 ``SLICE_S``) gives its parse thread up at a message boundary whenever another partition waits for one,
@@ -36,6 +38,7 @@ SLICE_S = 5.0        # a live partition holds a thread at most this long while o
 _POLL_MS = 100       # the membership thread's poll: how soon new assignments become units
 _COMMIT_RETRY_S = 10.0
 _REJOINS = 3         # consumers replaced in a row whose membership never settled: then the reader fails
+_STUCK_SESSIONS = 2  # unsettled this many session timeouts (no drain of ours under way): a new consumer rejoins
 
 
 class Lease:
@@ -84,8 +87,9 @@ class GroupMember:
         self.options = options
         self.planner = planner          # offsets and commits over ingest's own connections (a Cluster)
         config = options.config
-        self.drain_s = config.get("session_timeout_ms", 45000) / 2000
-        self.stuck_s = 4 * self.drain_s  # unsettled this long (no drain of ours under way): a new consumer rejoins
+        session_s = config.get("session_timeout_ms", 45000) / 1000
+        self.drain_s = session_s / 2
+        self.stuck_s = _STUCK_SESSIONS * session_s
         self.progress = None
         self.pipeline = None
         self._ends = {}                 # caught_up: the end offsets seen at startup
@@ -269,8 +273,10 @@ class GroupMember:
 
     def revoke(self, tps, lost=False):
         """Take partitions away (before they move; kafka-python's event loop waits): cut their streams, wait
-        until the consumer was handed what was read before the cut, commit it (unless ``lost``: the group
-        already gave them to another member)."""
+        until the consumer was handed what was read before the cut, and commit it.  ``lost``: the group dropped
+        this reader (its session expired while the process stalled, or a stuck consumer was closed), so the
+        commit is one of no member, which the coordinator takes only while the group has no member (this
+        reader was alone); else the partitions go on elsewhere from their last commit."""
         log.info("%s: group %r revoked %s%s", self.url, self.options.group_id, _names(tps), " (lost)" if lost else "")
         with self._cond:
             self._revoking += 1
@@ -284,8 +290,7 @@ class GroupMember:
             self._queue = collections.deque(lease for lease in self._queue if lease.tp not in tps)
             self._added = [(tp, n) for tp, n in self._added if tp not in tps]
         try:
-            if not lost:
-                self._drain_and_commit(tps, leases)
+            self._drain_and_commit(tps, leases, as_member=not lost)
         finally:
             with self._cond:
                 for tp in tps:
@@ -294,13 +299,13 @@ class GroupMember:
                 self._settled_at = time.monotonic()
                 self._cond.notify_all()
 
-    def _drain_and_commit(self, tps, leases):
+    def _drain_and_commit(self, tps, leases, as_member):
         drained = self._drain([lease for lease in leases if lease.taken_at is not None])
         if not drained and not self.pipeline.stop.is_set():
             log.warning("%s: partitions %s revoked from group %r: the consumer did not take the batches read "
                         "before the cut within %.0f s; committing what it was handed (the rest may be "
                         "delivered twice)", self.url, _names(tps), self.options.group_id, self.drain_s)
-        self._commit({tp: self._position(tp) for tp in tps if tp in self._chains})
+        self._commit({tp: self._position(tp) for tp in tps if tp in self._chains}, as_member)
 
     def _drain(self, started):
         """Wait until the consumer was handed every sample of the ``started`` leases (their streams cut); False
@@ -340,27 +345,32 @@ class GroupMember:
             positions = {tp: self._position(tp) for tp in self._chains}
         self._commit(positions)
 
-    def _commit(self, positions):
+    def _commit(self, positions, as_member=True):
+        """Commit ``positions`` as this member; or, once the group dropped it (``as_member`` False, or a stuck
+        consumer closed), as no member: the coordinator takes that while the group has no member either."""
         if not positions:
             return
-        log.info("%s: group %r: committing %s", self.url, self.options.group_id,  # offset+byte/rows
-                 ", ".join(f"{tp.topic}:{tp.partition}@{o}+{w}/{r}" for tp, (o, w, r) in sorted(positions.items())))
+        log.info("%s: group %r: committing %s%s", self.url, self.options.group_id,  # offset+byte/rows
+                 ", ".join(f"{tp.topic}:{tp.partition}@{o}+{w}/{r}" for tp, (o, w, r) in sorted(positions.items())),
+                 "" if as_member else " (as no member)")
         offsets = {tp: (o, commit_metadata(w, r)) for tp, (o, w, r) in positions.items()}
         with self._commit_lock:
-            try:
-                self._commit_as_member(offsets, 1.0 if self._rejoining else _COMMIT_RETRY_S)
-            except SourceError as exc:
-                if not self._rejoining:
-                    raise
-                # the stuck consumer is no member any more: a commit of no member, which the coordinator takes
-                # while the group has no member either (else the partitions are read again from their last commit)
+            refused = "this reader was dropped from the group"
+            if as_member:
                 try:
-                    failure = self.planner.commit(self.options.group_id, -1, "", offsets)
-                except SourceError as again:
-                    failure = again
-                if failure is not None:
-                    log.warning("%s: group %r: %s; then as no member: %s: what was delivered since the last commit "
-                                "may be delivered again", self.url, self.options.group_id, exc, failure)
+                    return self._commit_as_member(offsets, 1.0 if self._rejoining else _COMMIT_RETRY_S)
+                except SourceError as exc:
+                    if not self._rejoining:
+                        raise
+                    refused = exc
+            try:
+                failure = self.planner.commit(self.options.group_id, -1, "", offsets)
+            except SourceError as again:
+                failure = again
+            if failure is not None:
+                log.warning("%s: group %r: %s; a commit as no member: %s: the partitions go on from their last "
+                            "commit, and what was delivered since may be delivered again", self.url,
+                            self.options.group_id, refused, failure)
 
     def _commit_as_member(self, offsets, retry_s):
         deadline = time.monotonic() + retry_s
@@ -425,8 +435,8 @@ def _listener(member):
 
         async def on_partitions_lost(self, lost):
             if lost:
-                log.warning("%s: consumer group %r dropped this reader; partitions %s go on elsewhere", member.url,
-                            member.options.group_id, _names(lost))
-                member.revoke(set(lost), lost=True)  # nothing to drain or commit: quick
+                log.warning("%s: consumer group %r dropped this reader (its session expired); partitions %s",
+                            member.url, member.options.group_id, _names(lost))
+                await off_loop(member.revoke, set(lost), True)
 
     return Listener()
