@@ -41,6 +41,19 @@ def test_same_samples_as_local_files(hdfs):
     assert read_synthetic([f"{root}/a.pb"], "pb", threads=2, unit_bytes=64 << 10) == pb_local
 
 
+def test_ranged_streams_in_small_pieces_read_the_same(hdfs, monkeypatch):
+    """RangeStream asks for FIRST bytes after a seek, 4x more each next stream, and no further than a unit's
+    end and PAST_END more until the reader goes on past that.  With both at 1 byte every unit reads through
+    many streams and its last group runs past PAST_END: still the same samples."""
+    from ingest.sources.files import RangeStream
+    root, local = hdfs
+    monkeypatch.setattr(RangeStream, "FIRST", 1)
+    monkeypatch.setattr(RangeStream, "PAST_END", 1)
+    assert read_synthetic([f"{root}/parts"], threads=2, unit_bytes=64 << 10) == read_synthetic([local / "parts"])
+    pb_local = read_synthetic([local / "a.pb"], "pb")
+    assert read_synthetic([f"{root}/a.pb"], "pb", threads=2, unit_bytes=64 << 10) == pb_local
+
+
 def test_shards_cover_every_sample_once(hdfs):
     root, _ = hdfs
     whole = read_synthetic([f"{root}/parts"])
