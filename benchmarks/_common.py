@@ -64,15 +64,17 @@ def markdown_table(header, rows):
     return "\n".join(lines)
 
 
-def alternated_runs(makers, samples, runs):
-    """Warm-up, then ``runs`` rounds running each reader of ``makers`` (name -> () -> DataReader) back to back.
+def alternated_runs(makers, samples, runs, warmups=1):
+    """``warmups`` runs of each, then ``runs`` rounds running each reader of ``makers`` (name -> () -> DataReader)
+    back to back.
 
     The VM is noisy over minutes, so runs alternate; ratios to the first entry are the
     medians of the per-round ratios, by wall time and by CPU time of the whole process.
     Every run must deliver ``samples`` samples.
     """
-    for make in makers.values():
-        measure(make())
+    for _ in range(warmups):
+        for make in makers.values():
+            measure(make())
     rounds = []
     for _ in range(runs):
         one = {}
