@@ -14,12 +14,15 @@ unique ids:
   ``tf.io.parse_example`` with ``RaggedFeature``s (``num_parallel_calls=n``).
 
 With unique ids on, the TensorFlow pipelines add ``tf.unique`` over each sparse feature's ids in
-the map.  TensorFlow runs in a subprocess per configuration with its thread pools (intra-op,
-inter-op, the dataset's private pool) set to n, ``deterministic = False``, and its batches are consumed inside the graph
-(``Dataset.reduce``, as ``model.fit`` would), so it pays nothing per batch in Python while ingest's
-batches are taken in a Python loop: the ratios favour TensorFlow.  Each reader: one warm-up pass,
-then ``--runs`` timed passes over all batches; medians.  Prints a table with ratios of ingest to its
-peer, writes ``benchmarks/out/bench_peers.json``.  Needs ``pip install 'ingest[tf]'``.
+the map.  TensorFlow runs in a subprocess per configuration (alive through every round) with its
+thread pools (intra-op, inter-op, the dataset's private pool) set to n, ``deterministic = False``, and
+its batches are consumed inside the graph (``Dataset.reduce``, as ``model.fit`` would), so it pays
+nothing per batch in Python while ingest's batches are taken in a Python loop: the ratios favour
+TensorFlow.  A warm-up round, then ``--runs`` rounds, each one pass of every reader of every
+configuration back to back (the VM's speed moves over minutes: runs of the readers compared are
+seconds apart); medians, and ratios as the medians of per-round ratios.  Prints a table with
+ratios of ingest to its peer and of 2 threads to 1, writes ``benchmarks/out/bench_peers.json``.
+Needs ``pip install 'ingest[tf]'``.
 
     python benchmarks/bench_peers.py [--samples 120000] [--runs 3]
 """
@@ -40,6 +43,7 @@ from _common import OUT, arguments, machine, markdown_table, synthetic_file
 
 BATCH_SIZE = 1024
 THREADS = (1, 2)
+READERS = ("ingest text", "tf.data text", "ingest pb", "TFRecord")  # the table's column order
 
 
 # -- ingest ---------------------------------------------------------------------------------------
@@ -49,16 +53,12 @@ def ingest_reader(path, file_type, aux, threads, unique):
     return synthetic.declare(reader, aux=aux, serialized=True)
 
 
-def ingest_runs(make, runs):
-    """Samples/s of ``runs`` full passes after one warm-up pass."""
-    rates = []
-    for i in range(runs + 1):
-        reader = make()
-        t0 = time.perf_counter()
-        n = sum(b.size for b in reader.startup())
-        if i:
-            rates.append(n / (time.perf_counter() - t0))
-    return rates
+def ingest_run(make):
+    """Samples/s of one full pass of a new reader."""
+    reader = make()
+    t0 = time.perf_counter()
+    n = sum(b.size for b in reader.startup())
+    return n / (time.perf_counter() - t0)
 
 
 # -- TensorFlow (in a subprocess per configuration) -------------------------------------------------
@@ -153,27 +153,39 @@ def _add(total, rows):
     return total + rows
 
 
-def tf_worker(kind, path, threads, unique, runs):
+def tf_worker(kind, path, threads, unique):
+    """Serve passes over the dataset: a line on stdin asks for one, the answer is its samples/s on stdout.  The
+    process lives through every round, so TensorFlow starts and builds its graph once."""
     tf = _tf(threads)
     make = tf_text_dataset if kind == "tf-text" else tf_record_dataset
-    rates = []
-    for i in range(runs + 1):
+    for _ in sys.stdin:
         # consumed in the graph (as model.fit would): no Python per batch, TensorFlow's best case
         ds = make(tf, path, threads, unique).map(_rows)
         t0 = time.perf_counter()
         n = int(ds.reduce(tf.constant(0, tf.int64), _add))
-        if i:
-            rates.append(n / (time.perf_counter() - t0))
-    return rates
+        print(json.dumps(n / (time.perf_counter() - t0)), flush=True)
 
 
-def tf_runs(kind, path, threads, unique, runs):
-    cmd = [sys.executable, __file__, "--worker", kind, "--input", str(path), "--threads", str(threads),
-           "--runs", str(runs)] + (["--unique"] if unique else [])
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise SystemExit(f"bench_peers: {kind} failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+class TFReader:
+    """A TensorFlow configuration in a subprocess of its own (``tf_worker``), one pass per ``run()``."""
+
+    def __init__(self, kind, path, threads, unique):
+        cmd = [sys.executable, __file__, "--worker", kind, "--input", str(path), "--threads", str(threads)] + \
+            (["--unique"] if unique else [])
+        self.kind = kind
+        self.process = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def run(self):
+        self.process.stdin.write("run\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        if not line:
+            raise SystemExit(f"bench_peers: {self.kind} failed (exit {self.process.wait()})")
+        return json.loads(line)
+
+    def close(self):
+        self.process.stdin.close()
+        self.process.wait()
 
 
 # -- main --------------------------------------------------------------------------------------------
@@ -186,7 +198,7 @@ def main(argv=None):
     parser.add_argument("--write-tfrecord", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        print(json.dumps(tf_worker(args.worker, args.input, args.threads, args.unique, args.runs)))
+        tf_worker(args.worker, args.input, args.threads, args.unique)
         return
     if args.write_tfrecord:
         tf_record_write(_tf(2), args.input, args.write_tfrecord)
@@ -202,36 +214,53 @@ def main(argv=None):
                        check=True)
         os.replace(str(tfrecord) + ".partial", tfrecord)
 
-    results = []
-    for unique in (False, True):
-        for threads in THREADS:
-            row = {"unique": unique, "threads": threads}
-            row["ingest text"] = ingest_runs(lambda: ingest_reader(text, "txt", set(), threads, unique), args.runs)
-            row["ingest pb"] = ingest_runs(lambda: ingest_reader(pb, "pb", aux, threads, unique), args.runs)
-            row["tf.data text"] = tf_runs("tf-text", text, threads, unique, args.runs)
-            row["TFRecord"] = tf_runs("tf-record", tfrecord, threads, unique, args.runs)
-            results.append(row)
-            print(f"unique={unique} threads={threads}: " + ", ".join(
-                f"{k} {statistics.median(v):,.0f}/s" for k, v in row.items() if isinstance(v, list)),
-                file=sys.stderr, flush=True)
+    configs = [(unique, threads) for unique in (False, True) for threads in THREADS]
+    tf_readers = {(unique, threads): {"tf.data text": TFReader("tf-text", text, threads, unique),
+                                      "TFRecord": TFReader("tf-record", tfrecord, threads, unique)}
+                  for unique, threads in configs}
+
+    def one_round():
+        """A pass of every reader of every configuration, back to back: samples/s by configuration and reader."""
+        out = {}
+        for unique, threads in configs:
+            out[unique, threads] = {
+                "ingest text": ingest_run(lambda: ingest_reader(text, "txt", set(), threads, unique)),
+                "ingest pb": ingest_run(lambda: ingest_reader(pb, "pb", aux, threads, unique)),
+                **{name: tf.run() for name, tf in tf_readers[unique, threads].items()}}
+        return out
+
+    one_round()  # warm-up: kernels, page cache, TensorFlow's graphs
+    rounds = []
+    for k in range(args.runs):
+        rounds.append(one_round())
+        print(f"round {k + 1} of {args.runs}", file=sys.stderr, flush=True)
+    for readers in tf_readers.values():
+        for tf in readers.values():
+            tf.close()
+    results = [{"unique": unique, "threads": threads, **{name: [r[unique, threads][name] for r in rounds]
+                                                          for name in READERS}} for unique, threads in configs]
     report = {"date": datetime.date.today().isoformat(), "machine": machine(), "samples": args.samples,
               "runs": args.runs, "batch_size": BATCH_SIZE, "results": results}
     (OUT / "bench_peers.json").write_text(json.dumps(report, indent=2) + "\n")
     m = report["machine"]
-    print(f"{args.samples:,} samples, batch_size {BATCH_SIZE}, median samples/s of {args.runs} runs; "
+    print(f"{args.samples:,} samples, batch_size {BATCH_SIZE}, median samples/s of {args.runs} rounds "
+          f"(ratios: medians of the per-round ratios); "
           f"{m['nproc']} cores ({m['cpu']}), {report['date']}\n")
+    def ratio(a, b):
+        """Median over the rounds of the ratio of two readers' rates in the same round: ``a`` and ``b`` are
+        (configuration, reader name)."""
+        return statistics.median(r[a[0]][a[1]] / r[b[0]][b[1]] for r in rounds)
+
     rows = []
     for r in results:
-        med = {k: statistics.median(v) for k, v in r.items() if isinstance(v, list)}
-        rows.append(["on" if r["unique"] else "off", r["threads"]] + [f"{med[k]:,.0f}" for k in
-                    ("ingest text", "tf.data text", "ingest pb", "TFRecord")]
-                    + [f"{med['ingest text'] / med['tf.data text']:.1f}x", f"{med['ingest pb'] / med['TFRecord']:.1f}x"])
-    print(markdown_table(["unique ids", "threads", "ingest text", "tf.data text", "ingest pb", "TFRecord",
-                          "text vs tf.data", "pb vs TFRecord"], rows))
+        config = (r["unique"], r["threads"])
+        med = {name: statistics.median(r[name]) for name in READERS}
+        rows.append(["on" if r["unique"] else "off", r["threads"]] + [f"{med[k]:,.0f}" for k in READERS]
+                    + [f"{ratio((config, 'ingest text'), (config, 'tf.data text')):.1f}x",
+                       f"{ratio((config, 'ingest pb'), (config, 'TFRecord')):.1f}x"])
+    print(markdown_table(["unique ids", "threads"] + list(READERS) + ["text vs tf.data", "pb vs TFRecord"], rows))
     for unique in (False, True):
-        by_threads = {r["threads"]: r for r in results if r["unique"] == unique}
-        scaling = ", ".join(f"{k} {statistics.median(by_threads[2][k]) / statistics.median(by_threads[1][k]):.2f}x"
-                            for k in ("ingest text", "ingest pb", "tf.data text", "TFRecord"))
+        scaling = ", ".join(f"{k} {ratio(((unique, 2), k), ((unique, 1), k)):.2f}x" for k in READERS)
         print(f"2 threads / 1 thread, unique ids {'on' if unique else 'off'}: {scaling}")
     print(f"JSON: {OUT / 'bench_peers.json'}")
 
