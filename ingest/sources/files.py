@@ -263,8 +263,9 @@ class RangeStream(_Chunked):
         while self._pos < self._size:
             try:
                 if self._chunks is None:
-                    limit = self._end + self.PAST_END if self._end is not None and self._pos < self._end else self._size
-                    n = min(self._ask, limit - self._pos, self._size - self._pos)
+                    bounded = self._end is not None and self._pos < self._end
+                    limit = min(self._size, self._end + self.PAST_END) if bounded else self._size
+                    n = min(self._ask, limit - self._pos)
                     self._ask *= 4
                     self._chunks = iter(self._f.read_range_stream(self._pos, n))
                 chunk = next(self._chunks, None)

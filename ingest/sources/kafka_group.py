@@ -358,7 +358,8 @@ class GroupMember:
             refused = "this reader was dropped from the group"
             if as_member:
                 try:
-                    return self._commit_as_member(offsets, 1.0 if self._rejoining else _COMMIT_RETRY_S)
+                    self._commit_as_member(offsets, 1.0 if self._rejoining else _COMMIT_RETRY_S)
+                    return
                 except SourceError as exc:
                     if not self._rejoining:
                         raise
