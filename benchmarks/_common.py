@@ -1,6 +1,8 @@
 """Helpers shared by the benchmarks: the synthetic input files under ``benchmarks/out/``,
-a description of the machine, markdown tables."""
+a description of the machine, the JSON report, markdown tables."""
 import argparse
+import datetime
+import json
 import os
 import platform
 import statistics
@@ -13,7 +15,8 @@ import numpy as np
 from ingest import synthetic
 from ingest.cli.bench import measure
 
-__all__ = ["OUT", "arguments", "synthetic_file", "machine", "markdown_table", "alternated_runs"]
+__all__ = ["OUT", "arguments", "synthetic_file", "machine", "save_report", "measured_on", "markdown_table",
+           "alternated_runs"]
 
 OUT = Path(__file__).resolve().parent / "out"  # git-ignored
 
@@ -53,6 +56,21 @@ def machine():
         pass
     return {"nproc": os.cpu_count(), "cpu": cpu, "python": platform.python_version(),
             "numpy": np.__version__, "numba": numba.__version__}
+
+
+def save_report(name, **fields):
+    """The report of benchmark ``name`` (the date, the machine and ``fields``), written to
+    ``benchmarks/out/<name>.json``."""
+    report = {"date": datetime.date.today().isoformat(), "machine": machine(), **fields}
+    OUT.mkdir(exist_ok=True)
+    (OUT / f"{name}.json").write_text(json.dumps(report, indent=2) + "\n")
+    return report
+
+
+def measured_on(report):
+    """Where and when a report was measured: ``"<cores> cores (<cpu>), <date>"``."""
+    m = report["machine"]
+    return f"{m['nproc']} cores ({m['cpu']}), {report['date']}"
 
 
 def markdown_table(header, rows):

@@ -16,12 +16,9 @@ median of the per-round ratios.  Writes ``benchmarks/out/bench_dsl.json``.
 
     python benchmarks/bench_dsl.py [--samples 120000] [--runs 5]
 """
-import datetime
-import json
-
 from ingest.convert import convert
 
-from _common import OUT, alternated_runs, arguments, machine, markdown_table, synthetic_file
+from _common import OUT, alternated_runs, arguments, markdown_table, measured_on, save_report, synthetic_file
 from bench_pb import reader_for
 
 CROSSES = {
@@ -51,13 +48,10 @@ def main(argv=None):
         results[name] = alternated_runs({"plain": lambda s=spec: reader_for(*s),
                                          "dsl": lambda s=spec: with_crosses(reader_for(*s))},
                                         args.samples, args.runs)
-    report = {"date": datetime.date.today().isoformat(), "machine": machine(), "samples": args.samples,
-              "runs": args.runs, "crosses": CROSSES, "aux": sorted(aux), "read": results}
-    (OUT / "bench_dsl.json").write_text(json.dumps(report, indent=2) + "\n")
-
-    m = report["machine"]
+    report = save_report("bench_dsl", samples=args.samples, runs=args.runs, crosses=CROSSES, aux=sorted(aux),
+                         read=results)
     print(f"{args.samples:,} samples, 1 parse thread, batch_size 1024, median of {args.runs} rounds; "
-          f"{m['nproc']} cores ({m['cpu']}), {report['date']}\n")
+          f"{measured_on(report)}\n")
     rows = []
     for name, r in results.items():
         plain, dsl = r["plain"], r["dsl"]

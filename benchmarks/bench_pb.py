@@ -12,8 +12,6 @@ wall time counts and CPU time does not.  Prints markdown tables and writes
 
     python benchmarks/bench_pb.py [--samples 120000] [--runs 5]
 """
-import datetime
-import json
 import statistics
 import time
 
@@ -21,7 +19,7 @@ import ingest
 from ingest import synthetic
 from ingest.convert import convert
 
-from _common import OUT, alternated_runs, arguments, machine, markdown_table, synthetic_file
+from _common import OUT, alternated_runs, arguments, markdown_table, measured_on, save_report, synthetic_file
 
 BATCH_SIZE = 1024
 SEED = 0
@@ -61,14 +59,11 @@ def main(argv=None):
               "pb.lz4": (files["pb.lz4"], "pb", aux)}
     read = alternated_runs({name: (lambda i=i: reader_for(*i)) for name, i in inputs.items()},
                            args.samples, args.runs)
-    report = {"date": datetime.date.today().isoformat(), "machine": machine(), "samples": args.samples,
-              "seed": SEED, "batch_size": BATCH_SIZE, "runs": args.runs, "aux": sorted(aux), "sizes": sizes,
-              "convert_seconds": convert_s, "convert_mb_per_s": sizes["text"] / convert_s / 1e6, "read": read}
-    (OUT / "bench_pb.json").write_text(json.dumps(report, indent=2) + "\n")
-
-    m = report["machine"]
+    report = save_report("bench_pb", samples=args.samples, seed=SEED, batch_size=BATCH_SIZE, runs=args.runs,
+                         aux=sorted(aux), sizes=sizes, convert_seconds=convert_s,
+                         convert_mb_per_s=sizes["text"] / convert_s / 1e6, read=read)
     print(f"{args.samples:,} samples, aux features {', '.join(sorted(aux))}; batch_size {BATCH_SIZE}, 1 thread, "
-          f"median of {args.runs} rounds; {m['nproc']} cores ({m['cpu']}), {report['date']}\n")
+          f"median of {args.runs} rounds; {measured_on(report)}\n")
     print(markdown_table(["input", "bytes", "text / size", "samples/s", "MB/s", "vs text", "samples/CPU-s",
                           "vs text (CPU)"], [
         [name, f"{sizes[name]:,}", f"{sizes['text'] / sizes[name]:.2f}x", f"{r['samples_per_s']:,.0f}",

@@ -27,7 +27,6 @@ Needs ``pip install 'ingest[tf]'``.
     python benchmarks/bench_peers.py [--samples 120000] [--runs 3]
 """
 import argparse
-import datetime
 import json
 import os
 import statistics
@@ -37,9 +36,10 @@ import time
 
 import ingest
 from ingest import synthetic
+from ingest.cli.bench import measure
 from ingest.convert import convert
 
-from _common import OUT, arguments, machine, markdown_table, synthetic_file
+from _common import OUT, arguments, markdown_table, measured_on, save_report, synthetic_file
 
 BATCH_SIZE = 1024
 THREADS = (1, 2)
@@ -51,14 +51,6 @@ def ingest_reader(path, file_type, aux, threads, unique):
     reader = ingest.DataReader("bench_peers", paths=[str(path)], file_type=file_type)
     reader.batch_size(BATCH_SIZE).threads(threads).unique_ids(unique)
     return synthetic.declare(reader, aux=aux, serialized=True)
-
-
-def ingest_run(make):
-    """Samples/s of one full pass of a new reader."""
-    reader = make()
-    t0 = time.perf_counter()
-    n = sum(b.size for b in reader.startup())
-    return n / (time.perf_counter() - t0)
 
 
 # -- TensorFlow (in a subprocess per configuration) -------------------------------------------------
@@ -224,8 +216,8 @@ def main(argv=None):
         out = {}
         for unique, threads in configs:
             out[unique, threads] = {
-                "ingest text": ingest_run(lambda: ingest_reader(text, "txt", set(), threads, unique)),
-                "ingest pb": ingest_run(lambda: ingest_reader(pb, "pb", aux, threads, unique)),
+                "ingest text": measure(ingest_reader(text, "txt", set(), threads, unique))["samples_per_s"],
+                "ingest pb": measure(ingest_reader(pb, "pb", aux, threads, unique))["samples_per_s"],
                 **{name: tf.run() for name, tf in tf_readers[unique, threads].items()}}
         return out
 
@@ -239,13 +231,10 @@ def main(argv=None):
             tf.close()
     results = [{"unique": unique, "threads": threads, **{name: [r[unique, threads][name] for r in rounds]
                                                           for name in READERS}} for unique, threads in configs]
-    report = {"date": datetime.date.today().isoformat(), "machine": machine(), "samples": args.samples,
-              "runs": args.runs, "batch_size": BATCH_SIZE, "results": results}
-    (OUT / "bench_peers.json").write_text(json.dumps(report, indent=2) + "\n")
-    m = report["machine"]
+    report = save_report("bench_peers", samples=args.samples, runs=args.runs, batch_size=BATCH_SIZE,
+                         results=results)
     print(f"{args.samples:,} samples, batch_size {BATCH_SIZE}, median samples/s of {args.runs} rounds "
-          f"(ratios: medians of the per-round ratios); "
-          f"{m['nproc']} cores ({m['cpu']}), {report['date']}\n")
+          f"(ratios: medians of the per-round ratios); {measured_on(report)}\n")
     def ratio(a, b):
         """Median over the rounds of the ratio of two readers' rates in the same round: ``a`` and ``b`` are
         (configuration, reader name)."""

@@ -9,7 +9,6 @@ the median of the per-round ratios to the local file.  Writes ``benchmarks/out/b
 
     python benchmarks/bench_sources.py [--samples 120000] [--runs 3]
 """
-import json
 import subprocess
 import uuid
 from pathlib import Path
@@ -22,7 +21,7 @@ import ingest
 from ingest import synthetic
 from ingest.produce import produce
 
-from _common import OUT, alternated_runs, arguments, machine, markdown_table, synthetic_file
+from _common import alternated_runs, arguments, markdown_table, measured_on, save_report, synthetic_file
 
 PARTITIONS = 2
 MESSAGE_BYTES = 100_000
@@ -61,10 +60,9 @@ def main(argv=None):
              "kafka": f"kafka://{env['KAFKA_BOOTSTRAP']}/{topic}"}
     results = alternated_runs({name: (lambda p=p: reader(p)) for name, p in paths.items()}, args.samples, args.runs,
                               warmups=3)
-    report = {"machine": machine(), "samples": args.samples, "runs": args.runs, "paths": paths, "read": results}
-    (OUT / "bench_sources.json").write_text(json.dumps(report, indent=2) + "\n")
+    report = save_report("bench_sources", samples=args.samples, runs=args.runs, paths=paths, read=results)
     print(f"{args.samples:,} samples ({text.stat().st_size / 1e6:.1f} MB of text), threads 2, batch_size 1024, "
-          f"median of {args.runs} rounds\n")
+          f"median of {args.runs} rounds; {measured_on(report)}\n")
     print(markdown_table(["source", "samples/s", "MB/s", "vs local"], [
         [name, f"{r['samples_per_s']:,.0f}", f"{r['mb_per_s']:.1f}", f"{r['ratio']:.2f}x"]
         for name, r in results.items()]))

@@ -9,13 +9,12 @@ bundled ``samples/ads.txt``, and takes one batch; first once (it may compile), t
     python benchmarks/bench_startup.py [--runs 5]
 """
 import argparse
-import json
 import statistics
 import subprocess
 import sys
 from pathlib import Path
 
-from _common import OUT, machine
+from _common import save_report
 
 SAMPLE = Path(__file__).resolve().parents[1] / "samples" / "ads.txt"
 
@@ -43,10 +42,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     first = first_batch_seconds()
     later = [first_batch_seconds() for _ in range(args.runs)]
-    report = {"machine": machine(), "first_process_s": first, "later_processes_s": later,
-              "median_s": statistics.median(later)}
-    OUT.mkdir(exist_ok=True)
-    (OUT / "bench_startup.json").write_text(json.dumps(report, indent=2) + "\n")
+    report = save_report("bench_startup", first_process_s=first, later_processes_s=later,
+                         median_s=statistics.median(later))
     print(f"process start to first batch: first {first:.2f} s, then median {report['median_s']:.2f} s "
           f"(min {min(later):.2f}, max {max(later):.2f}) over {args.runs} processes")
 

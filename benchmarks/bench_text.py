@@ -8,15 +8,13 @@ writes ``benchmarks/out/bench_text.json``.
 
     python benchmarks/bench_text.py [--samples 120000] [--runs 5]
 """
-import datetime
-import json
 import statistics
 
 import ingest
 from ingest import synthetic
 from ingest.cli.bench import measure, per_core
 
-from _common import OUT, arguments, machine, markdown_table, synthetic_file
+from _common import OUT, arguments, markdown_table, measured_on, save_report, synthetic_file
 
 THREADS = (1, 2)
 BATCH_SIZE = 1024
@@ -49,14 +47,10 @@ def main(argv=None):
     path = synthetic_file(args.samples, SEED)
     results = [bench(path, args.samples, threads, args.runs) for threads in THREADS]
     ratio = results[1]["mb_per_s"] / results[0]["mb_per_s"]
-    report = {"date": datetime.date.today().isoformat(), "machine": machine(), "samples": args.samples,
-              "bytes": path.stat().st_size, "seed": SEED, "batch_size": BATCH_SIZE, "runs": args.runs,
-              "results": results, "ratio_2_threads_to_1": ratio}
-    (OUT / "bench_text.json").write_text(json.dumps(report, indent=2) + "\n")
-
-    m = report["machine"]
+    report = save_report("bench_text", samples=args.samples, bytes=path.stat().st_size, seed=SEED,
+                         batch_size=BATCH_SIZE, runs=args.runs, results=results, ratio_2_threads_to_1=ratio)
     print(f"{args.samples:,} samples, {report['bytes'] / 1e6:,.1f} MB, batch_size {BATCH_SIZE}, "
-          f"median of {args.runs} runs; {m['nproc']} cores ({m['cpu']}), {report['date']}\n")
+          f"median of {args.runs} runs; {measured_on(report)}\n")
     print(markdown_table(
         ["threads", "MB/s", "samples/s", "MB/s per core", "samples/s per core", "MB/s min-max"],
         [[r["threads"], f"{r['mb_per_s']:.1f}", f"{r['samples_per_s']:,.0f}", f"{r['mb_per_s_per_core']:.1f}",

@@ -9,12 +9,9 @@ median of the per-round ratios on/off, by wall time and by CPU time of the whole
 
     python benchmarks/bench_unique.py [--samples 120000] [--runs 5]
 """
-import datetime
-import json
-
 from ingest.convert import convert
 
-from _common import OUT, alternated_runs, arguments, machine, markdown_table, synthetic_file
+from _common import OUT, alternated_runs, arguments, markdown_table, measured_on, save_report, synthetic_file
 from bench_peers import THREADS, ingest_reader
 
 
@@ -31,13 +28,9 @@ def main(argv=None):
                 {"off": lambda p=path, f=file_type, a=aux_of, t=threads: ingest_reader(p, f, a, t, False),
                  "on": lambda p=path, f=file_type, a=aux_of, t=threads: ingest_reader(p, f, a, t, True)},
                 args.samples, args.runs)
-    report = {"date": datetime.date.today().isoformat(), "machine": machine(), "samples": args.samples,
-              "runs": args.runs, "aux": sorted(aux), "read": results}
-    (OUT / "bench_unique.json").write_text(json.dumps(report, indent=2) + "\n")
-
-    m = report["machine"]
+    report = save_report("bench_unique", samples=args.samples, runs=args.runs, aux=sorted(aux), read=results)
     print(f"{args.samples:,} samples, batch_size 1024, median of {args.runs} alternated rounds; "
-          f"{m['nproc']} cores ({m['cpu']}), {report['date']}\n")
+          f"{measured_on(report)}\n")
     rows = []
     for key, r in results.items():
         name, threads = key.split()
