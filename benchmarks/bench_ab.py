@@ -1,0 +1,113 @@
+"""Two revisions of ingest against each other: text and pb, 1 and 2 threads, unique ids off and on.
+
+A change to the pipeline moves throughput by less than the VM moves over minutes, so the two
+revisions run in alternation: each round starts one subprocess per revision (``git archive`` of its
+``ingest/`` and ``native/`` into a temporary tree, imported instead of the installed package), and
+each subprocess reads the synthetic samples in every configuration once untimed (numba compiles or
+loads its cache), then once timed: text twice over (2 epochs), pb six times over.  Prints the medians
+of samples/s, the 2-thread to 1-thread ratio and the cost of unique ids (medians of per-round ratios);
+writes ``benchmarks/out/bench_ab.json``.
+
+    python benchmarks/bench_ab.py --old main --new exp/cores-pipeline [--rounds 4] [--samples 120000]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from _common import OUT, markdown_table, save_report, synthetic_file
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIGS = [(fmt, threads, unique) for fmt in ("txt", "pb") for unique in (False, True) for threads in (1, 2)]
+EPOCHS = {"txt": 2, "pb": 6}  # runs of a second or more on this machine
+
+
+def child(text, pb, aux):
+    """In the subprocess: samples/s of every configuration, as JSON on stdout."""
+    import ingest
+    from ingest import synthetic
+    from ingest.cli.bench import measure
+
+    paths = {"txt": text, "pb": pb}
+
+    def reader(fmt, threads, unique, epochs):
+        r = ingest.DataReader("bench_ab", paths=[paths[fmt]], file_type=fmt)
+        r.batch_size(1024).threads(threads).unique_ids(unique).epochs(epochs)
+        return synthetic.declare(r, aux=aux if fmt == "pb" else (), serialized=True)
+
+    for config in CONFIGS:
+        measure(reader(*config, 1))
+    print(json.dumps([measure(reader(*c, EPOCHS[c[0]]))["samples_per_s"] for c in CONFIGS]))
+
+
+def tree(revision, into):
+    """``ingest/`` and ``native/`` of ``revision`` under ``into``, native as ``ingest/_native``."""
+    into.mkdir()
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", revision, "ingest", "native"],
+                             check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    (into / "native").rename(into / "ingest" / "_native")
+    return into
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--old", help="git revision compared against (required)")
+    parser.add_argument("--new", help="git revision measured (required)")
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--samples", type=int, default=120_000)
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        text, pb, aux = args.child
+        child(text, pb, set(aux.split(",")))
+        return
+    if not (args.old and args.new):
+        parser.error("--old and --new are required")
+
+    from ingest.convert import convert
+    text = synthetic_file(args.samples)
+    pb = OUT / f"{text.stem}.pb"
+    aux = convert([str(text)], str(pb), aux="auto", log=lambda *_: None)["aux"]
+    results = {"old": [], "new": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        trees = {side: tree(rev, Path(tmp, side).resolve()) for side, rev in (("old", args.old), ("new", args.new))}
+        for _ in range(args.rounds):
+            for side, where in trees.items():
+                run = subprocess.run([sys.executable, __file__, "--child", str(text), str(pb), ",".join(aux)],
+                                     env={**os.environ, "PYTHONPATH": f"{where}{os.pathsep}{Path(__file__).parent}"},
+                                     cwd=tmp, capture_output=True, text=True)
+                if run.returncode:
+                    raise SystemExit(f"{side} ({getattr(args, side)}) failed:\n{run.stderr[-3000:]}")
+                results[side].append(dict(zip(CONFIGS, json.loads(run.stdout.splitlines()[-1]))))
+
+    def median(side, f):
+        return statistics.median(f(r) for r in results[side])
+
+    rows = []
+    for fmt, threads, unique in CONFIGS:
+        c = (fmt, threads, unique)
+        rows.append([fmt, threads, "on" if unique else "off"]
+                    + [f"{median(side, lambda r: r[c]):,.0f}" for side in ("old", "new")]
+                    + [f"{statistics.median(n[c] / o[c] for o, n in zip(results['old'], results['new'])):.2f}x"])
+    print(markdown_table(["format", "threads", "unique ids", f"old ({args.old})", f"new ({args.new})", "new / old"],
+                         rows))
+    summary = []
+    for fmt in ("txt", "pb"):
+        for side in ("old", "new"):
+            scaling = [median(side, lambda r: r[(fmt, 2, u)] / r[(fmt, 1, u)]) for u in (False, True)]
+            cost = [median(side, lambda r: 1 - r[(fmt, t, True)] / r[(fmt, t, False)]) for t in (1, 2)]
+            summary.append([fmt, side, f"{scaling[0]:.2f}x", f"{scaling[1]:.2f}x", f"{cost[0]:.0%}", f"{cost[1]:.0%}"])
+    print()
+    print(markdown_table(["format", "revision", "2t / 1t", "2t / 1t, unique", "unique cost 1t", "unique cost 2t"],
+                         summary))
+    save_report("bench_ab", old=args.old, new=args.new, configs=CONFIGS,
+                samples_per_s={side: [[r[c] for c in CONFIGS] for r in runs] for side, runs in results.items()})
+
+
+if __name__ == "__main__":
+    main()
