@@ -23,7 +23,7 @@ from _common import OUT, markdown_table, save_report, synthetic_file
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = [(fmt, threads, unique) for fmt in ("txt", "pb") for unique in (False, True) for threads in (1, 2)]
-EPOCHS = {"txt": 2, "pb": 6}  # runs of a second or more on this machine
+EPOCHS = {"txt": 2, "pb": 6}  # runs of about a second on this machine
 
 
 def child(text, pb, aux):

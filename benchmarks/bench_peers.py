@@ -238,7 +238,8 @@ def main(argv=None):
                                                           for name in READERS}} for unique, threads in configs]
     report = save_report("bench_peers", samples=args.samples, runs=args.runs, batch_size=BATCH_SIZE,
                          results=results)
-    print(f"{args.samples:,} samples, batch_size {BATCH_SIZE}, median samples/s of {args.runs} rounds "
+    print(f"{args.samples:,} samples (ingest reads them {EPOCHS['txt']} times over in text, {EPOCHS['pb']} in pb), "
+          f"batch_size {BATCH_SIZE}, median samples/s of {args.runs} rounds "
           f"(ratios: medians of the per-round ratios); {measured_on(report)}\n")
     def ratio(a, b):
         """Median over the rounds of the ratio of two readers' rates in the same round: ``a`` and ``b`` are
