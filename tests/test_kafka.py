@@ -317,6 +317,45 @@ def test_a_membership_that_never_settles_fails_the_reader(services, source, monk
     assert len(got) == len(set(got))  # what was delivered before the failure, once
 
 
+def test_a_poll_that_fails_while_a_broker_restarts_is_retried(services, tmp_path, monkeypatch):
+    """kafka-python 3 lets a failed metadata refresh out of ``poll()`` while the broker restarts (seen in CI):
+    the member retries the poll rather than fail the reader, and every sample arrives once."""
+    from kafka.errors import KafkaConnectionError
+    from ingest.sources import kafka_group
+    bootstrap = services["KAFKA_BOOTSTRAP"]
+    text, topic = _long_topic(bootstrap, tmp_path)
+    failing = threading.Event()
+    failures = []
+    real = kafka_group.consumer
+
+    def consumer(brokers, settings):
+        member = real(brokers, settings)
+        poll = member.poll
+
+        def flaky_poll(**kwargs):
+            if failing.is_set() and len(failures) < 5:
+                failures.append(1)
+                raise KafkaConnectionError("111 ECONNREFUSED")
+            return poll(**kwargs)
+
+        member.poll = flaky_poll
+        return member
+
+    monkeypatch.setattr(kafka_group, "consumer", consumer)
+    reader = ingest.DataReader("k", [f"kafka://{bootstrap}/{topic}"]).batch_size(64).prefetch(1)
+    synthetic.declare(reader).kafka(group_id=f"g-{uuid.uuid4().hex[:8]}", session_timeout_ms=6000,
+                                    heartbeat_interval_ms=500, max_partition_fetch_bytes=64 << 10,
+                                    fetch_max_bytes=64 << 10)
+    got = []
+    with reader.startup():
+        for i, batch in enumerate(reader):
+            got.extend((s["sid"], str(s)) for s in flatten(batch))
+            if i == 3:
+                failing.set()
+    assert len(failures) == 5
+    assert sorted(got) == read_synthetic([str(text)])
+
+
 def _take(reader, n):
     """Samples of the first ``n`` batches (all of them when n is None), then the reader's state."""
     got = []

@@ -141,7 +141,7 @@ class GroupMember:
             self._consumer = self._subscribe()
             rejoins = 0
             while not self._closing.is_set():
-                self._consumer.poll(timeout_ms=_POLL_MS)  # joins and rebalances run their callbacks within
+                self._poll()
                 with self._cond:
                     seen = self._callbacks
                 self._make_units()
@@ -171,6 +171,19 @@ class GroupMember:
                     self._consumer.close()  # leaves the group (revoking what is left: committed again)
                 except Exception as exc:  # noqa: BLE001 - the reader is stopping; nothing to hand the error to
                     log.warning("%s: leaving consumer group %r: %s", self.url, self.options.group_id, exc)
+
+    def _poll(self):
+        """One poll of the consumer: joins and rebalances run their callbacks within.  A retriable error is
+        logged and the next poll retries: kafka-python 3 lets a failed metadata refresh out of ``poll()`` while
+        a broker restarts.  If it lasts, the membership stops settling and ``_rejoin`` takes over."""
+        from kafka.errors import KafkaError
+        try:
+            self._consumer.poll(timeout_ms=_POLL_MS)
+        except KafkaError as exc:
+            if not exc.retriable:
+                raise
+            log.info("%s: group %r: poll: %s; retrying", self.url, self.options.group_id, exc)
+            self._closing.wait(_POLL_MS / 1000)
 
     def _rejoin(self):
         """Replace a consumer whose membership stopped settling (kafka-python 3.0 was seen to send no SyncGroup
