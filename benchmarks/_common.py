@@ -15,7 +15,7 @@ import numpy as np
 from ingest import synthetic
 from ingest.cli.bench import measure
 
-__all__ = ["OUT", "arguments", "synthetic_file", "machine", "save_report", "measured_on", "markdown_table",
+__all__ = ["OUT", "arguments", "synthetic_file", "synthetic_pb", "machine", "save_report", "measured_on", "markdown_table",
            "alternated_runs"]
 
 OUT = Path(__file__).resolve().parent / "out"  # git-ignored
@@ -44,6 +44,14 @@ def synthetic_file(samples, seed=0):
         synthetic.write(partial, samples, seed)
         partial.replace(path)
     return path
+
+
+def synthetic_pb(text):
+    """The synthetic text file converted to ``pb`` beside it with ``--aux auto``: ``(path, the names of the
+    aux features)``, those to declare in table 1."""
+    from ingest.convert import convert
+    pb = OUT / f"{text.stem}.pb"
+    return pb, set(convert([str(text)], str(pb), aux="auto", log=lambda *_: None)["aux"])
 
 
 def machine():

@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import OUT, markdown_table, save_report, synthetic_file
+from _common import markdown_table, save_report, synthetic_file, synthetic_pb
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = [(fmt, threads, unique) for fmt in ("txt", "pb") for unique in (False, True) for threads in (1, 2)]
@@ -27,17 +27,16 @@ EPOCHS = {"txt": 2, "pb": 6}  # runs of about a second on this machine
 
 
 def child(text, pb, aux):
-    """In the subprocess: samples/s of every configuration, as JSON on stdout."""
-    import ingest
-    from ingest import synthetic
+    """In the subprocess (importing the revision's ingest): samples/s of every configuration, as JSON on
+    stdout."""
     from ingest.cli.bench import measure
+    from bench_peers import ingest_reader
 
-    paths = {"txt": text, "pb": pb}
+    inputs = {"txt": (text, set()), "pb": (pb, aux)}
 
     def reader(fmt, threads, unique, epochs):
-        r = ingest.DataReader("bench_ab", paths=[paths[fmt]], file_type=fmt)
-        r.batch_size(1024).threads(threads).unique_ids(unique).epochs(epochs)
-        return synthetic.declare(r, aux=aux if fmt == "pb" else (), serialized=True)
+        path, aux_of = inputs[fmt]
+        return ingest_reader(path, fmt, aux_of, threads, unique, epochs)
 
     for config in CONFIGS:
         measure(reader(*config, 1))
@@ -69,10 +68,8 @@ def main(argv=None):
     if not (args.old and args.new):
         parser.error("--old and --new are required")
 
-    from ingest.convert import convert
     text = synthetic_file(args.samples)
-    pb = OUT / f"{text.stem}.pb"
-    aux = convert([str(text)], str(pb), aux="auto", log=lambda *_: None)["aux"]
+    pb, aux = synthetic_pb(text)
     results = {"old": [], "new": []}
     with tempfile.TemporaryDirectory() as tmp:
         trees = {side: tree(rev, Path(tmp, side).resolve()) for side, rev in (("old", args.old), ("new", args.new))}

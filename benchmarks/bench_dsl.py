@@ -16,9 +16,9 @@ median of the per-round ratios.  Writes ``benchmarks/out/bench_dsl.json``.
 
     python benchmarks/bench_dsl.py [--samples 120000] [--runs 5]
 """
-from ingest.convert import convert
 
-from _common import OUT, alternated_runs, arguments, markdown_table, measured_on, save_report, synthetic_file
+from _common import (OUT, alternated_runs, arguments, markdown_table, measured_on, save_report,
+                     synthetic_file, synthetic_pb)
 from bench_pb import reader_for
 
 CROSSES = {
@@ -39,9 +39,7 @@ def main(argv=None):
     args = arguments(__doc__).parse_args(argv)
 
     text = synthetic_file(args.samples)
-    pb = OUT / f"{text.stem}.pb"
-    summary = convert([str(text)], str(pb), aux="auto", log=lambda *_: None)
-    aux = set(summary["aux"])
+    pb, aux = synthetic_pb(text)
     inputs = {"text": (text, "txt", set()), "pb": (pb, "pb", aux)}
     results = {}
     for name, spec in inputs.items():

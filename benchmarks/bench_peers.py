@@ -39,9 +39,8 @@ import time
 import ingest
 from ingest import synthetic
 from ingest.cli.bench import measure
-from ingest.convert import convert
 
-from _common import OUT, arguments, markdown_table, measured_on, save_report, synthetic_file
+from _common import OUT, arguments, markdown_table, measured_on, save_report, synthetic_file, synthetic_pb
 
 BATCH_SIZE = 1024
 THREADS = (1, 2)
@@ -52,9 +51,9 @@ READERS = ("ingest text", "tf.data text", "ingest pb", "TFRecord")  # the table'
 
 
 # -- ingest ---------------------------------------------------------------------------------------
-def ingest_reader(path, file_type, aux, threads, unique):
+def ingest_reader(path, file_type, aux, threads, unique, epochs=1):
     reader = ingest.DataReader("bench_peers", paths=[str(path)], file_type=file_type)
-    reader.batch_size(BATCH_SIZE).threads(threads).unique_ids(unique).epochs(EPOCHS[file_type])
+    reader.batch_size(BATCH_SIZE).threads(threads).unique_ids(unique).epochs(epochs)
     return synthetic.declare(reader, aux=aux, serialized=True)
 
 
@@ -202,8 +201,7 @@ def main(argv=None):
         return
 
     text = synthetic_file(args.samples)
-    pb = OUT / f"{text.stem}.pb"
-    aux = set(convert([str(text)], str(pb), aux="auto", log=lambda *_: None)["aux"])
+    pb, aux = synthetic_pb(text)
     tfrecord = OUT / f"{text.stem}.tfrecord"
     if not tfrecord.exists():
         print(f"writing {tfrecord} ...", file=sys.stderr, flush=True)
@@ -221,8 +219,9 @@ def main(argv=None):
         out = {}
         for unique, threads in configs:
             out[unique, threads] = {
-                "ingest text": measure(ingest_reader(text, "txt", set(), threads, unique))["samples_per_s"],
-                "ingest pb": measure(ingest_reader(pb, "pb", aux, threads, unique))["samples_per_s"],
+                "ingest text": measure(ingest_reader(text, "txt", set(), threads, unique, EPOCHS["txt"]))
+                ["samples_per_s"],
+                "ingest pb": measure(ingest_reader(pb, "pb", aux, threads, unique, EPOCHS["pb"]))["samples_per_s"],
                 **{name: tf.run() for name, tf in tf_readers[unique, threads].items()}}
         return out
 

@@ -9,17 +9,16 @@ median of the per-round ratios on/off, by wall time and by CPU time of the whole
 
     python benchmarks/bench_unique.py [--samples 120000] [--runs 5]
 """
-from ingest.convert import convert
 
-from _common import OUT, alternated_runs, arguments, markdown_table, measured_on, save_report, synthetic_file
+from _common import (OUT, alternated_runs, arguments, markdown_table, measured_on, save_report,
+                     synthetic_file, synthetic_pb)
 from bench_peers import THREADS, ingest_reader
 
 
 def main(argv=None):
     args = arguments(__doc__).parse_args(argv)
     text = synthetic_file(args.samples)
-    pb = OUT / f"{text.stem}.pb"
-    aux = set(convert([str(text)], str(pb), aux="auto", log=lambda *_: None)["aux"])
+    pb, aux = synthetic_pb(text)
     inputs = {"text": (text, "txt", set()), "pb": (pb, "pb", aux)}
     results = {}
     for name, (path, file_type, aux_of) in inputs.items():
