@@ -256,6 +256,23 @@ def test_a_member_whose_session_expired_goes_on_where_it_stopped(services, tmp_p
     assert sorted(delivered) == expected
 
 
+def _wrapped_consumers(monkeypatch, wrap):
+    """Group members whose real kafka-python consumers go through ``wrap(consumer, n)`` (n: the consumer's
+    number, from 0) as they are made; returns the list of them."""
+    from ingest.sources import kafka_group
+    made = []
+    real = kafka_group.consumer
+
+    def consumer(brokers, settings):
+        member = real(brokers, settings)
+        wrap(member, len(made))
+        made.append(member)
+        return member
+
+    monkeypatch.setattr(kafka_group, "consumer", consumer)
+    return made
+
+
 def _stalling_consumers(monkeypatch, stall):
     """Group members whose kafka-python consumers report a rebalance that never ends once ``stall(n)`` (n: the
     consumer's number, from 0) says so, as kafka-python 3.0 did when it sent no SyncGroup after a join; the
@@ -263,20 +280,13 @@ def _stalling_consumers(monkeypatch, stall):
     bounds the drain of a revocation)."""
     from kafka.structs import MemberState
     from ingest.sources import kafka_group
-    made = []
-    real = kafka_group.consumer
 
-    def consumer(brokers, settings):
-        member = real(brokers, settings)
-        n = len(made)
-        made.append(member)
+    def wrap(member, n):
         metadata = member.group_metadata
         member.group_metadata = lambda: metadata()._replace(state=MemberState.REBALANCING) if stall(n) else metadata()
-        return member
 
-    monkeypatch.setattr(kafka_group, "consumer", consumer)
     monkeypatch.setattr(kafka_group, "_STUCK_SESSIONS", 0.25)
-    return made
+    return _wrapped_consumers(monkeypatch, wrap)
 
 
 def test_a_stuck_membership_is_replaced(services, tmp_path, monkeypatch, caplog):
@@ -321,15 +331,12 @@ def test_a_poll_that_fails_while_a_broker_restarts_is_retried(services, tmp_path
     """kafka-python 3 lets a failed metadata refresh out of ``poll()`` while the broker restarts (seen in CI):
     the member retries the poll rather than fail the reader, and every sample arrives once."""
     from kafka.errors import KafkaConnectionError
-    from ingest.sources import kafka_group
     bootstrap = services["KAFKA_BOOTSTRAP"]
     text, topic = _long_topic(bootstrap, tmp_path)
     failing = threading.Event()
     failures = []
-    real = kafka_group.consumer
 
-    def consumer(brokers, settings):
-        member = real(brokers, settings)
+    def wrap(member, n):
         poll = member.poll
 
         def flaky_poll(**kwargs):
@@ -339,9 +346,8 @@ def test_a_poll_that_fails_while_a_broker_restarts_is_retried(services, tmp_path
             return poll(**kwargs)
 
         member.poll = flaky_poll
-        return member
 
-    monkeypatch.setattr(kafka_group, "consumer", consumer)
+    _wrapped_consumers(monkeypatch, wrap)
     reader = ingest.DataReader("k", [f"kafka://{bootstrap}/{topic}"]).batch_size(64).prefetch(1)
     synthetic.declare(reader).kafka(group_id=f"g-{uuid.uuid4().hex[:8]}", session_timeout_ms=6000,
                                     heartbeat_interval_ms=500, max_partition_fetch_bytes=64 << 10,
