@@ -15,7 +15,7 @@ import numpy as np
 from ingest import synthetic
 from ingest.cli.bench import measure
 
-__all__ = ["OUT", "arguments", "synthetic_file", "synthetic_pb", "machine", "save_report", "measured_on", "markdown_table",
+__all__ = ["OUT", "arguments", "synthetic_file", "synthetic_pb", "synthetic_inputs", "machine", "save_report", "measured_on", "markdown_table",
            "alternated_runs"]
 
 OUT = Path(__file__).resolve().parent / "out"  # git-ignored
@@ -52,6 +52,14 @@ def synthetic_pb(text):
     from ingest.convert import convert
     pb = OUT / f"{text.stem}.pb"
     return pb, set(convert([str(text)], str(pb), aux="auto", log=lambda *_: None)["aux"])
+
+
+def synthetic_inputs(samples):
+    """The synthetic samples as text and as pb: ``{"text": (path, "txt", set()), "pb": (path, "pb", aux)}``,
+    with the aux feature names to declare in table 1."""
+    text = synthetic_file(samples)
+    pb, aux = synthetic_pb(text)
+    return {"text": (text, "txt", set()), "pb": (pb, "pb", aux)}
 
 
 def machine():

@@ -18,7 +18,7 @@ median of the per-round ratios.  Writes ``benchmarks/out/bench_dsl.json``.
 """
 
 from _common import (OUT, alternated_runs, arguments, markdown_table, measured_on, save_report,
-                     synthetic_file, synthetic_pb)
+                     synthetic_inputs)
 from bench_pb import reader_for
 
 CROSSES = {
@@ -38,9 +38,8 @@ def with_crosses(reader):
 def main(argv=None):
     args = arguments(__doc__).parse_args(argv)
 
-    text = synthetic_file(args.samples)
-    pb, aux = synthetic_pb(text)
-    inputs = {"text": (text, "txt", set()), "pb": (pb, "pb", aux)}
+    inputs = synthetic_inputs(args.samples)
+    aux = inputs["pb"][2]
     results = {}
     for name, spec in inputs.items():
         results[name] = alternated_runs({"plain": lambda s=spec: reader_for(*s),

@@ -11,15 +11,14 @@ median of the per-round ratios on/off, by wall time and by CPU time of the whole
 """
 
 from _common import (OUT, alternated_runs, arguments, markdown_table, measured_on, save_report,
-                     synthetic_file, synthetic_pb)
+                     synthetic_inputs)
 from bench_peers import THREADS, ingest_reader
 
 
 def main(argv=None):
     args = arguments(__doc__).parse_args(argv)
-    text = synthetic_file(args.samples)
-    pb, aux = synthetic_pb(text)
-    inputs = {"text": (text, "txt", set()), "pb": (pb, "pb", aux)}
+    inputs = synthetic_inputs(args.samples)
+    aux = inputs["pb"][2]
     results = {}
     for name, (path, file_type, aux_of) in inputs.items():
         for threads in THREADS:
