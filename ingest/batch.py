@@ -85,6 +85,7 @@ class Batch:
         self.marks = None  # what the batch delivers, for the reader state (pipeline.progress.Marks)
         self.pieces = None  # with keep_sample or pause: the (block, first row, end row) it was cut from
         self.release_groups = _nothing  # with keep_sample / pause: hands its groups back, once
+        self.unique_work = ()  # the builder's, from assemble() until add_unique() fills the unique ids
 
     def __len__(self):
         return self.size

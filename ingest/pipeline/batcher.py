@@ -62,6 +62,12 @@ class BatchBuilder:
         return plan
 
     def build(self, pieces):
+        """The Batch of ``pieces``, unique ids included."""
+        return self.add_unique(self.assemble(pieces))
+
+    def assemble(self, pieces):
+        """The Batch of ``pieces`` without its unique ids: ``add_unique`` completes it (the pipeline
+        runs that on a thread of its own, so that one batch's unique ids overlap the next one's build)."""
         t0 = time.perf_counter()
         n = sum(r1 - r0 for _, r0, r1 in pieces)
         rows0 = self.batch_size if self.pad else n
@@ -103,19 +109,26 @@ class BatchBuilder:
             row += k
         labels[n:] = 0
         timestamps[n:] = 0
-        t1 = time.perf_counter()
-        if self.stats is not None:
-            self.stats.stage("batch", t0, t1, size=n)
-        if self.unique:
-            for table in tables:
-                add_unique_ids(*table, self.pool, self.scratch)
-            if self.stats is not None:
-                self.stats.stage("unique", t1, time.perf_counter())
         batch = Batch(n, labels, timestamps, sid_bytes, sid_offsets, features, indicators,
                       tables=self.table_of, table_rows=rows)
         batch.marks = Marks({blk.unit: blk.position(r1) for blk, _, r1 in pieces} if self.track else {})
         if self.keep_pieces:
             batch.pieces = list(pieces)
+        if self.unique:
+            batch.unique_work = tables
+        if self.stats is not None:
+            self.stats.stage("batch", t0, time.perf_counter(), size=n)
+        return batch
+
+    def add_unique(self, batch):
+        """Fill the unique ids of a batch from ``assemble`` (nothing to do without ``unique``); returns it."""
+        tables, batch.unique_work = batch.unique_work, ()
+        if tables:
+            t0 = time.perf_counter()
+            for table in tables:
+                add_unique_ids(*table, self.pool, self.scratch)
+            if self.stats is not None:
+                self.stats.stage("unique", t0, time.perf_counter())
         return batch
 
     def _table(self, t, pieces, plans, rows, tables):
@@ -214,8 +227,8 @@ def add_unique_ids(feats, keys, pairs, pair, key_base, counts, offsets, pool, sc
         feat.unique_row_offsets = big[o:o + u + 1]
 
 
-def cut_batches(blocks, builder, *, split_group=True, drop_last=False, on_skip=None, rounds=None):
-    """Yield Batches from an iterable of Blocks.
+def cut_batches(blocks, builder, *, split_group=True, drop_last=False, on_skip=None, rounds=None, build=None):
+    """Yield Batches from an iterable of Blocks, each made by ``build(pieces)`` (default ``builder.build``).
 
     With ``split_group`` a group that does not fit is cut at the batch boundary; without
     it the group moves whole to the next batch, and a group larger than the batch size
@@ -226,6 +239,7 @@ def cut_batches(blocks, builder, *, split_group=True, drop_last=False, on_skip=N
     already taken are delivered as a short batch first, then the error propagates.
     """
     size = builder.batch_size
+    build = build or builder.build
     pieces = []
     filled = 0
     it = iter(blocks)
@@ -236,11 +250,11 @@ def cut_batches(blocks, builder, *, split_group=True, drop_last=False, on_skip=N
             break
         except Exception:
             if pieces:
-                yield builder.build(pieces)
+                yield build(pieces)
             raise
         if blk is FLUSH:
             if pieces:
-                yield builder.build(pieces)
+                yield build(pieces)
                 pieces, filled = [], 0
             else:
                 yield FLUSH
@@ -256,7 +270,7 @@ def cut_batches(blocks, builder, *, split_group=True, drop_last=False, on_skip=N
                 take = int(ends[g]) - r
                 if take <= 0:
                     if filled:
-                        yield builder.build(pieces)
+                        yield build(pieces)
                         pieces, filled = [], 0
                         continue
                     g_end = int(ends[np.searchsorted(ends, r, side="right")])
@@ -280,7 +294,7 @@ def cut_batches(blocks, builder, *, split_group=True, drop_last=False, on_skip=N
             filled += take
             r += take
             if filled == size:
-                yield builder.build(pieces)
+                yield build(pieces)
                 pieces, filled = [], 0
     if pieces and not drop_last:
-        yield builder.build(pieces)
+        yield build(pieces)

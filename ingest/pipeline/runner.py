@@ -1,8 +1,9 @@
 """The running pipeline: parse workers, the batcher thread and the bounded queues between them.
 
 Workers turn work units into Blocks (the parse kernels release the GIL, so threads run in
-parallel); one batcher thread cuts Blocks into Batches; the consumer takes Batches from a
-bounded prefetch queue.  Every blocking put or get wakes up regularly to check the stop
+parallel); one batcher thread cuts Blocks into Batches; with unique ids, one more thread
+computes them, batch by batch, while the batcher builds the next; the consumer takes Batches
+from a bounded prefetch queue.  Every blocking put or get wakes up regularly to check the stop
 flag, so ``close()`` never hangs, whatever the consumer does.
 """
 import contextlib
@@ -14,6 +15,7 @@ import time
 
 import numpy as np
 
+from ..batch import Batch
 from ..errors import IngestError, ReaderClosedError
 from ..formats.base import take_read_seconds
 from ..ops.blocks import concat_blocks, take_rows
@@ -133,6 +135,8 @@ class Pipeline:
         nq = threads if deterministic else 1
         self.block_queues = [queue.Queue(queue_blocks * (1 if deterministic else threads)) for _ in range(nq)]
         self.out = queue.Queue(prefetch)
+        # with unique ids: built batches on their way to the unique-id thread
+        self.built = queue.Queue(2) if builder.unique else None
         self._unit_lock = threading.Lock()
         self._unit_iter = self._sequence()
         self._threads = []
@@ -162,6 +166,8 @@ class Pipeline:
             t = threading.Thread(target=self._work, args=(w,), name=f"ingest-parse-{w}", daemon=True)
             self._threads.append(t)
         self._threads.append(threading.Thread(target=self._batch_loop, name="ingest-batcher", daemon=True))
+        if self.built is not None:
+            self._threads.append(threading.Thread(target=self._unique_loop, name="ingest-unique", daemon=True))
         for t in self._threads:
             t.start()
 
@@ -329,21 +335,37 @@ class Pipeline:
 
     def _batch_loop(self):
         done = []
+        out = self.out if self.built is None else self.built
         try:
             batches = cut_batches(self._blocks(done), self.builder, split_group=self.split_group,
-                                  drop_last=self.drop_last, on_skip=self.on_skip, rounds=self.rounds)
+                                  drop_last=self.drop_last, on_skip=self.on_skip, rounds=self.rounds,
+                                  build=self.builder.assemble)
             for batch in batches:  # the builder counts its own time
                 if batch is FLUSH:  # nothing was pending: the units completed travel alone
-                    if done and not self._put(self.out, _Delivered(Marks(done=list(done)))):
+                    if done and not self._put(out, _Delivered(Marks(done=list(done)))):
                         return
                     done.clear()
                     continue
                 # units completed so far have all their samples in this batch or earlier ones
                 batch.marks.done, done[:] = list(done), []
                 self.stats.add(batches=1)
-                if not self._put(self.out, batch):
+                if not self._put(out, batch):
                     return
-            self._put(self.out, _End(Marks(done=list(done))))
+            self._put(out, _End(Marks(done=list(done))))
+        except ReaderClosedError:
+            pass
+        except BaseException as exc:
+            self._put(out, exc)
+
+    def _unique_loop(self):
+        """Complete the batcher's batches with their unique ids, in order; everything else passes through."""
+        try:
+            while True:
+                item = self._get(self.built)
+                if isinstance(item, Batch):
+                    self.builder.add_unique(item)
+                if not self._put(self.out, item) or isinstance(item, (_End, BaseException)):
+                    return
         except ReaderClosedError:
             pass
         except BaseException as exc:
@@ -391,7 +413,9 @@ class Pipeline:
         self.stop.set()
         with self._handing:  # a batch being handed over has its marks applied before progress is read
             pass
-        for q in self.block_queues + [self.out]:
+        for q in self.block_queues + [self.built, self.out]:
+            if q is None:
+                continue
             with contextlib.suppress(queue.Empty):
                 while True:
                     q.get_nowait()
