@@ -108,3 +108,16 @@ def unique_ids_of_table(keys, pairs, pair, key_base, counts, at, words, offsets,
         else:
             nunique[f] = unique_ids(keys[:0], keys[kb:kb + n], offsets[f], table, hashes, work_h, big[w:w + n],
                                     inverse, work_counts, row_offsets, rows)
+
+
+@helper
+def unique_layout(counts, pair, at, words):
+    """Where ``unique_ids_of_table`` puts each feature's outputs: ``at[f]``, the ids of the features before
+    ``f``, and ``words[f]``, their id words (2 an id when ``pair[f]``), both for ``f`` up to ``F``
+    included; returns ``(at[F], words[F])``."""
+    at[0] = 0
+    words[0] = 0
+    for f in range(len(counts)):
+        at[f + 1] = at[f] + counts[f]
+        words[f + 1] = words[f] + counts[f] * (2 if pair[f] else 1)
+    return at[len(counts)], words[len(counts)]

@@ -4,6 +4,7 @@ from hypothesis import given, strategies as st
 
 import ingest
 from ingest import SparseFeature
+from ingest._native.unique import unique_layout
 from ingest.pipeline.batcher import UniqueScratch, add_unique_ids
 from ingest.pipeline.pool import BufferPool
 
@@ -56,6 +57,18 @@ def test_kernel_matches_twin(data, nrows, pair):
         uo = feat.unique_row_offsets
         assert uo[0] == 0 and len(uo) == len(order) + 1
         assert [feat.unique_rows[uo[u]:uo[u + 1]].tolist() for u in range(len(order))] == rows_of
+
+
+@given(counts=st.lists(st.integers(0, 1000), max_size=6), data=st.data())
+def test_unique_layout_matches_twin(counts, data):
+    """Where each feature's outputs go: running totals of its ids and of its id words (2 for a pair)."""
+    pair = data.draw(st.lists(st.booleans(), min_size=len(counts), max_size=len(counts)))
+    at = np.empty(len(counts) + 1, np.int64)
+    words = np.empty(len(counts) + 1, np.int64)
+    got = unique_layout(np.array(counts, np.int64), np.array(pair, np.bool_), at, words)
+    want_at = [sum(counts[:f]) for f in range(len(counts) + 1)]
+    want_words = [sum(c * (2 if p else 1) for c, p in zip(counts[:f], pair)) for f in range(len(counts) + 1)]
+    assert at.tolist() == want_at and words.tolist() == want_words and got == (want_at[-1], want_words[-1])
 
 
 def test_reader_fills_unique_ids_for_every_sparse_feature(tmp_path):

@@ -5,7 +5,7 @@ import numpy as np
 
 from .._native.batch import (copy_dense_ranges, copy_sparse_ranges, count_ranges, feature_bases, group_ranges,
                              refer_ranges, write_indicators)
-from .._native.unique import table_size, unique_ids_of_table
+from .._native.unique import table_size, unique_ids_of_table, unique_layout
 from .pool import BufferPool
 from ..batch import Batch, SparseFeature
 from ..errors import GroupTooLargeError
@@ -203,20 +203,20 @@ class UniqueScratch:
 def add_unique_ids(feats, keys, pairs, pair, key_base, counts, offsets, pool, scratch):
     """Fill ``unique_ids``, ``inverse``, ``unique_rows`` and ``unique_row_offsets`` of the SparseFeatures
     ``feats`` of one table, whose ids are ``counts[f]`` from ``key_base[f]`` in ``keys`` (``pairs`` when
-    ``pair[f]``) and whose row offsets are ``offsets[f]``: one kernel call and two leases for them all.
+    ``pair[f]``) and whose row offsets are ``offsets[f]``: one kernel call and one lease for them all.
 
-    One int32 buffer holds every inverse and then every feature's unique rows, one int64 buffer every
-    feature's unique ids and then their row offsets (both free once the batch and its arrays are gone).
+    One leased buffer holds, as int64, every feature's unique ids and then their row offsets, and as
+    int32 every inverse and then every feature's unique rows (free once the batch and its arrays are gone).
     """
-    width = pair.astype(np.int64) + 1
-    at = np.zeros(len(feats) + 1, np.int64)
-    np.cumsum(counts, out=at[1:])
-    words = np.zeros(len(feats) + 1, np.int64)
-    np.cumsum(counts * width, out=words[1:])
-    total, nwords = int(at[-1]), int(words[-1])
-    small = pool.lease(2 * total, np.int32)
-    big = pool.lease(nwords + total + len(feats), np.int64)
-    nunique = np.empty(len(feats), np.int64)
+    nf = len(feats)
+    at = np.empty(nf + 1, np.int64)
+    words = np.empty(nf + 1, np.int64)
+    total, nwords = unique_layout(counts, pair, at, words)
+    nbig = nwords + total + nf
+    buf = pool.lease(8 * nbig + 4 * 2 * total, np.uint8)
+    big = buf[:8 * nbig].view(np.int64)
+    small = buf[8 * nbig:].view(np.int32)
+    nunique = np.empty(nf, np.int64)
     unique_ids_of_table(keys, pairs, pair, key_base, counts, at, words, offsets,
                         *scratch.room(int(counts.max(initial=0))), small, big, nunique)
     for f, (feat, a, n, w, u) in enumerate(zip(feats, at.tolist(), counts.tolist(), words.tolist(), nunique.tolist())):
