@@ -544,7 +544,8 @@ class DataReader:
         """Counters (bytes, samples, groups, blocks, batches, units, errors_skipped) and seconds per stage.
 
         Stages: ``read`` (reading and decompressing, or waiting for the read-ahead thread), ``parse``,
-        ``ops`` (DSL), summed over the parse workers; ``batch`` and ``unique`` on the batcher thread;
+        ``ops`` (DSL), summed over the parse workers; ``batch`` on the batcher thread and ``unique`` on the
+        unique-id thread;
         ``wait``, the time the consumer waited for a batch; and ``wall`` since ``startup()``."""
         return self._stats.snapshot()
 
