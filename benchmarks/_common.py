@@ -15,8 +15,8 @@ import numpy as np
 from ingest import synthetic
 from ingest.cli.bench import measure
 
-__all__ = ["OUT", "arguments", "synthetic_file", "synthetic_pb", "synthetic_inputs", "machine", "save_report", "measured_on", "markdown_table",
-           "alternated_runs"]
+__all__ = ["OUT", "arguments", "synthetic_file", "synthetic_inputs", "machine", "save_report", "measured_on",
+           "markdown_table", "alternated_runs"]
 
 OUT = Path(__file__).resolve().parent / "out"  # git-ignored
 
@@ -46,19 +46,14 @@ def synthetic_file(samples, seed=0):
     return path
 
 
-def synthetic_pb(text):
-    """The synthetic text file converted to ``pb`` beside it with ``--aux auto``: ``(path, the names of the
-    aux features)``, those to declare in table 1."""
-    from ingest.convert import convert
-    pb = OUT / f"{text.stem}.pb"
-    return pb, set(convert([str(text)], str(pb), aux="auto", log=lambda *_: None)["aux"])
-
-
 def synthetic_inputs(samples):
-    """The synthetic samples as text and as pb: ``{"text": (path, "txt", set()), "pb": (path, "pb", aux)}``,
-    with the aux feature names to declare in table 1."""
+    """The synthetic samples as text, and converted to ``pb`` beside it with ``--aux auto``:
+    ``{"text": (path, "txt", set()), "pb": (path, "pb", aux)}``, with the aux feature names to declare in
+    table 1."""
+    from ingest.convert import convert
     text = synthetic_file(samples)
-    pb, aux = synthetic_pb(text)
+    pb = OUT / f"{text.stem}.pb"
+    aux = set(convert([str(text)], str(pb), aux="auto", log=lambda *_: None)["aux"])
     return {"text": (text, "txt", set()), "pb": (pb, "pb", aux)}
 
 

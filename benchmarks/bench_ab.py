@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import markdown_table, save_report, synthetic_file, synthetic_pb
+from _common import markdown_table, save_report, synthetic_inputs
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = [(fmt, threads, unique) for fmt in ("txt", "pb") for unique in (False, True) for threads in (1, 2)]
@@ -68,8 +68,8 @@ def main(argv=None):
     if not (args.old and args.new):
         parser.error("--old and --new are required")
 
-    text = synthetic_file(args.samples)
-    pb, aux = synthetic_pb(text)
+    inputs = synthetic_inputs(args.samples)
+    text, pb, aux = inputs["text"][0], inputs["pb"][0], inputs["pb"][2]
     results = {"old": [], "new": []}
     with tempfile.TemporaryDirectory() as tmp:
         trees = {side: tree(rev, Path(tmp, side).resolve()) for side, rev in (("old", args.old), ("new", args.new))}

@@ -40,7 +40,7 @@ import ingest
 from ingest import synthetic
 from ingest.cli.bench import measure
 
-from _common import OUT, arguments, markdown_table, measured_on, save_report, synthetic_file, synthetic_pb
+from _common import OUT, arguments, markdown_table, measured_on, save_report, synthetic_inputs
 
 BATCH_SIZE = 1024
 THREADS = (1, 2)
@@ -200,8 +200,8 @@ def main(argv=None):
         tf_record_write(_tf(2), args.input, args.write_tfrecord)
         return
 
-    text = synthetic_file(args.samples)
-    pb, aux = synthetic_pb(text)
+    inputs = synthetic_inputs(args.samples)
+    text, pb, aux = inputs["text"][0], inputs["pb"][0], inputs["pb"][2]
     tfrecord = OUT / f"{text.stem}.tfrecord"
     if not tfrecord.exists():
         print(f"writing {tfrecord} ...", file=sys.stderr, flush=True)
