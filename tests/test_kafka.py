@@ -237,15 +237,16 @@ def test_a_member_whose_session_expired_goes_on_where_it_stopped(services, tmp_p
     commits as no member (the group is empty meanwhile) and joins again from there: every sample once."""
     bootstrap = services["KAFKA_BOOTSTRAP"]
     text, topic = _long_topic(bootstrap, tmp_path)
+    # Unbuffered: communicate() reads the pipe itself, so lines a buffered readline() had read ahead would be lost.
     child = subprocess.Popen([sys.executable, "-c", _MEMBER, f"kafka://{bootstrap}/{topic}",
                               f"g-{uuid.uuid4().hex[:8]}", str(ROOT / "tests")],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
     try:
-        delivered = [child.stdout.readline() for _ in range(3000)]
+        delivered = [child.stdout.readline().decode() for _ in range(3000)]
         child.send_signal(signal.SIGSTOP)
         time.sleep(10)
         child.send_signal(signal.SIGCONT)
-        out, err = child.communicate(timeout=120)
+        out, err = (part.decode() for part in child.communicate(timeout=120))
     finally:
         child.kill()
     delivered += out.splitlines(keepends=True)
