@@ -3,8 +3,7 @@ import time
 
 import numpy as np
 
-from .._native.batch import (copy_dense_ranges, copy_sparse_ranges, count_ranges, feature_bases, group_ranges,
-                             refer_ranges, write_indicators)
+from .._native.batch import copy_piece, feature_bases, measure_piece, pad_batch
 from .._native.unique import table_size, unique_ids_of_table, unique_layout
 from .pool import BufferPool
 from ..batch import Batch, SparseFeature
@@ -18,6 +17,10 @@ FLUSH = object()  # in the block stream: deliver the partial batch (nothing else
 _NO_HKEYS = np.empty(0, np.int64)
 _NO_VALUES = np.empty(0, np.float32)
 _NO_FLAGS = np.empty(0, np.bool_)
+# Stand-ins in the kernels' tuples when there is nothing of a kind (a tuple's items share one type).
+_NO_DENSE = np.empty((0, 0), np.float32)
+_NO_INDICATORS = np.empty(0, np.int32)
+_INT32, _INT64, _FLOAT32, _UINT8 = (np.dtype(t) for t in (np.int32, np.int64, np.float32, np.uint8))
 
 
 class BatchBuilder:
@@ -40,26 +43,22 @@ class BatchBuilder:
         self.unique = unique
         self.stats = stats
         self.tables = schema.tables
-        self.sparse = [schema.sparse_in(t) for t in range(self.tables)]
-        self.dense = [schema.dense_in(t) for t in range(self.tables)]
-        self.pair = [np.array([not s.serialized for s in specs], np.bool_) for specs in self.sparse]
         self.table_of = {s.name: s.table for s in schema.specs}
-
-    def _ranges(self, blk, r0, r1):
-        """Per table, ``(lo, hi, m)``: the rows of that table the piece takes, one range per group."""
-        if self.tables == 1:
-            return [(np.array([r0], np.int64), np.array([r1], np.int64), 1)]
-        lo = np.empty(r1 - r0, np.int64)
-        hi = np.empty(r1 - r0, np.int64)
-        m = group_ranges(blk.group_offsets, r0, r1, lo, hi)
-        plan = [(lo, hi, m)]
-        for k in range(self.tables - 1):
-            next_lo = np.empty(m, np.int64)
-            next_hi = np.empty(m, np.int64)
-            refer_ranges(blk.tables[k].refer, lo, hi, m, next_lo, next_hi)
-            plan.append((next_lo, next_hi, m))
-            lo, hi = next_lo, next_hi
-        return plan
+        # Sparse features are numbered over all tables in order (the kernels' order), dense ones too.
+        sparse = [s for t in range(self.tables) for s in schema.sparse_in(t)]
+        dense = [s for t in range(self.tables) for s in schema.dense_in(t)]
+        self.pair = np.array([not s.serialized for s in sparse], np.bool_)
+        self.dense_table = np.array([s.table for s in dense], np.int64)
+        bounds = np.cumsum([0] + [len(schema.sparse_in(t)) for t in range(self.tables)]).tolist()
+        self.table_bounds = list(enumerate(zip(bounds, bounds[1:])))  # (t, (first feature, end))
+        sparse_index = {s.name: f for f, s in enumerate(sparse)}
+        dense_index = {s.name: d for d, s in enumerate(dense)}
+        # per feature in schema order: (name, is sparse, index, table, row of its table's offsets, pair)
+        self.layout = [(s.name, True, sparse_index[s.name], s.table, sparse_index[s.name] - bounds[s.table],
+                        not s.serialized) if s.name in sparse_index else (s.name, False, dense_index[s.name], s.table)
+                       for s in schema.specs]
+        self.dense_widths = [(s.table, s.width) for s in dense]
+        self.label_count = schema.label_count
 
     def build(self, pieces):
         """The Batch of ``pieces``, unique ids included."""
@@ -67,55 +66,70 @@ class BatchBuilder:
 
     def assemble(self, pieces):
         """The Batch of ``pieces`` without its unique ids: ``add_unique`` completes it (the pipeline
-        runs that on a thread of its own, so that one batch's unique ids overlap the next one's build)."""
+        runs that on a thread of its own, so that one batch's unique ids overlap the next one's build).
+
+        Two kernel calls a piece and one lease a batch: ``measure_piece`` sizes every array, one
+        pooled buffer holds them all, ``copy_piece`` fills them (the Python around the kernels was
+        half of a batch's build, and every call into a kernel is a point where the GIL changes hands).
+        """
         t0 = time.perf_counter()
-        n = sum(r1 - r0 for _, r0, r1 in pieces)
-        rows0 = self.batch_size if self.pad else n
-        padded = rows0 > n
-        plans = [self._ranges(blk, r0, r1) for blk, r0, r1 in pieces]
-        rows = [rows0]
-        for t in range(1, self.tables):  # aux rows, plus the empty row padded rows point at
-            rows.append(sum(int((hi[:m] - lo[:m]).sum()) for lo, hi, m in (p[t] for p in plans)) + padded)
-        found = {}
-        tables = []  # per table, what add_unique_ids takes of it
-        for t in range(self.tables):
-            found.update(self._table(t, pieces, plans, rows[t], tables))
-        features = {s.name: found[s.name] for s in self.schema.specs}
-        indicators = []
-        for k in range(self.tables - 1):
-            ind = self.pool.lease(rows[k], np.int32)
-            row = packed = 0
-            for (blk, _, _), plan in zip(pieces, plans):
-                lo, hi, m = plan[k]
-                next_lo, next_hi, _ = plan[k + 1]
-                row, packed = write_indicators(blk.tables[k].refer, lo, hi, next_lo, next_hi, m, ind, row, packed)
-            ind[row:] = rows[k + 1] - 1
-            indicators.append(ind)
-        labels = self.pool.lease((rows0, self.schema.label_count), np.float32)
-        timestamps = self.pool.lease(rows0, np.int64)
-        sid_bytes = self.pool.lease(sum(int(blk.sid_offsets[r1] - blk.sid_offsets[r0]) for blk, r0, r1 in pieces),
-                                    np.uint8)
-        sid_offsets = self.pool.lease(n + 1, np.int64)
-        sid_offsets[0] = 0
-        row = 0
+        nt = self.tables
+        counts = np.zeros(len(self.pair), np.int64)
+        rows = np.zeros(nt, np.int64)
+        sid_total = np.zeros(1, np.int64)
+        plans = []
         for blk, r0, r1 in pieces:
-            k = r1 - r0
-            labels[row:row + k] = blk.labels[r0:r1]
-            timestamps[row:row + k] = blk.timestamps[r0:r1]
-            a, b = blk.sid_offsets[r0], blk.sid_offsets[r1]
-            at = sid_offsets[row]
-            sid_bytes[at:at + b - a] = blk.sid_bytes[a:b]
-            sid_offsets[row + 1:row + k + 1] = blk.sid_offsets[r0 + 1:r1 + 1] - a + at
-            row += k
-        labels[n:] = 0
-        timestamps[n:] = 0
+            args = _block_args(blk)
+            ranges, m = measure_piece(blk.group_offsets, args[3], args[0], blk.sid_offsets, r0, r1, counts, rows,
+                                      sid_total)
+            plans.append((args, ranges, m))
+        n = int(rows[0])
+        rows0 = self.batch_size if self.pad else n
+        rows += rows0 > n  # aux tables: the empty row padded rows point at
+        rows[0] = rows0
+        key_base = np.empty(len(self.pair), np.int64)
+        value_base = np.empty(len(self.pair), np.int64)
+        nkeys, npairs, nvalues = feature_bases(counts, self.pair, key_base, value_base)
+        r = rows.tolist()
+        parts = [((nkeys,), _INT64), ((npairs, 2), _INT64), ((nvalues,), _FLOAT32)]
+        parts += [((f1 - f0, r[t] + 1), _INT64) for t, (f0, f1) in self.table_bounds]
+        parts += [((r[t], width), _FLOAT32) for t, width in self.dense_widths]
+        parts += [((r[k],), _INT32) for k in range(nt - 1)]
+        parts += [((rows0, self.label_count), _FLOAT32), ((rows0,), _INT64), ((int(sid_total[0]),), _UINT8),
+                  ((n + 1,), _INT64)]
+        arrays = self.pool.lease_parts(parts)
+        keys, pairs, values = arrays[:3]
+        offsets = tuple(arrays[3:3 + nt])
+        dense = tuple(arrays[3 + nt:3 + nt + len(self.dense_widths)])
+        indicators = arrays[3 + nt + len(dense):-4]
+        labels, timestamps, sid_bytes, sid_offsets = arrays[-4:]
+        dense_out = dense or (_NO_DENSE,)
+        indicators_out = tuple(indicators) or (_NO_INDICATORS,)
+        at = np.zeros(2 * nt + 1, np.int64)
+        for (blk, r0, r1), (args, ranges, m) in zip(pieces, plans):
+            copy_piece(*args, blk.labels, blk.timestamps, blk.sid_bytes, blk.sid_offsets, r0, r1, ranges, m,
+                       self.pair, key_base, value_base, self.dense_table, at, offsets, keys, pairs, values, dense_out, indicators_out,
+                       labels, timestamps, sid_bytes, sid_offsets)
+        pad_batch(at, rows, offsets, dense_out, self.dense_table, indicators_out, labels, timestamps)
+        kb, vb, c = key_base.tolist(), value_base.tolist(), counts.tolist()
+        features = {}
+        feats = [None] * len(c)  # the SparseFeatures in kernel order
+        for name, is_sparse, i, t, *where in self.layout:
+            if is_sparse:
+                row, is_pair = where
+                ids = pairs[kb[i]:kb[i] + c[i]] if is_pair else keys[kb[i]:kb[i] + c[i]]
+                features[name] = SparseFeature(name, ids, values[vb[i]:vb[i] + c[i]], offsets[t][row])
+                feats[i] = features[name]
+            else:
+                features[name] = dense[i]
         batch = Batch(n, labels, timestamps, sid_bytes, sid_offsets, features, indicators,
-                      tables=self.table_of, table_rows=rows)
+                      tables=self.table_of, table_rows=r)
         batch.marks = Marks({blk.unit: blk.position(r1) for blk, _, r1 in pieces} if self.track else {})
         if self.keep_pieces:
             batch.pieces = list(pieces)
         if self.unique:
-            batch.unique_work = tables
+            batch.unique_work = [(feats[f0:f1], keys, pairs, self.pair[f0:f1], key_base[f0:f1], counts[f0:f1],
+                                  offsets[t]) for t, (f0, f1) in self.table_bounds if f1 > f0]
         if self.stats is not None:
             self.stats.stage("batch", t0, time.perf_counter(), size=n)
         return batch
@@ -131,52 +145,20 @@ class BatchBuilder:
                 self.stats.stage("unique", t0, time.perf_counter())
         return batch
 
-    def _table(self, t, pieces, plans, rows, tables):
-        """The features of table ``t`` over ``rows`` rows: sparse CSR and dense matrices by name; its sparse
-        features and their buffers go to the list ``tables``."""
-        specs = self.sparse[t]
-        pair = self.pair[t]
-        counts = np.zeros(len(specs), np.int64)
-        for (blk, _, _), plan in zip(pieces, plans):
-            lo, hi, m = plan[t]
-            count_ranges(blk.tables[t].sp_offsets, lo, hi, m, counts)
-        key_base = np.empty(len(specs), np.int64)
-        value_base = np.empty(len(specs), np.int64)
-        nkeys, npairs, nvalues = feature_bases(counts, pair, key_base, value_base)
-        offsets = self.pool.lease((len(specs), rows + 1), np.int64)
-        offsets[:, 0] = 0
-        keys = self.pool.lease(nkeys, np.int64)
-        pairs = self.pool.lease((npairs, 2), np.int64)
-        values = self.pool.lease(nvalues, np.float32)
-        dense = [self.pool.lease((rows, s.width), np.float32) for s in self.dense[t]]
-        row = 0
-        for (blk, _, _), plan in zip(pieces, plans):
-            lo, hi, m = plan[t]
-            tab = blk.tables[t]
-            hkeys = blk.sp_hkeys if blk.sp_hkeys is not None else _NO_HKEYS
-            for out, src in zip(dense, tab.dense):
-                copy_dense_ranges(src, lo, hi, m, out, row)
-            if tab.from_dsl is None:
-                dsl = (_NO_HKEYS, _NO_VALUES, _NO_FLAGS)
-            else:
-                dsl = (blk.dsl_keys, blk.dsl_values, tab.from_dsl)
-            row = copy_sparse_ranges(tab.sp_offsets, blk.sp_keys, hkeys, blk.sp_values, *dsl, lo, hi, m, row,
-                                     pair, key_base, value_base, offsets, keys, pairs, values)
-        # padding and the aux padding row: empty sparse rows, zero dense rows
-        offsets[:, row + 1:] = offsets[:, row:row + 1]
-        for out in dense:
-            out[row:] = 0
-        out = {}
-        feats = []
-        for f, (spec, kb, vb, c) in enumerate(zip(specs, key_base.tolist(), value_base.tolist(), counts.tolist())):
-            ids = pairs[kb:kb + c] if pair[f] else keys[kb:kb + c]
-            feats.append(SparseFeature(spec.name, ids, values[vb:vb + c], offsets[f]))
-            out[spec.name] = feats[-1]
-        if feats:
-            tables.append((feats, keys, pairs, pair, key_base, counts, offsets))
-        for spec, arr in zip(self.dense[t], dense):
-            out[spec.name] = arr
-        return out
+
+def _block_args(blk):
+    """What ``measure_piece`` and ``copy_piece`` take of a block, tables as tuples (kept on the block: a
+    block gives several batches)."""
+    if blk.batch_args is None:
+        tabs = blk.tables
+        blk.batch_args = (
+            tuple(tab.sp_offsets for tab in tabs),
+            tuple(_NO_FLAGS if tab.from_dsl is None else tab.from_dsl for tab in tabs),
+            tuple(d for tab in tabs for d in tab.dense) or (_NO_DENSE,),
+            tuple(tab.refer for tab in tabs[:-1]) or (_NO_HKEYS,),
+            blk.sp_keys, _NO_HKEYS if blk.sp_hkeys is None else blk.sp_hkeys, blk.sp_values,
+            _NO_HKEYS if blk.dsl_keys is None else blk.dsl_keys, _NO_VALUES if blk.dsl_values is None else blk.dsl_values)
+    return blk.batch_args
 
 
 class UniqueScratch:
@@ -213,9 +195,7 @@ def add_unique_ids(feats, keys, pairs, pair, key_base, counts, offsets, pool, sc
     words = np.empty(nf + 1, np.int64)
     total, nwords = unique_layout(counts, pair, at, words)
     nbig = nwords + total + nf
-    buf = pool.lease(8 * nbig + 4 * 2 * total, np.uint8)
-    big = buf[:8 * nbig].view(np.int64)
-    small = buf[8 * nbig:].view(np.int32)
+    big, small = pool.lease_parts([((nbig,), _INT64), ((2 * total,), _INT32)])
     nunique = np.empty(nf, np.int64)
     unique_ids_of_table(keys, pairs, pair, key_base, counts, at, words, offsets,
                         *scratch.room(int(counts.max(initial=0))), small, big, nunique)

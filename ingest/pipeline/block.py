@@ -1,5 +1,5 @@
 """Block: the columnar result of parsing one chunk of one work unit (DESIGN.md, "Block")."""
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -71,6 +71,8 @@ class Block:
         offset, to turn ``group_pos`` into (message offset, byte in message).
     parsed : Block or None
         With ``keep_sample``: this block before the DSL stage, what goes through the ops again.
+    batch_args : tuple or None
+        The batcher's: the block's arrays as its kernels take them, made once per block.
     """
 
     tables: tuple
@@ -92,6 +94,7 @@ class Block:
     skip: int = 0
     messages: object = None
     parsed: object = None
+    batch_args: object = field(default=None, init=False, repr=False)  # not carried over by replace()
 
     @property
     def nrows(self):
