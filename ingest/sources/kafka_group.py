@@ -10,8 +10,8 @@ When a rebalance takes a partition away, its stream is cut at the next message b
 waits until the consumer has been handed every sample read before the cut, commits the cut, and only
 then lets the partition go: its next owner starts where this reader stopped, so nothing is lost or
 delivered twice across a rebalance (provided the consumer keeps taking batches during the drain, which
-is bounded by half the session timeout; past it the delivered position is committed and a warning
-logged: what was still in flight may then be delivered twice).  Commits always mean "handed to the
+is bounded by half the session timeout, 4 sessions for a member the group dropped; past it the delivered
+position is committed and a warning logged: what was still in flight may then be delivered twice).  Commits always mean "handed to the
 consumer": on revocation, at the end of the input, on ``reader.commit()`` and at ``shutdown()``.  A member
 the group dropped (its session expired) drains the same way and commits as no member, which the coordinator
 takes only while the group has no member: alone, it goes on exactly where it stopped.
@@ -39,6 +39,7 @@ _POLL_MS = 100       # the membership thread's poll: how soon new assignments be
 _COMMIT_RETRY_S = 10.0
 _REJOINS = 3         # consumers replaced in a row whose membership never settled: then the reader fails
 _STUCK_SESSIONS = 2  # unsettled this many session timeouts (no drain of ours under way): a new consumer rejoins
+_LOST_DRAIN_SESSIONS = 4  # a dropped member's drain: no rebalance waits on it, so it may take longer
 
 
 class Lease:
@@ -88,7 +89,8 @@ class GroupMember:
         self.planner = planner          # offsets and commits over ingest's own connections (a Cluster)
         config = options.config
         session_s = config.get("session_timeout_ms", 45000) / 1000
-        self.drain_s = session_s / 2
+        self.drain_s = session_s / 2  # a revocation holds the group's rebalance up meanwhile
+        self.lost_drain_s = _LOST_DRAIN_SESSIONS * session_s
         self.stuck_s = _STUCK_SESSIONS * session_s
         self.progress = None
         self.pipeline = None
@@ -303,7 +305,9 @@ class GroupMember:
             self._queue = collections.deque(lease for lease in self._queue if lease.tp not in tps)
             self._added = [(tp, n) for tp, n in self._added if tp not in tps]
         try:
-            self._drain_and_commit(tps, leases, as_member=not lost)
+            # No rebalance waits on a member the group dropped, or on one leaving a stuck membership.
+            bound_s = self.lost_drain_s if lost or self._rejoining else self.drain_s
+            self._drain_and_commit(tps, leases, as_member=not lost, bound_s=bound_s)
         finally:
             with self._cond:
                 for tp in tps:
@@ -312,18 +316,18 @@ class GroupMember:
                 self._settled_at = time.monotonic()
                 self._cond.notify_all()
 
-    def _drain_and_commit(self, tps, leases, as_member):
-        drained = self._drain([lease for lease in leases if lease.taken_at is not None])
+    def _drain_and_commit(self, tps, leases, as_member, bound_s):
+        drained = self._drain([lease for lease in leases if lease.taken_at is not None], bound_s)
         if not drained and not self.pipeline.stop.is_set():
             log.warning("%s: partitions %s revoked from group %r: the consumer did not take the batches read "
                         "before the cut within %.0f s; committing what it was handed (the rest may be "
-                        "delivered twice)", self.url, _names(tps), self.options.group_id, self.drain_s)
+                        "delivered twice)", self.url, _names(tps), self.options.group_id, bound_s)
         self._commit({tp: self._position(tp) for tp in tps if tp in self._chains}, as_member)
 
-    def _drain(self, started):
+    def _drain(self, started, bound_s):
         """Wait until the consumer was handed every sample of the ``started`` leases (their streams cut); False
-        when the reader stops or the drain takes longer than ``drain_s``."""
-        deadline = time.monotonic() + self.drain_s
+        when the reader stops or the drain takes longer than ``bound_s``."""
+        deadline = time.monotonic() + bound_s
         if not self._wait(lambda: all(lease.closed.is_set() for lease in started), deadline):
             return False
 
