@@ -80,7 +80,8 @@ class BatchBuilder:
         plans = []
         for blk, r0, r1 in pieces:
             args = _block_args(blk)
-            ranges, m = measure_piece(blk.group_offsets, args[3], args[0], blk.sid_offsets, r0, r1, counts, rows,
+            sp_offsets, refers = args[0], args[3]
+            ranges, m = measure_piece(blk.group_offsets, refers, sp_offsets, blk.sid_offsets, r0, r1, counts, rows,
                                       sid_total)
             plans.append((args, ranges, m))
         n = int(rows[0])
@@ -108,8 +109,8 @@ class BatchBuilder:
         at = np.zeros(2 * nt + 1, np.int64)
         for (blk, r0, r1), (args, ranges, m) in zip(pieces, plans):
             copy_piece(*args, blk.labels, blk.timestamps, blk.sid_bytes, blk.sid_offsets, r0, r1, ranges, m,
-                       self.pair, key_base, value_base, self.dense_table, at, offsets, keys, pairs, values, dense_out, indicators_out,
-                       labels, timestamps, sid_bytes, sid_offsets)
+                       self.pair, key_base, value_base, self.dense_table, at, offsets, keys, pairs, values, dense_out,
+                       indicators_out, labels, timestamps, sid_bytes, sid_offsets)
         pad_batch(at, rows, offsets, dense_out, self.dense_table, indicators_out, labels, timestamps)
         kb, vb, c = key_base.tolist(), value_base.tolist(), counts.tolist()
         features = {}
@@ -147,8 +148,8 @@ class BatchBuilder:
 
 
 def _block_args(blk):
-    """What ``measure_piece`` and ``copy_piece`` take of a block, tables as tuples (kept on the block: a
-    block gives several batches)."""
+    """What ``copy_piece`` takes of a block first: ``(sp_offsets, from_dsl, dense, refers)`` of its tables
+    as tuples, then its sparse ids and values (kept on the block: a block gives several batches)."""
     if blk.batch_args is None:
         tabs = blk.tables
         blk.batch_args = (
@@ -157,7 +158,8 @@ def _block_args(blk):
             tuple(d for tab in tabs for d in tab.dense) or (_NO_DENSE,),
             tuple(tab.refer for tab in tabs[:-1]) or (_NO_HKEYS,),
             blk.sp_keys, _NO_HKEYS if blk.sp_hkeys is None else blk.sp_hkeys, blk.sp_values,
-            _NO_HKEYS if blk.dsl_keys is None else blk.dsl_keys, _NO_VALUES if blk.dsl_values is None else blk.dsl_values)
+            _NO_HKEYS if blk.dsl_keys is None else blk.dsl_keys,
+            _NO_VALUES if blk.dsl_values is None else blk.dsl_values)
     return blk.batch_args
 
 

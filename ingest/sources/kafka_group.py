@@ -11,10 +11,11 @@ waits until the consumer has been handed every sample read before the cut, commi
 then lets the partition go: its next owner starts where this reader stopped, so nothing is lost or
 delivered twice across a rebalance (provided the consumer keeps taking batches during the drain, which
 is bounded by half the session timeout, 4 sessions for a member the group dropped; past it the delivered
-position is committed and a warning logged: what was still in flight may then be delivered twice).  Commits always mean "handed to the
-consumer": on revocation, at the end of the input, on ``reader.commit()`` and at ``shutdown()``.  A member
-the group dropped (its session expired) drains the same way and commits as no member, which the coordinator
-takes only while the group has no member: alone, it goes on exactly where it stopped.
+position is committed and a warning logged: what was still in flight may then be delivered twice).
+Commits always mean "handed to the consumer": on revocation, at the end of the input, on
+``reader.commit()`` and at ``shutdown()``.  A member the group dropped (its session expired) drains the
+same way and commits as no member, which the coordinator takes only while the group has no member:
+alone, it goes on exactly where it stopped.
 
 With ``until="forever"`` a partition whose stream is caught up (or has held its thread for
 ``SLICE_S``) gives its parse thread up at a message boundary whenever another partition waits for one,
