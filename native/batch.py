@@ -147,7 +147,7 @@ def fixed_width_rows(blob, offsets, out):
 
 @helper
 def feature_bases(counts, pair, key_base, value_base):
-    """Where each feature's ids and values go in a table's arrays; returns ``(keys, pairs, values)`` totals.
+    """Where each feature's ids and values go in a batch's arrays; returns ``(keys, pairs, values)`` totals.
 
     Values of every feature share one array; ids go to the ``(hkey, key)`` pairs array when
     ``pair[f]``, else to the keys array.
