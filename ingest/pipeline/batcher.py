@@ -14,10 +14,11 @@ __all__ = ["BatchBuilder", "cut_batches", "FLUSH"]
 
 FLUSH = object()  # in the block stream: deliver the partial batch (nothing else can complete it)
 
-_NO_HKEYS = np.empty(0, np.int64)
-_NO_VALUES = np.empty(0, np.float32)
+# Stand-ins for what a block or batch lacks (no high words, DSL features, aux tables, dense features...):
+# the kernels take arrays, and the items of a tuple share one type.
+_NO_INT64 = np.empty(0, np.int64)
+_NO_FLOAT32 = np.empty(0, np.float32)
 _NO_FLAGS = np.empty(0, np.bool_)
-# Stand-ins in the kernels' tuples when there is nothing of a kind (a tuple's items share one type).
 _NO_DENSE = np.empty((0, 0), np.float32)
 _NO_INDICATORS = np.empty(0, np.int32)
 _INT32, _INT64, _FLOAT32, _UINT8 = (np.dtype(t) for t in (np.int32, np.int64, np.float32, np.uint8))
@@ -33,7 +34,6 @@ class BatchBuilder:
 
     def __init__(self, schema, batch_size, pad, unique=False, stats=None, pool=None, track=False,
                  keep_pieces=False):
-        self.schema = schema
         self.keep_pieces = keep_pieces  # the batch keeps its pieces (keep_sample, pause: its groups are released)
         self.track = track  # record the position each batch delivers up to (reader state)
         self.pool = pool if pool is not None else BufferPool()
@@ -156,10 +156,10 @@ def _block_args(blk):
             tuple(tab.sp_offsets for tab in tabs),
             tuple(_NO_FLAGS if tab.from_dsl is None else tab.from_dsl for tab in tabs),
             tuple(d for tab in tabs for d in tab.dense) or (_NO_DENSE,),
-            tuple(tab.refer for tab in tabs[:-1]) or (_NO_HKEYS,),
-            blk.sp_keys, _NO_HKEYS if blk.sp_hkeys is None else blk.sp_hkeys, blk.sp_values,
-            _NO_HKEYS if blk.dsl_keys is None else blk.dsl_keys,
-            _NO_VALUES if blk.dsl_values is None else blk.dsl_values)
+            tuple(tab.refer for tab in tabs[:-1]) or (_NO_INT64,),
+            blk.sp_keys, _NO_INT64 if blk.sp_hkeys is None else blk.sp_hkeys, blk.sp_values,
+            _NO_INT64 if blk.dsl_keys is None else blk.dsl_keys,
+            _NO_FLOAT32 if blk.dsl_values is None else blk.dsl_values)
     return blk.batch_args
 
 
