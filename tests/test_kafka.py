@@ -277,8 +277,8 @@ def _wrapped_consumers(monkeypatch, wrap):
 def _stalling_consumers(monkeypatch, stall):
     """Group members whose kafka-python consumers report a rebalance that never ends once ``stall(n)`` (n: the
     consumer's number, from 0) says so, as kafka-python 3.0 did when it sent no SyncGroup after a join; the
-    group itself stays settled.  The stuck limit is a quarter of the session (2.5 s with 10 s; half of it, 5 s,
-    bounds the drain of a revocation)."""
+    group itself stays settled.  The stuck limit is a quarter of the session (2.5 s with 10 s; the drain of the
+    stuck consumer's revocation may take 4 sessions, a rebalance's half of one)."""
     from kafka.structs import MemberState
     from ingest.sources import kafka_group
 
