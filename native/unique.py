@@ -33,8 +33,8 @@ def unique_ids(hkeys, keys, offsets, slots, hashes, uniq_h, uniq_k, inverse, cou
                unique_rows):
     """Fill the outputs for ids ``(hkeys[i], keys[i])`` (``hkeys`` empty: all 0); returns ``U``.
 
-    ``slots`` (int32, a power of two > N, all -1) is the table; ``hashes``, ``uniq_h``/``uniq_k``
-    and ``counts`` need room for N entries, ``unique_row_offsets`` for N + 1, ``unique_rows``
+    ``slots`` (int32, a power of two > N, all -1) is the table; ``hashes`` (each id's slot, then its
+    occurrences before it), ``uniq_h``/``uniq_k`` and ``counts`` need room for N entries, ``unique_row_offsets`` for N + 1, ``unique_rows``
     and ``inverse`` for N.  Row ``r`` holds ids ``offsets[r]:offsets[r + 1]``.
     """
     n = len(keys)
@@ -62,17 +62,16 @@ def unique_ids(hkeys, keys, offsets, slots, hashes, uniq_h, uniq_k, inverse, cou
             at = u if u >= 0 else nu
         slots[s] = at
         inverse[i] = at
+        hashes[i] = counts[at]  # the hash is spent: keep the id's occurrences before this one
         counts[at] += 1
         nu += at == nu
     unique_row_offsets[0] = 0
     for u in range(nu):
         unique_row_offsets[u + 1] = unique_row_offsets[u] + counts[u]
-        counts[u] = unique_row_offsets[u]  # now the next free place of u
+    # Each occurrence knows its place, so no write waits on the one before (a running count per id did).
     for r in range(len(offsets) - 1):
         for i in range(offsets[r], offsets[r + 1]):
-            u = inverse[i]
-            unique_rows[counts[u]] = r
-            counts[u] += 1
+            unique_rows[unique_row_offsets[inverse[i]] + np.int64(hashes[i])] = r
     return nu
 
 
