@@ -35,7 +35,8 @@ def unique_ids(hkeys, keys, offsets, slots, hashes, uniq_h, uniq_k, inverse, cou
 
     ``slots`` (int32, a power of two > N, all -1) is the table; ``hashes`` (each id's slot, then its
     occurrences before it), ``uniq_h``/``uniq_k`` and ``counts`` need room for N entries,
-    ``unique_row_offsets`` for N + 1, ``unique_rows`` and ``inverse`` for N.  Row ``r`` holds ids ``offsets[r]:offsets[r + 1]``.
+    ``unique_row_offsets`` for N + 1, ``unique_rows`` and ``inverse`` for N.  Row ``r`` holds ids
+    ``offsets[r]:offsets[r + 1]``.
     """
     n = len(keys)
     has_h = len(hkeys) > 0
