@@ -29,12 +29,12 @@ def table_size(n):
 
 
 @helper
-def unique_ids(hkeys, keys, offsets, slots, hashes, uniq_h, uniq_k, inverse, counts, unique_row_offsets,
+def unique_ids(hkeys, keys, offsets, slots, places, uniq_h, uniq_k, inverse, counts, unique_row_offsets,
                unique_rows):
     """Fill the outputs for ids ``(hkeys[i], keys[i])`` (``hkeys`` empty: all 0); returns ``U``.
 
-    ``slots`` (int32, a power of two > N, all -1) is the table; ``hashes`` (each id's slot, then its
-    occurrences before it), ``uniq_h``/``uniq_k`` and ``counts`` need room for N entries,
+    ``slots`` (int32, a power of two > N, all -1) is the table; ``places`` (each id's first slot, then its
+    rank among the occurrences of the same id), ``uniq_h``/``uniq_k`` and ``counts`` need room for N entries,
     ``unique_row_offsets`` for N + 1, ``unique_rows`` and ``inverse`` for N.  Row ``r`` holds ids
     ``offsets[r]:offsets[r + 1]``.
     """
@@ -43,7 +43,7 @@ def unique_ids(hkeys, keys, offsets, slots, hashes, uniq_h, uniq_k, inverse, cou
     mask = np.uint64(len(slots) - 1)
     # Hashing first, in a loop of its own, takes the hash off the path from one probe to the next.
     for i in range(n):
-        hashes[i] = _hash(hkeys[i] if has_h else 0, keys[i]) & mask
+        places[i] = _hash(hkeys[i] if has_h else 0, keys[i]) & mask
         counts[i] = 0
     nu = 0
     for i in range(n):
@@ -54,7 +54,7 @@ def unique_ids(hkeys, keys, offsets, slots, hashes, uniq_h, uniq_k, inverse, cou
         # for about half the ids of a high-cardinality feature; this loop has none (0.63-0.67x the time).
         uniq_k[nu] = k
         uniq_h[nu] = h
-        s = hashes[i]
+        s = places[i]
         u = slots[s]
         at = u if u >= 0 else nu
         while uniq_k[at] != k or uniq_h[at] != h:  # another id holds the slot: probe on
@@ -63,7 +63,7 @@ def unique_ids(hkeys, keys, offsets, slots, hashes, uniq_h, uniq_k, inverse, cou
             at = u if u >= 0 else nu
         slots[s] = at
         inverse[i] = at
-        hashes[i] = counts[at]  # the hash is spent: keep the id's occurrences before this one
+        places[i] = counts[at]  # the slot is spent: keep the id's occurrences before this one
         counts[at] += 1
         nu += at == nu
     unique_row_offsets[0] = 0
@@ -72,12 +72,12 @@ def unique_ids(hkeys, keys, offsets, slots, hashes, uniq_h, uniq_k, inverse, cou
     # Each occurrence knows its place, so no write waits on the one before (a running count per id did).
     for r in range(len(offsets) - 1):
         for i in range(offsets[r], offsets[r + 1]):
-            unique_rows[unique_row_offsets[inverse[i]] + np.int64(hashes[i])] = r
+            unique_rows[unique_row_offsets[inverse[i]] + np.int64(places[i])] = r
     return nu
 
 
 @helper
-def unique_ids_of_table(keys, pairs, pair, key_base, counts, at, words, offsets, slots, hashes, work_h, work_counts,
+def unique_ids_of_table(keys, pairs, pair, key_base, counts, at, words, offsets, slots, places, work_h, work_counts,
                         small, big, nunique):
     """``unique_ids`` for every sparse feature of one table of a batch, in one call.
 
@@ -103,10 +103,10 @@ def unique_ids_of_table(keys, pairs, pair, key_base, counts, at, words, offsets,
         row_offsets = big[o:o + n + 1]
         if pair[f]:
             uniq = big[w:w + 2 * n].reshape((n, 2))
-            nunique[f] = unique_ids(pairs[kb:kb + n, 0], pairs[kb:kb + n, 1], offsets[f], table, hashes,
+            nunique[f] = unique_ids(pairs[kb:kb + n, 0], pairs[kb:kb + n, 1], offsets[f], table, places,
                                     uniq[:, 0], uniq[:, 1], inverse, work_counts, row_offsets, rows)
         else:
-            nunique[f] = unique_ids(keys[:0], keys[kb:kb + n], offsets[f], table, hashes, work_h, big[w:w + n],
+            nunique[f] = unique_ids(keys[:0], keys[kb:kb + n], offsets[f], table, places, work_h, big[w:w + n],
                                     inverse, work_counts, row_offsets, rows)
 
 

@@ -168,7 +168,7 @@ class UniqueScratch:
 
     def __init__(self):
         self.slots = np.empty(0, np.int32)
-        self.hashes = np.empty(0, np.uint64)
+        self.places = np.empty(0, np.uint64)
         self.work_h = np.empty(0, np.int64)
         self.work_counts = np.empty(0, np.int64)
 
@@ -178,10 +178,10 @@ class UniqueScratch:
         if len(self.slots) < size:
             self.slots = np.empty(size, np.int32)
         if len(self.work_counts) < n:
-            self.hashes = np.empty(2 * n, np.uint64)
+            self.places = np.empty(2 * n, np.uint64)
             self.work_h = np.empty(2 * n, np.int64)
             self.work_counts = np.empty(2 * n, np.int64)
-        return self.slots, self.hashes, self.work_h, self.work_counts
+        return self.slots, self.places, self.work_h, self.work_counts
 
 
 def add_unique_ids(feats, keys, pairs, pair, key_base, counts, offsets, pool, scratch):
