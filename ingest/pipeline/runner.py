@@ -413,7 +413,7 @@ class Pipeline:
         self.stop.set()
         with self._handing:  # a batch being handed over has its marks applied before progress is read
             pass
-        for q in self.block_queues + [extra for extra in (self.built, self.out) if extra is not None]:
+        for q in self.block_queues + [self.out] + ([self.built] if self.built is not None else []):
             with contextlib.suppress(queue.Empty):
                 while True:
                     q.get_nowait()
