@@ -10,7 +10,7 @@
 # start/status print KEY=VALUE lines on stdout (everything else goes to stderr), so
 #   eval "$(scripts/services.sh start)"        or        scripts/services.sh start >> "$GITHUB_ENV"
 # gives KAFKA_BOOTSTRAP, HDFS_URL, WEBHDFS_URL and HADOOP_CONF_DIR (a core-site.xml with
-# fs.defaultFS, read by hdfs-native).
+# fs.defaultFS, read by hdfs-native, and an hdfs-site.xml with dfs.namenode.http-address).
 #
 # Every start begins with empty Kafka and HDFS data; `start` on running services
 # leaves them (and their data) alone.  Needs Java 17+, Maven, curl; Python with
@@ -268,6 +268,14 @@ start_hdfs() {
 <!-- Written by scripts/services.sh -->
 <configuration>
   <property><name>fs.defaultFS</name><value>hdfs://127.0.0.1:$HDFS_PORT</value></property>
+</configuration>
+EOF
+    # Where WebHDFS is (ingest's fallback client when neither hdfs-native nor libhdfs is installed).
+    cat >"$hdfs_dir/conf/hdfs-site.xml" <<EOF
+<?xml version="1.0"?>
+<!-- Written by scripts/services.sh -->
+<configuration>
+  <property><name>dfs.namenode.http-address</name><value>127.0.0.1:$HDFS_HTTP_PORT</value></property>
 </configuration>
 EOF
 

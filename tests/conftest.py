@@ -128,12 +128,13 @@ np.set_printoptions(linewidth=120)
 
 @pytest.fixture(scope="session")
 def services():
-    """``{"KAFKA_BOOTSTRAP": ..., "HDFS_URL": ...}`` of real services on 127.0.0.1.
+    """``{"KAFKA_BOOTSTRAP": ..., "HDFS_URL": ..., "WEBHDFS_URL": ..., "HADOOP_CONF_DIR": ...}`` of real
+    services on 127.0.0.1.
 
     CI starts them (``scripts/services.sh start`` in ``.ci/run``) and exports the addresses;
     otherwise this fixture starts them for the session and stops them after.
     """
-    names = ("KAFKA_BOOTSTRAP", "HDFS_URL")
+    names = ("KAFKA_BOOTSTRAP", "HDFS_URL", "WEBHDFS_URL", "HADOOP_CONF_DIR")
     if all(n in os.environ for n in names):
         yield {n: os.environ[n] for n in names}
         return

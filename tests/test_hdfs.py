@@ -8,7 +8,9 @@ import pytest
 
 import ingest
 from ingest import synthetic
-from ingest.errors import SourceError
+from ingest.errors import ConfigError, SourceError
+from ingest.sources import hdfs_client, use_hdfs_client
+from ingest.sources.hdfs import webhdfs_address
 
 from conftest import SAMPLES, XDL, read_synthetic
 
@@ -97,3 +99,56 @@ def test_xdl_sample_reads_the_same(hdfs):
         remote = ingest.inspect(f"{root}/{name}", 3)
         for key in ("bytes", "tables", "groups", "samples", "first"):
             assert remote[key] == local[key], key
+
+
+@pytest.fixture
+def webhdfs(services, monkeypatch):
+    """``hdfs://`` served by WebHDFS, found through $HADOOP_CONF_DIR/hdfs-site.xml (services.sh writes it)."""
+    monkeypatch.setenv("HADOOP_CONF_DIR", services["HADOOP_CONF_DIR"])
+    monkeypatch.delenv("INGEST_WEBHDFS_URL", raising=False)
+    assert use_hdfs_client("webhdfs") == "webhdfs"
+    yield
+    use_hdfs_client()
+
+
+def test_webhdfs_reads_and_writes_the_same(hdfs, webhdfs):
+    """Without hdfs-native or libhdfs, the same hdfs:// URLs go through WebHDFS and give the same samples."""
+    root, local = hdfs
+    fs, _ = fsspec.core.url_to_fs(root)
+    assert type(fs).__name__ == "WebHdfsAsHdfs"
+    want = read_synthetic([local / "parts"])
+    assert read_synthetic([f"{root}/parts"]) == want
+    assert read_synthetic([f"{root}/parts/*.txt"], threads=2, unit_bytes=64 << 10) == want
+    shards = [read_synthetic([f"{root}/parts"], shard=(i, 3), unit_bytes=64 << 10) for i in range(3)]
+    assert sorted(s for part in shards for s in part) == want and all(shards)
+    pb_local = read_synthetic([local / "a.pb"], "pb")
+    assert read_synthetic([f"{root}/a.pb"], "pb", threads=2, unit_bytes=64 << 10) == pb_local
+    out = f"{root}/web-out/b.pb"
+    ingest.convert([f"{root}/parts/b.txt"], out, log=lambda *_: None)
+    assert [p.rsplit("/", 1)[-1] for p in fs.ls(fs._strip_protocol(f"{root}/web-out"))] == ["b.pb"]
+    assert read_synthetic([out], "pb") == read_synthetic([local / "parts" / "b.txt"])
+    with pytest.raises(SourceError, match="no such file"):
+        ingest.DataReader("h", [f"{root}/nothing/here.txt"]).feature("item", "sparse").startup()
+
+
+def test_the_hdfs_client_is_chosen_or_refused_clearly(monkeypatch):
+    assert hdfs_client() == "native"  # installed with the test extras: the default
+    with pytest.raises(ConfigError, match="expected auto or one of native, pyarrow, webhdfs"):
+        use_hdfs_client("libhdfs")
+    monkeypatch.delenv("ARROW_LIBHDFS_DIR", raising=False)
+    monkeypatch.delenv("HADOOP_HOME", raising=False)
+    with pytest.raises(ConfigError, match="libhdfs.so is not found"):
+        use_hdfs_client("pyarrow")
+    assert hdfs_client() == "native"  # a refused choice changes nothing
+
+
+def test_webhdfs_address(monkeypatch, tmp_path):
+    monkeypatch.delenv("INGEST_WEBHDFS_URL", raising=False)
+    monkeypatch.setenv("HADOOP_CONF_DIR", str(tmp_path))
+    assert webhdfs_address("nn1") == ("nn1", 9870)  # no hdfs-site.xml: Hadoop 3's default port
+    (tmp_path / "hdfs-site.xml").write_text(
+        "<configuration><property><name>dfs.namenode.http-address</name><value>0.0.0.0:50070</value>"
+        "</property></configuration>")
+    assert webhdfs_address("nn1") == ("nn1", 50070)  # a wildcard host: the NameNode's own
+    monkeypatch.setenv("INGEST_WEBHDFS_URL", "http://gateway:14000")
+    assert webhdfs_address("nn1") == ("gateway", 14000)

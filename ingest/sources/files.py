@@ -12,6 +12,7 @@ import fsspec.core
 from ..errors import ConfigError, SourceError
 from .ahead import Ahead
 from .compression import infer_compression
+from .hdfs import hdfs_client, webhdfs_address
 from .kafka import KafkaStream, is_kafka
 
 __all__ = ["WorkUnit", "expand_paths", "plan_units", "open_unit", "read_into"]
@@ -72,17 +73,19 @@ def _check_reachable(path):
     parts = urllib.parse.urlsplit(path)
     if parts.scheme not in ("hdfs", "viewfs") or not parts.hostname:
         return
-    port = parts.port or _HDFS_DEFAULT_PORT
-    if parts.port is None:
+    host, port = parts.hostname, parts.port or _HDFS_DEFAULT_PORT
+    what = "the HDFS NameNode"
+    if parts.scheme == "hdfs" and hdfs_client() == "webhdfs":
+        (host, port), what = webhdfs_address(host), "WebHDFS"
+    elif parts.port is None:
         try:
-            socket.getaddrinfo(parts.hostname, port)
+            socket.getaddrinfo(host, port)
         except socket.gaierror:
             return
     try:
-        socket.create_connection((parts.hostname, port), timeout=_CONNECT_TIMEOUT).close()
+        socket.create_connection((host, port), timeout=_CONNECT_TIMEOUT).close()
     except OSError as exc:
-        raise SourceError(f"{path}: cannot connect to the HDFS NameNode at {parts.hostname}:{port} ({exc})",
-                          source=path) from exc
+        raise SourceError(f"{path}: cannot connect to {what} at {host}:{port} ({exc})", source=path) from exc
 
 
 def expand_paths(paths):

@@ -1,0 +1,103 @@
+"""Which client serves ``hdfs://`` URLs: hdfs-native, else pyarrow's (libhdfs), else WebHDFS.
+
+``INGEST_HDFS_CLIENT`` (``native``, ``pyarrow``, ``webhdfs``; default ``auto``, the first of them that
+is installed) picks one for the process; ``use_hdfs_client()`` changes it.  The choice is registered
+as fsspec's ``hdfs`` protocol, so every place that opens a URL (discovery, reading, ``convert``,
+reader state) uses it, and URLs stay ``hdfs://namenode:port/path`` whichever client serves them.
+WebHDFS is the REST API on the NameNode's HTTP address: ``INGEST_WEBHDFS_URL`` when set, else
+``dfs.namenode.http-address`` of ``$HADOOP_CONF_DIR/hdfs-site.xml``, else the NameNode's host on 9870.
+"""
+import ctypes.util
+import importlib.util
+import os
+import urllib.parse
+import xml.etree.ElementTree as ElementTree
+
+import fsspec
+from fsspec.implementations.webhdfs import WebHDFS
+
+from ..errors import ConfigError
+
+__all__ = ["CLIENTS", "hdfs_client", "use_hdfs_client", "webhdfs_address"]
+
+CLIENTS = ("native", "pyarrow", "webhdfs")
+_CLASSES = {"native": "hdfs_native.fsspec.HdfsFileSystem", "pyarrow": "fsspec.implementations.arrow.HadoopFileSystem"}
+_WEBHDFS_PORT = 9870  # Hadoop 3's default NameNode HTTP port
+_current = None
+
+
+def _libhdfs():
+    """Where pyarrow would load libhdfs from (its own search order), or None."""
+    for var, sub in (("ARROW_LIBHDFS_DIR", ""), ("HADOOP_HOME", "lib/native")):
+        if os.environ.get(var):
+            path = os.path.join(os.environ[var], sub, "libhdfs.so")
+            if os.path.exists(path):
+                return path
+    return ctypes.util.find_library("hdfs")
+
+
+def _missing(client):
+    """Why ``client`` cannot serve here, or None when it can."""
+    if client == "native" and importlib.util.find_spec("hdfs_native") is None:
+        return "hdfs-native is not installed (pip install 'ingest[hdfs]')"
+    if client == "pyarrow" and _libhdfs() is None:
+        return "libhdfs.so is not found (set ARROW_LIBHDFS_DIR or HADOOP_HOME, and CLASSPATH for its JVM)"
+    return None
+
+
+def use_hdfs_client(client="auto"):
+    """Serve ``hdfs://`` URLs with ``client`` (``auto``: the first of CLIENTS installed); returns its name."""
+    global _current
+    if client != "auto" and client not in CLIENTS:
+        raise ConfigError(f"hdfs client {client!r}: expected auto or one of {', '.join(CLIENTS)}")
+    if client == "auto":
+        client = next(c for c in CLIENTS if _missing(c) is None)
+    elif _missing(client):
+        raise ConfigError(f"hdfs client {client!r}: {_missing(client)}")
+    fsspec.register_implementation("hdfs", _CLASSES.get(client, WebHdfsAsHdfs), clobber=True)
+    _current = client
+    return client
+
+
+def hdfs_client():
+    """The client serving ``hdfs://`` URLs now."""
+    return _current
+
+
+def webhdfs_address(namenode_host):
+    """``(host, port)`` of the WebHDFS API of the NameNode on ``namenode_host``."""
+    url = os.environ.get("INGEST_WEBHDFS_URL")
+    if url:
+        parts = urllib.parse.urlsplit(url)
+        return parts.hostname, parts.port or _WEBHDFS_PORT
+    site = os.path.join(os.environ.get("HADOOP_CONF_DIR", ""), "hdfs-site.xml")
+    if os.environ.get("HADOOP_CONF_DIR") and os.path.exists(site):
+        for prop in ElementTree.parse(site).getroot().iter("property"):
+            if prop.findtext("name") == "dfs.namenode.http-address":
+                host, _, port = (prop.findtext("value") or "").strip().rpartition(":")
+                if port.isdigit():
+                    return (namenode_host if host in ("", "0.0.0.0") else host), int(port)
+    return namenode_host, _WEBHDFS_PORT
+
+
+class WebHdfsAsHdfs(WebHDFS):
+    """fsspec's WebHDFS serving ``hdfs://namenode:port/path``: the same paths over the NameNode's REST API."""
+
+    protocol = "hdfs"
+
+    def __init__(self, host, port=None, namenode="", **kwargs):
+        super().__init__(host, port=port, **kwargs)
+        self.namenode = namenode  # host:port of the URLs, kept in the URLs this gives back
+
+    @staticmethod
+    def _get_kwargs_from_urls(urlpath):
+        parts = urllib.parse.urlsplit(urlpath)
+        host = parts.hostname or "localhost"
+        http_host, http_port = webhdfs_address(host)
+        return {"host": http_host, "port": http_port, "namenode": parts.netloc or host}
+
+    def unstrip_protocol(self, name):
+        return name if name.startswith("hdfs://") else f"hdfs://{self.namenode}{name}"
+
+
+use_hdfs_client(os.environ.get("INGEST_HDFS_CLIENT", "auto"))
