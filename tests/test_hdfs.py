@@ -10,6 +10,7 @@ import ingest
 from ingest import synthetic
 from ingest.errors import ConfigError, SourceError
 from ingest.sources import hdfs_client, use_hdfs_client
+from ingest.sources import hdfs as hdfs_module
 from ingest.sources.hdfs import webhdfs_address
 
 from conftest import SAMPLES, XDL, read_synthetic
@@ -140,6 +141,14 @@ def test_the_hdfs_client_is_chosen_or_refused_clearly(monkeypatch):
     with pytest.raises(ConfigError, match="libhdfs.so is not found"):
         use_hdfs_client("pyarrow")
     assert hdfs_client() == "native"  # a refused choice changes nothing
+    # where neither hdfs-native nor libhdfs is there, auto falls back to WebHDFS
+    monkeypatch.setattr(hdfs_module, "_missing", lambda client: None if client == "webhdfs" else "absent")
+    try:
+        assert use_hdfs_client() == "webhdfs"
+        assert type(fsspec.filesystem("hdfs", host="nn1", port=9870)).__name__ == "WebHdfsAsHdfs"
+    finally:
+        monkeypatch.undo()
+        assert use_hdfs_client() == "native"
 
 
 def test_webhdfs_address(monkeypatch, tmp_path):
