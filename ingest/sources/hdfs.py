@@ -52,8 +52,8 @@ def use_hdfs_client(client="auto"):
         raise ConfigError(f"hdfs client {client!r}: expected auto or one of {', '.join(CLIENTS)}")
     if client == "auto":
         client = next(c for c in CLIENTS if _missing(c) is None)
-    elif _missing(client):
-        raise ConfigError(f"hdfs client {client!r}: {_missing(client)}")
+    elif (why := _missing(client)) is not None:
+        raise ConfigError(f"hdfs client {client!r}: {why}")
     fsspec.register_implementation("hdfs", _CLASSES.get(client, WebHdfsAsHdfs), clobber=True)
     _current = client
     return client
