@@ -8,7 +8,7 @@ order: XDL's sidx/sseg).  A 128-bit id is the pair (hkey, key).
 import numpy as np
 from numba import njit
 
-from .jit import helper
+from .jit import brief, helper
 from .mix import mix64
 
 _SPREAD = np.uint64(0x94D049BB133111EB)
@@ -19,7 +19,7 @@ def _hash(h, k):
     return mix64(np.uint64(k) ^ (np.uint64(h) * _SPREAD))
 
 
-@njit(nogil=True, cache=True)
+@brief
 def table_size(n):
     """Slots of the table for ``n`` ids: a power of two, at least 16, more than 2n (at most half full)."""
     size = 16
@@ -77,15 +77,15 @@ def unique_ids(hkeys, keys, offsets, slots, places, uniq_h, uniq_k, inverse, cou
 
 
 @helper
-def unique_ids_of_table(keys, pairs, pair, key_base, counts, at, words, offsets, slots, places, work_h, work_counts,
-                        small, big, nunique):
-    """``unique_ids`` for every sparse feature of one table of a batch, in one call.
+def unique_ids_of_batch(keys, pairs, pair, key_base, counts, at, words, offsets, table_of, row_of, slots, places,
+                        work_h, work_counts, small, big, nunique):
+    """``unique_ids`` for every sparse feature of a batch, in one call.
 
     Feature ``f`` has ``counts[f]`` ids from ``key_base[f]`` in ``keys`` (or ``pairs`` when
-    ``pair[f]``) and row offsets ``offsets[f]``.  ``at[f]`` counts the ids of the features before
-    ``f`` and ``words[f]`` their id words (2 an id for pairs); with ``F`` features, its inverse goes
-    to ``small[at[f]:]``, its unique rows to ``small[at[F] + at[f]:]``, its unique ids to
-    ``big[words[f]:]`` (pairs as (hkey, key) words) and its unique row offsets to
+    ``pair[f]``) and row offsets ``offsets[table_of[f]][row_of[f]]``.  ``at[f]`` counts the ids of
+    the features before ``f`` and ``words[f]`` their id words (2 an id for pairs); with ``F``
+    features, its inverse goes to ``small[at[f]:]``, its unique rows to ``small[at[F] + at[f]:]``,
+    its unique ids to ``big[words[f]:]`` (pairs as (hkey, key) words) and its unique row offsets to
     ``big[words[F] + at[f] + f:]``; ``nunique[f]`` gets its count.  ``slots`` needs
     ``table_size(max(counts))`` entries, the work arrays room for max(counts).
     """
@@ -101,18 +101,19 @@ def unique_ids_of_table(keys, pairs, pair, key_base, counts, at, words, offsets,
         rows = small[at[nf] + a:at[nf] + a + n]
         o = words[nf] + a + f
         row_offsets = big[o:o + n + 1]
+        row_offsets_in = offsets[table_of[f]][row_of[f]]
         if pair[f]:
             uniq = big[w:w + 2 * n].reshape((n, 2))
-            nunique[f] = unique_ids(pairs[kb:kb + n, 0], pairs[kb:kb + n, 1], offsets[f], table, places,
+            nunique[f] = unique_ids(pairs[kb:kb + n, 0], pairs[kb:kb + n, 1], row_offsets_in, table, places,
                                     uniq[:, 0], uniq[:, 1], inverse, work_counts, row_offsets, rows)
         else:
-            nunique[f] = unique_ids(keys[:0], keys[kb:kb + n], offsets[f], table, places, work_h, big[w:w + n],
+            nunique[f] = unique_ids(keys[:0], keys[kb:kb + n], row_offsets_in, table, places, work_h, big[w:w + n],
                                     inverse, work_counts, row_offsets, rows)
 
 
-@helper
+@brief
 def unique_layout(counts, pair, at, words):
-    """Where ``unique_ids_of_table`` puts each feature's outputs: ``at[f]``, the ids of the features before
+    """Where ``unique_ids_of_batch`` puts each feature's outputs: ``at[f]``, the ids of the features before
     ``f``, and ``words[f]``, their id words (2 an id when ``pair[f]``), both for ``f`` up to ``F``
     included; returns ``(at[F], words[F])``."""
     at[0] = 0

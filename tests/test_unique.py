@@ -28,16 +28,21 @@ _key = st.integers(-3, 3) | st.integers(-2 ** 63, 2 ** 63 - 1)
 _row = st.lists(st.tuples(st.integers(-1, 1) | st.integers(-2 ** 63, 2 ** 63 - 1), _key), max_size=6)
 
 
-@given(data=st.data(), nrows=st.integers(0, 12), pair=st.lists(st.booleans(), min_size=1, max_size=4))
-def test_kernel_matches_twin(data, nrows, pair):
-    """The sparse features of one table, laid out as the batch builder lays them (the ids of every
-    serialized feature in one array, of every pair feature in another), in one call."""
+@given(data=st.data(), tables=st.lists(st.integers(0, 12), min_size=1, max_size=3),
+       pair=st.lists(st.booleans(), min_size=1, max_size=5))
+def test_kernel_matches_twin(data, tables, pair):
+    """The sparse features of a batch over its tables (``tables`` gives each table's rows), laid out as
+    the batch builder lays them (the ids of every serialized feature in one array, of every pair feature
+    in another), in one call."""
     pair = np.array(pair, np.bool_)
-    offsets = np.zeros((len(pair), nrows + 1), np.int64)
+    table_of = np.array(sorted(data.draw(st.lists(st.integers(0, len(tables) - 1), min_size=len(pair),
+                                                  max_size=len(pair)))), np.int64)
+    row_of = np.array([f - int(np.searchsorted(table_of, t)) for f, t in enumerate(table_of)], np.int64)
+    offsets = tuple(np.zeros((int((table_of == t).sum()), rows + 1), np.int64) for t, rows in enumerate(tables))
     flat = []
     for f in range(len(pair)):
-        rows = data.draw(st.lists(_row, min_size=nrows, max_size=nrows))
-        offsets[f, 1:] = np.cumsum([len(r) for r in rows])
+        rows = data.draw(st.lists(_row, min_size=tables[table_of[f]], max_size=tables[table_of[f]]))
+        offsets[table_of[f]][row_of[f], 1:] = np.cumsum([len(r) for r in rows])
         flat.append([p for r in rows for p in r])
     counts = np.array([len(ids) for ids in flat], np.int64)
     as_pairs = [np.array(ids, np.int64).reshape(len(ids), 2) for ids in flat]
@@ -47,10 +52,11 @@ def test_kernel_matches_twin(data, nrows, pair):
     key_base = np.zeros(len(pair), np.int64)
     for f in range(len(pair)):
         key_base[f] = sum(counts[g] for g in range(f) if pair[g] == pair[f])
-    feats = [SparseFeature(f"f{f}", a, np.ones(len(a), np.float32), offsets[f]) for f, a in enumerate(ids)]
-    add_unique_ids(feats, keys, pairs, pair, key_base, counts, offsets, BufferPool(), UniqueScratch())
+    row_offsets = [offsets[t][r] for t, r in zip(table_of, row_of)]
+    feats = [SparseFeature(f"f{f}", a, np.ones(len(a), np.float32), o) for f, (a, o) in enumerate(zip(ids, row_offsets))]
+    add_unique_ids(feats, keys, pairs, pair, key_base, counts, offsets, table_of, row_of, BufferPool(), UniqueScratch())
     for f, feat in enumerate(feats):
-        order, inverse, rows_of = naive_unique(feat.ids, offsets[f])
+        order, inverse, rows_of = naive_unique(feat.ids, row_offsets[f])
         got_u = [tuple(u) for u in feat.unique_ids.tolist()] if pair[f] else feat.unique_ids.tolist()
         assert got_u == order
         assert feat.inverse.tolist() == inverse

@@ -4,7 +4,7 @@ import time
 import numpy as np
 
 from .._native.batch import copy_piece, feature_bases, measure_piece, pad_batch
-from .._native.unique import table_size, unique_ids_of_table, unique_layout
+from .._native.unique import table_size, unique_ids_of_batch, unique_layout
 from .pool import BufferPool
 from ..batch import Batch, SparseFeature
 from ..errors import GroupTooLargeError
@@ -51,6 +51,9 @@ class BatchBuilder:
         self.dense_table = np.array([s.table for s in dense], np.int64)
         bounds = np.cumsum([0] + [len(schema.sparse_in(t)) for t in range(self.tables)]).tolist()
         self.table_bounds = list(enumerate(zip(bounds, bounds[1:])))  # (t, (first feature, end))
+        # per sparse feature: its table, and its row in that table's offsets
+        self.sparse_table = np.array([s.table for s in sparse], np.int64)
+        self.sparse_row = np.array([f - bounds[s.table] for f, s in enumerate(sparse)], np.int64)
         sparse_index = {s.name: f for f, s in enumerate(sparse)}
         dense_index = {s.name: d for d, s in enumerate(dense)}
         # per feature in schema order: (name, is sparse, index, table, row of its table's offsets, pair)
@@ -128,20 +131,19 @@ class BatchBuilder:
         batch.marks = Marks({blk.unit: blk.position(r1) for blk, _, r1 in pieces} if self.track else {})
         if self.keep_pieces:
             batch.pieces = list(pieces)
-        if self.unique:
-            batch.unique_work = [(feats[f0:f1], keys, pairs, self.pair[f0:f1], key_base[f0:f1], counts[f0:f1],
-                                  offsets[t]) for t, (f0, f1) in self.table_bounds if f1 > f0]
+        if self.unique and feats:
+            batch.unique_work = (feats, keys, pairs, self.pair, key_base, counts, offsets, self.sparse_table,
+                                 self.sparse_row)
         if self.stats is not None:
             self.stats.stage("batch", t0, time.perf_counter(), size=n)
         return batch
 
     def add_unique(self, batch):
         """Fill the unique ids of a batch from ``assemble`` (nothing to do without ``unique``); returns it."""
-        tables, batch.unique_work = batch.unique_work, ()
-        if tables:
+        work, batch.unique_work = batch.unique_work, ()
+        if work:
             t0 = time.perf_counter()
-            for table in tables:
-                add_unique_ids(*table, self.pool, self.scratch)
+            add_unique_ids(*work, self.pool, self.scratch)
             if self.stats is not None:
                 self.stats.stage("unique", t0, time.perf_counter())
         return batch
@@ -184,10 +186,11 @@ class UniqueScratch:
         return self.slots, self.places, self.work_h, self.work_counts
 
 
-def add_unique_ids(feats, keys, pairs, pair, key_base, counts, offsets, pool, scratch):
+def add_unique_ids(feats, keys, pairs, pair, key_base, counts, offsets, table_of, row_of, pool, scratch):
     """Fill ``unique_ids``, ``inverse``, ``unique_rows`` and ``unique_row_offsets`` of the SparseFeatures
-    ``feats`` of one table, whose ids are ``counts[f]`` from ``key_base[f]`` in ``keys`` (``pairs`` when
-    ``pair[f]``) and whose row offsets are ``offsets[f]``: one kernel call and one lease for them all.
+    ``feats`` of a batch, whose ids are ``counts[f]`` from ``key_base[f]`` in ``keys`` (``pairs`` when
+    ``pair[f]``) and whose row offsets are ``offsets[table_of[f]][row_of[f]]``: one kernel call and one
+    lease for them all (each call into a kernel gives up the GIL, and the other pipeline threads hold it).
 
     One leased buffer holds, as int64, every feature's unique ids and then their row offsets, and as
     int32 every inverse and then every feature's unique rows (free once the batch and its arrays are gone).
@@ -199,7 +202,7 @@ def add_unique_ids(feats, keys, pairs, pair, key_base, counts, offsets, pool, sc
     nbig = nwords + total + nf
     big, small = pool.lease_parts([((nbig,), _INT64), ((2 * total,), _INT32)])
     nunique = np.empty(nf, np.int64)
-    unique_ids_of_table(keys, pairs, pair, key_base, counts, at, words, offsets,
+    unique_ids_of_batch(keys, pairs, pair, key_base, counts, at, words, offsets, table_of, row_of,
                         *scratch.room(int(counts.max(initial=0))), small, big, nunique)
     for f, (feat, a, n, w, u) in enumerate(zip(feats, at.tolist(), counts.tolist(), words.tolist(), nunique.tolist())):
         feat.inverse = small[a:a + n]
