@@ -53,7 +53,8 @@ def test_kernel_matches_twin(data, tables, pair):
     for f in range(len(pair)):
         key_base[f] = sum(counts[g] for g in range(f) if pair[g] == pair[f])
     row_offsets = [offsets[t][r] for t, r in zip(table_of, row_of)]
-    feats = [SparseFeature(f"f{f}", a, np.ones(len(a), np.float32), o) for f, (a, o) in enumerate(zip(ids, row_offsets))]
+    feats = [SparseFeature(f"f{f}", a, np.ones(len(a), np.float32), o)
+             for f, (a, o) in enumerate(zip(ids, row_offsets))]
     add_unique_ids(feats, keys, pairs, pair, key_base, counts, offsets, table_of, row_of, BufferPool(), UniqueScratch())
     for f, feat in enumerate(feats):
         order, inverse, rows_of = naive_unique(feat.ids, row_offsets[f])
