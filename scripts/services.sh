@@ -84,7 +84,8 @@ wait_until() {
     local name=$1 pidfile=$2 main=$3 logfile=$4 t0=$SECONDS
     shift 4
     until "$@" >/dev/null 2>&1; do
-        if ! alive "$pidfile" "$main"; then
+        # Just launched, the child may still be the forked shell, not yet the JVM: look again before giving up.
+        if ! alive "$pidfile" "$main" && ! { sleep 1 && alive "$pidfile" "$main"; }; then
             log "$name exited during start-up; last lines of $logfile:"
             tail -n 40 "$logfile" >&2
             return 1
