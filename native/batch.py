@@ -165,7 +165,7 @@ def feature_bases(counts, pair, key_base, value_base):
     return nk, npair, nv
 
 
-@njit(cache=True)  # keeps the GIL, as a ``brief`` helper: microseconds a piece
+@njit(cache=True)  # keeps the GIL as a ``brief`` helper does (microseconds a piece), but allocates its ranges
 def measure_piece(group_offsets, refers, sp_offsets, sid_offsets, r0, r1, counts, rows, sid_bytes):
     """Plan the piece of rows ``r0:r1`` of table 0 of a block, for a batch; returns ``(ranges, m)``.
 
@@ -259,7 +259,7 @@ def copy_piece(sp_offsets, from_dsl, src_dense, refers, src_keys, src_hkeys, src
     at[2 * tables] = s + b - a
 
 
-@njit(cache=True)  # keeps the GIL, as a ``brief`` helper: nothing to pad but the last batch
+@brief
 def pad_batch(at, rows, offsets, dense, dense_table, indicators, labels, timestamps):
     """Rows ``at[t]:rows[t]`` of every table, after the pieces: empty sparse rows, zero dense rows and
     labels, and indicators pointing at the next table's last row (the empty row padding adds)."""

@@ -4,7 +4,7 @@ numba increfs and decrefs (atomically) every array argument of every function it
 inlined or not; in a loop over values that cost more than the work itself (the text and
 pb kernels ran at half speed).  A helper compiled without numba's runtime (``_nrt=False``)
 skips it.  Such a function must not allocate arrays; kernels that do (``np.empty``) keep
-``njit(nogil=True, cache=True)``.
+``njit(nogil=True, cache=True)``.  ``brief`` is ``helper`` without ``nogil``, for the short ones.
 """
 from numba import njit
 

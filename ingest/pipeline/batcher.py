@@ -57,7 +57,7 @@ class BatchBuilder:
         sparse_index = {s.name: f for f, s in enumerate(sparse)}
         dense_index = {s.name: d for d, s in enumerate(dense)}
         # per feature in schema order: (name, is sparse, index, table, row of its table's offsets, pair)
-        self.layout = [(s.name, True, sparse_index[s.name], s.table, sparse_index[s.name] - bounds[s.table],
+        self.layout = [(s.name, True, sparse_index[s.name], s.table, int(self.sparse_row[sparse_index[s.name]]),
                         not s.serialized) if s.name in sparse_index else (s.name, False, dense_index[s.name], s.table)
                        for s in schema.specs]
         self.dense_widths = [(s.table, s.width) for s in dense]
