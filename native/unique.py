@@ -77,19 +77,24 @@ def unique_ids(hkeys, keys, offsets, slots, places, uniq_h, uniq_k, inverse, cou
 
 
 @helper
-def unique_ids_of_batch(keys, pairs, pair, key_base, counts, at, words, offsets, table_of, row_of, slots, places,
-                        work_h, work_counts, small, big, nunique):
+def unique_ids_of_batch(keys, pairs, pair, key_base, counts, offsets, table_of, row_of, slots, places, work_h,
+                        work_counts, small, big, layout):
     """``unique_ids`` for every sparse feature of a batch, in one call.
 
     Feature ``f`` has ``counts[f]`` ids from ``key_base[f]`` in ``keys`` (or ``pairs`` when
-    ``pair[f]``) and row offsets ``offsets[table_of[f]][row_of[f]]``.  ``at[f]`` counts the ids of
-    the features before ``f`` and ``words[f]`` their id words (2 an id for pairs); with ``F``
-    features, its inverse goes to ``small[at[f]:]``, its unique rows to ``small[at[F] + at[f]:]``,
-    its unique ids to ``big[words[f]:]`` (pairs as (hkey, key) words) and its unique row offsets to
-    ``big[words[F] + at[f] + f:]``; ``nunique[f]`` gets its count.  ``slots`` needs
+    ``pair[f]``) and row offsets ``offsets[table_of[f]][row_of[f]]``.  With ``F`` features, ``layout``
+    (int64 ``[3F + 2]``) gets ``at = layout[:F + 1]`` and ``words = layout[F + 1:2F + 2]`` of
+    ``unique_layout`` and then each feature's count of unique ids.  Feature ``f``'s inverse goes to
+    ``small[at[f]:]``, its unique rows to ``small[at[F] + at[f]:]``, its unique ids to ``big[words[f]:]``
+    (pairs as (hkey, key) words) and its unique row offsets to ``big[words[F] + at[f] + f:]``
+    (``unique_parts`` sizes ``big``, ``small`` and ``layout``).  ``slots`` needs
     ``table_size(max(counts))`` entries, the work arrays room for max(counts).
     """
     nf = len(counts)
+    at = layout[:nf + 1]
+    words = layout[nf + 1:2 * nf + 2]
+    nunique = layout[2 * nf + 2:]
+    unique_layout(counts, pair, at, words)
     for f in range(nf):
         n = counts[f]
         kb = key_base[f]
@@ -111,7 +116,7 @@ def unique_ids_of_batch(keys, pairs, pair, key_base, counts, at, words, offsets,
                                     inverse, work_counts, row_offsets, rows)
 
 
-@brief
+@helper
 def unique_layout(counts, pair, at, words):
     """Where ``unique_ids_of_batch`` puts each feature's outputs: ``at[f]``, the ids of the features before
     ``f``, and ``words[f]``, their id words (2 an id when ``pair[f]``), both for ``f`` up to ``F``
@@ -122,3 +127,12 @@ def unique_layout(counts, pair, at, words):
         at[f + 1] = at[f] + counts[f]
         words[f + 1] = words[f] + counts[f] * (2 if pair[f] else 1)
     return at[len(counts)], words[len(counts)]
+
+
+def unique_parts(nkeys, npairs, nf):
+    """The ``(shape, dtype)`` of ``big``, ``small`` and ``layout`` of ``unique_ids_of_batch`` for ``nf``
+    features with ``nkeys`` ids in ``keys`` and ``npairs`` in ``pairs``, as ``BufferPool.lease_parts``
+    takes them (the batch builder leases them with the batch)."""
+    total = nkeys + npairs
+    return [((nkeys + 2 * npairs + total + nf,), np.dtype(np.int64)), ((2 * total,), np.dtype(np.int32)),
+            ((3 * nf + 2,), np.dtype(np.int64))]

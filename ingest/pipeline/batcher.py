@@ -4,7 +4,7 @@ import time
 import numpy as np
 
 from .._native.batch import copy_piece, feature_bases, measure_piece, pad_batch
-from .._native.unique import table_size, unique_ids_of_batch, unique_layout
+from .._native.unique import table_size, unique_ids_of_batch, unique_parts
 from .pool import BufferPool
 from ..batch import Batch, SparseFeature
 from ..errors import GroupTooLargeError
@@ -101,7 +101,12 @@ class BatchBuilder:
         parts += [((r[k],), _INT32) for k in range(nt - 1)]
         parts += [((rows0, self.label_count), _FLOAT32), ((rows0,), _INT64), ((int(sid_total[0]),), _UINT8),
                   ((n + 1,), _INT64)]
+        unique = self.unique and len(self.pair) > 0
+        if unique:  # the unique-id thread's outputs share the batch's buffer: one lease a batch in all
+            parts += unique_parts(nkeys, npairs, len(self.pair))
         arrays = self.pool.lease_parts(parts)
+        if unique:
+            unique_out, arrays = arrays[-3:], arrays[:-3]
         keys, pairs, values = arrays[:3]
         offsets = tuple(arrays[3:3 + nt])
         dense = tuple(arrays[3 + nt:3 + nt + len(self.dense_widths)])
@@ -131,9 +136,9 @@ class BatchBuilder:
         batch.marks = Marks({blk.unit: blk.position(r1) for blk, _, r1 in pieces} if self.track else {})
         if self.keep_pieces:
             batch.pieces = list(pieces)
-        if self.unique and feats:
+        if unique:
             batch.unique_work = (feats, keys, pairs, self.pair, key_base, counts, offsets, self.sparse_table,
-                                 self.sparse_row)
+                                 self.sparse_row, *unique_out)
         if self.stats is not None:
             self.stats.stage("batch", t0, time.perf_counter(), size=n)
         return batch
@@ -143,7 +148,7 @@ class BatchBuilder:
         work, batch.unique_work = batch.unique_work, ()
         if work:
             t0 = time.perf_counter()
-            add_unique_ids(*work, self.pool, self.scratch)
+            add_unique_ids(*work, self.scratch)
             if self.stats is not None:
                 self.stats.stage("unique", t0, time.perf_counter())
         return batch
@@ -175,7 +180,7 @@ class UniqueScratch:
         self.work_counts = np.empty(0, np.int64)
 
     def room(self, n):
-        """The scratch arrays for features of at most ``n`` ids."""
+        """The scratch arrays for features of at most ``n`` ids (``add_unique_ids`` passes all of a batch's)."""
         size = table_size(n)
         if len(self.slots) < size:
             self.slots = np.empty(size, np.int32)
@@ -186,25 +191,26 @@ class UniqueScratch:
         return self.slots, self.places, self.work_h, self.work_counts
 
 
-def add_unique_ids(feats, keys, pairs, pair, key_base, counts, offsets, table_of, row_of, pool, scratch):
+def add_unique_ids(feats, keys, pairs, pair, key_base, counts, offsets, table_of, row_of, big, small, layout,
+                   scratch):
     """Fill ``unique_ids``, ``inverse``, ``unique_rows`` and ``unique_row_offsets`` of the SparseFeatures
     ``feats`` of a batch, whose ids are ``counts[f]`` from ``key_base[f]`` in ``keys`` (``pairs`` when
-    ``pair[f]``) and whose row offsets are ``offsets[table_of[f]][row_of[f]]``: one kernel call and one
-    lease for them all (each call into a kernel gives up the GIL, and the other pipeline threads hold it).
+    ``pair[f]``) and whose row offsets are ``offsets[table_of[f]][row_of[f]]``, into ``big``, ``small``
+    and ``layout`` (``unique_parts``; the batch builder leases them with the batch): one kernel call for
+    them all (each call into a kernel gives up the GIL, and the other pipeline threads hold it).
 
-    One leased buffer holds, as int64, every feature's unique ids and then their row offsets, and as
-    int32 every inverse and then every feature's unique rows (free once the batch and its arrays are gone).
+    ``big`` holds, as int64, every feature's unique ids and then their row offsets, ``small``, as int32,
+    every inverse and then every feature's unique rows.
     """
     nf = len(feats)
-    at = np.empty(nf + 1, np.int64)
-    words = np.empty(nf + 1, np.int64)
-    total, nwords = unique_layout(counts, pair, at, words)
-    nbig = nwords + total + nf
-    big, small = pool.lease_parts([((nbig,), _INT64), ((2 * total,), _INT32)])
-    nunique = np.empty(nf, np.int64)
-    unique_ids_of_batch(keys, pairs, pair, key_base, counts, at, words, offsets, table_of, row_of,
-                        *scratch.room(int(counts.max(initial=0))), small, big, nunique)
-    for f, (feat, a, n, w, u) in enumerate(zip(feats, at.tolist(), counts.tolist(), words.tolist(), nunique.tolist())):
+    total = len(small) // 2
+    unique_ids_of_batch(keys, pairs, pair, key_base, counts, offsets, table_of, row_of, *scratch.room(total), small,
+                        big, layout)
+    where = layout.tolist()
+    at, words, nunique = where[:nf + 1], where[nf + 1:2 * nf + 2], where[2 * nf + 2:]
+    nwords = words[nf]
+    for f, feat in enumerate(feats):
+        a, n, w, u = at[f], at[f + 1] - at[f], words[f], nunique[f]
         feat.inverse = small[a:a + n]
         feat.unique_rows = small[total + a:total + a + n]
         feat.unique_ids = big[w:w + 2 * u].reshape(u, 2) if pair[f] else big[w:w + u]
