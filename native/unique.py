@@ -12,6 +12,7 @@ from .jit import brief, helper
 from .mix import mix64
 
 _SPREAD = np.uint64(0x94D049BB133111EB)
+_INT64, _INT32 = np.dtype(np.int64), np.dtype(np.int32)  # made once: unique_parts runs every batch
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -134,5 +135,4 @@ def unique_parts(nkeys, npairs, nf):
     features with ``nkeys`` ids in ``keys`` and ``npairs`` in ``pairs``, as ``BufferPool.lease_parts``
     takes them (the batch builder leases them with the batch)."""
     total = nkeys + npairs
-    return [((nkeys + 2 * npairs + total + nf,), np.dtype(np.int64)), ((2 * total,), np.dtype(np.int32)),
-            ((3 * nf + 2,), np.dtype(np.int64))]
+    return [((nkeys + 2 * npairs + total + nf,), _INT64), ((2 * total,), _INT32), ((3 * nf + 2,), _INT64)]
