@@ -36,12 +36,12 @@ def test_steady_state_allocates_no_batch_buffers(tmp_path):
         batches += 1
         arrays += len(batch.arrays())
     # At most 9 batches are alive at once (4 prefetched, 2 on their way to the unique-id thread, the one
-    # being built, the one getting its unique ids and the consumer's), each on 2 buffers (its arrays', its
-    # unique ids'), which may be of two size classes over the run (a batch's size can cross a power of
-    # two): the pool is bounded by that, not by the ~1,250 batches of ~60 arrays read (15 buffers when
-    # this was written).
+    # being built, the one getting its unique ids and the consumer's), each on one buffer (its unique ids
+    # included), which may be of two size classes over the run (a batch's size can cross a power of two):
+    # the pool is bounded by that, not by the ~1,250 batches of ~60 arrays read (9 buffers of one class
+    # when this was written).
     assert batches > 1200 and arrays > 60 * batches
-    assert 0 < pool.allocated <= 2 * 2 * 9
+    assert 0 < pool.allocated <= 2 * 9
 
 
 def test_batches_kept_by_the_consumer_stay_intact(tmp_path):

@@ -1,8 +1,6 @@
 """Files through fsspec: expansion of paths, work-unit planning, sharding and opening."""
 import io
 import os
-import socket
-import urllib.parse
 from dataclasses import dataclass
 
 import fsspec
@@ -12,7 +10,7 @@ import fsspec.core
 from ..errors import ConfigError, SourceError
 from .ahead import Ahead
 from .compression import infer_compression
-from .hdfs import hdfs_client, webhdfs_address
+from .hdfs import check_reachable
 from .kafka import KafkaStream, is_kafka
 
 __all__ = ["WorkUnit", "expand_paths", "plan_units", "open_unit", "read_into"]
@@ -60,34 +58,6 @@ def _hidden(path):
     return name.startswith(".") or name.startswith("_")
 
 
-# hdfs-native retries a refused NameNode for minutes: a path's NameNode is probed first, this long
-_CONNECT_TIMEOUT = 10.0
-_HDFS_DEFAULT_PORT = 8020
-
-
-def _check_reachable(path):
-    """A clear SourceError now, rather than a hang, when the NameNode of an ``hdfs://`` path is unreachable.
-
-    A host without a port that does not resolve is taken for an HA nameservice and left to the client.
-    """
-    parts = urllib.parse.urlsplit(path)
-    if parts.scheme not in ("hdfs", "viewfs") or not parts.hostname:
-        return
-    host, port = parts.hostname, parts.port or _HDFS_DEFAULT_PORT
-    what = "the HDFS NameNode"
-    if parts.scheme == "hdfs" and hdfs_client() == "webhdfs":
-        (host, port), what = webhdfs_address(host), "WebHDFS"
-    elif parts.port is None:
-        try:
-            socket.getaddrinfo(host, port)
-        except socket.gaierror:
-            return
-    try:
-        socket.create_connection((host, port), timeout=_CONNECT_TIMEOUT).close()
-    except OSError as exc:
-        raise SourceError(f"{path}: cannot connect to {what} at {host}:{port} ({exc})", source=path) from exc
-
-
 def expand_paths(paths):
     """Expand files, directories (recursively, hidden and ``_`` files skipped) and globs.
 
@@ -101,7 +71,7 @@ def expand_paths(paths):
     out = []
     for path in paths:
         path = os.fspath(path)
-        _check_reachable(path)
+        check_reachable(path)
         try:
             fs, root = fsspec.core.url_to_fs(path)
         except (ImportError, ValueError) as exc:

@@ -6,19 +6,21 @@ as fsspec's ``hdfs`` protocol, so every place that opens a URL (discovery, readi
 reader state) uses it, and URLs stay ``hdfs://namenode:port/path`` whichever client serves them.
 WebHDFS is the REST API on the NameNode's HTTP address: ``INGEST_WEBHDFS_URL`` when set, else
 ``dfs.namenode.http-address`` of ``$HADOOP_CONF_DIR/hdfs-site.xml``, else the NameNode's host on 9870.
+``check_reachable`` probes the address the client in use connects to before a path is read.
 """
 import ctypes.util
 import importlib.util
 import os
+import socket
 import urllib.parse
 import xml.etree.ElementTree as ElementTree
 
 import fsspec
 from fsspec.implementations.webhdfs import WebHDFS
 
-from ..errors import ConfigError
+from ..errors import ConfigError, SourceError
 
-__all__ = ["CLIENTS", "hdfs_client", "use_hdfs_client", "webhdfs_address"]
+__all__ = ["CLIENTS", "check_reachable", "hdfs_client", "use_hdfs_client", "webhdfs_address"]
 
 CLIENTS = ("native", "pyarrow", "webhdfs")
 _CLASSES = {"native": "hdfs_native.fsspec.HdfsFileSystem", "pyarrow": "fsspec.implementations.arrow.HadoopFileSystem"}
@@ -78,6 +80,34 @@ def webhdfs_address(namenode_host):
                 if port.isdigit():
                     return (namenode_host if host in ("", "0.0.0.0") else host), int(port)
     return namenode_host, _WEBHDFS_PORT
+
+
+# hdfs-native retries a refused NameNode for minutes: a path's NameNode is probed first, this long
+_CONNECT_TIMEOUT = 10.0
+_HDFS_DEFAULT_PORT = 8020
+
+
+def check_reachable(path):
+    """A clear SourceError now, rather than a hang, when the NameNode of an ``hdfs://`` path is unreachable.
+
+    A host without a port that does not resolve is taken for an HA nameservice and left to the client.
+    """
+    parts = urllib.parse.urlsplit(path)
+    if parts.scheme not in ("hdfs", "viewfs") or not parts.hostname:
+        return
+    host, port = parts.hostname, parts.port or _HDFS_DEFAULT_PORT
+    what = "the HDFS NameNode"
+    if parts.scheme == "hdfs" and _current == "webhdfs":
+        (host, port), what = webhdfs_address(host), "WebHDFS"
+    elif parts.port is None:
+        try:
+            socket.getaddrinfo(host, port)
+        except socket.gaierror:
+            return
+    try:
+        socket.create_connection((host, port), timeout=_CONNECT_TIMEOUT).close()
+    except OSError as exc:
+        raise SourceError(f"{path}: cannot connect to {what} at {host}:{port} ({exc})", source=path) from exc
 
 
 class WebHdfsAsHdfs(WebHDFS):
