@@ -121,13 +121,12 @@ def unique_ids_of_batch(keys, pairs, pair, key_base, counts, offsets, table_of, 
 def unique_layout(counts, pair, at, words):
     """Where ``unique_ids_of_batch`` puts each feature's outputs: ``at[f]``, the ids of the features before
     ``f``, and ``words[f]``, their id words (2 an id when ``pair[f]``), both for ``f`` up to ``F``
-    included; returns ``(at[F], words[F])``."""
+    included."""
     at[0] = 0
     words[0] = 0
     for f in range(len(counts)):
         at[f + 1] = at[f] + counts[f]
         words[f + 1] = words[f] + counts[f] * (2 if pair[f] else 1)
-    return at[len(counts)], words[len(counts)]
 
 
 def unique_parts(nkeys, npairs, nf):
