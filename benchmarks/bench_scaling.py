@@ -57,12 +57,12 @@ def main(argv=None):
             for way in WAYS:
                 run(path, file_type, aux, unique, way)  # warm-up
             rounds = [{way: run(path, file_type, aux, unique, way) for way in WAYS} for _ in range(args.runs)]
-            results[f"{name} {'on' if unique else 'off'}"] = {
+            result = results[f"{name} {'on' if unique else 'off'}"] = {
                 way: {"samples_per_s": statistics.median(r[way]["samples_per_s"] for r in rounds),
                       "cores": statistics.median(r[way]["cpu_seconds"] / r[way]["seconds"] for r in rounds),
                       "runs": [r[way]["samples_per_s"] for r in rounds]} for way in WAYS}
             for base in ("1 thread", "1 core"):
-                results[f"{name} {'on' if unique else 'off'}"][f"2 threads / {base}"] = statistics.median(
+                result[f"2 threads / {base}"] = statistics.median(
                     r["2 threads"]["samples_per_s"] / r[base]["samples_per_s"] for r in rounds)
     report = save_report("bench_scaling", samples=args.samples, runs=args.runs, epochs=EPOCHS, read=results)
     print(f"{args.samples:,} samples (read {EPOCHS['txt']} times over in text, {EPOCHS['pb']} in pb), batch_size "
