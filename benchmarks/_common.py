@@ -119,6 +119,7 @@ def alternated_runs(makers, samples, runs, warmups=1):
         out[name] = {"samples_per_s": statistics.median(r["samples_per_s"] for r in runs_of),
                      "mb_per_s": statistics.median(r["mb_per_s"] for r in runs_of),
                      "samples_per_cpu_s": statistics.median(r["samples_per_cpu_s"] for r in runs_of),
+                     "cores": statistics.median(r["cpu_seconds"] / r["seconds"] for r in runs_of),
                      "runs": [r["samples_per_s"] for r in runs_of],
                      "ratio": statistics.median(r[name]["samples_per_s"] / r[first]["samples_per_s"] for r in rounds),
                      "cpu_ratio": statistics.median(r[name]["samples_per_cpu_s"] / r[first]["samples_per_cpu_s"]
