@@ -1,4 +1,5 @@
 """Cutting the block stream into batches (FORMATS.md section 3 batching rules)."""
+import threading
 import time
 
 import numpy as np
@@ -37,7 +38,7 @@ class BatchBuilder:
         self.keep_pieces = keep_pieces  # the batch keeps its pieces (keep_sample, pause: its groups are released)
         self.track = track  # record the position each batch delivers up to (reader state)
         self.pool = pool if pool is not None else BufferPool()
-        self.scratch = UniqueScratch()
+        self._scratch = threading.local()  # parse workers that build their own batches share the builder
         self.batch_size = batch_size
         self.pad = pad
         self.unique = unique
@@ -143,12 +144,19 @@ class BatchBuilder:
             self.stats.stage("batch", t0, time.perf_counter(), size=n)
         return batch
 
+    def scratch(self):
+        """This thread's ``UniqueScratch``."""
+        mine = getattr(self._scratch, "arrays", None)
+        if mine is None:
+            mine = self._scratch.arrays = UniqueScratch()
+        return mine
+
     def add_unique(self, batch):
         """Fill the unique ids of a batch from ``assemble`` (nothing to do without ``unique``); returns it."""
         work, batch.unique_work = batch.unique_work, ()
         if work:
             t0 = time.perf_counter()
-            add_unique_ids(*work, self.scratch)
+            add_unique_ids(*work, self.scratch())
             if self.stats is not None:
                 self.stats.stage("unique", t0, time.perf_counter())
         return batch
@@ -171,7 +179,7 @@ def _block_args(blk):
 
 
 class UniqueScratch:
-    """The hash table and work arrays of ``add_unique_ids``, kept by one batcher and grown when needed."""
+    """The hash table and work arrays of ``add_unique_ids``, kept per thread and grown when needed."""
 
     def __init__(self):
         self.slots = np.empty(0, np.int32)
@@ -218,13 +226,16 @@ def add_unique_ids(feats, keys, pairs, pair, key_base, counts, offsets, table_of
         feat.unique_row_offsets = big[o:o + u + 1]
 
 
-def cut_batches(blocks, builder, *, split_group=True, drop_last=False, on_skip=None, rounds=None, build=None):
+def cut_batches(blocks, builder, *, split_group=True, drop_last=False, on_skip=None, rounds=None, build=None,
+                rest=None):
     """Yield Batches from an iterable of Blocks, each made by ``build(pieces)`` (default ``builder.build``).
 
-    With ``split_group`` a group that does not fit is cut at the batch boundary; without
+    A block's rows are taken from ``blk.skip`` on; a piece ``(blk, r0, r1)`` in the stream stands for those
+    rows of its block.  With ``split_group`` a group that does not fit is cut at the batch boundary; without
     it the group moves whole to the next batch, and a group larger than the batch size
     raises ``GroupTooLargeError`` (or goes to ``on_skip`` when given).  The last batch
-    may be short; ``drop_last`` drops it.  ``FLUSH`` in the stream delivers the partial batch (or comes
+    may be short; ``drop_last`` drops it, and with ``rest`` (a list) its pieces go there instead, to be
+    cut again with other streams' rest.  ``FLUSH`` in the stream delivers the partial batch (or comes
     out as FLUSH when nothing is pending);
     ``rounds`` is told of every group packed whole (or skipped).  If the block stream raises, the samples
     already taken are delivered as a short batch first, then the error propagates.
@@ -250,14 +261,17 @@ def cut_batches(blocks, builder, *, split_group=True, drop_last=False, on_skip=N
             else:
                 yield FLUSH
             continue
-        r = blk.skip  # rows delivered before a restore
+        if isinstance(blk, tuple):
+            blk, r, end = blk
+        else:
+            r, end = blk.skip, blk.nrows  # skip: rows delivered before a restore
         ends = blk.group_offsets
-        while r < blk.nrows:
+        while r < end:
             need = size - filled
             if split_group:
-                take = min(need, blk.nrows - r)
+                take = min(need, end - r)
             else:
-                g = np.searchsorted(ends, r + need, side="right") - 1
+                g = np.searchsorted(ends, min(r + need, end), side="right") - 1  # a piece ends on a group end
                 take = int(ends[g]) - r
                 if take <= 0:
                     if filled:
@@ -287,5 +301,7 @@ def cut_batches(blocks, builder, *, split_group=True, drop_last=False, on_skip=N
             if filled == size:
                 yield build(pieces)
                 pieces, filled = [], 0
-    if pieces and not drop_last:
+    if rest is not None:
+        rest.extend(pieces)
+    elif pieces and not drop_last:
         yield build(pieces)

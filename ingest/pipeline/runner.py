@@ -1,10 +1,15 @@
 """The running pipeline: parse workers, the batcher thread and the bounded queues between them.
 
 Workers turn work units into Blocks (the parse kernels release the GIL, so threads run in
-parallel); one batcher thread cuts Blocks into Batches; with unique ids, one more thread
-computes them, batch by batch, while the batcher builds the next; the consumer takes Batches
-from a bounded prefetch queue.  Every blocking put or get wakes up regularly to check the stop
-flag, so ``close()`` never hangs, whatever the consumer does.
+parallel).  By default each worker also cuts its own Blocks into Batches and computes their
+unique ids, so one thread's work stays on one core; when it stops, the pieces of its
+unfinished batch wait for the others', and the last worker to stop cuts them all, in worker
+order, into full batches and one short one.  Where the batches must follow one block stream
+(``deterministic``, ``keep_sample`` / ``pause``, a consumer group) the workers queue their
+Blocks to one batcher thread instead; with unique ids, one more thread computes them, batch
+by batch, while the batcher builds the next.  The consumer takes Batches from a bounded
+prefetch queue.  Every blocking put or get wakes up regularly to check the stop flag, so
+``close()`` never hangs, whatever the consumer does.
 """
 import contextlib
 import dataclasses
@@ -132,11 +137,17 @@ class Pipeline:
         self.stats = stats
         self.stop = threading.Event()
         self._handing = threading.Lock()  # a batch handed over and its marks applied, or refused after close()
-        nq = threads if deterministic else 1
+        # Parse workers build their own batches (no batch data crosses cores, and fewer threads share the
+        # GIL) unless the batches must follow one stream: deterministic order, the rounds' accounting of
+        # groups packed, the partial batch a consumer group member flushes.
+        self.worker_batches = not deterministic and rounds is None and unit_source is None
+        nq = 0 if self.worker_batches else threads if deterministic else 1
         self.block_queues = [queue.Queue(queue_blocks * (1 if deterministic else threads)) for _ in range(nq)]
         self.out = queue.Queue(prefetch)
-        # with unique ids: built batches on their way to the unique-id thread
-        self.built = queue.Queue(2) if builder.unique else None
+        # with unique ids and a batcher thread: its batches on their way to the unique-id thread
+        self.built = queue.Queue(2) if builder.unique and not self.worker_batches else None
+        self.batched = self.out if self.built is None else self.built  # where batches go once cut
+        self._rests = {}  # worker -> (pieces of its unfinished batch, units completed since its last batch)
         self._unit_lock = threading.Lock()
         self._unit_iter = self._sequence()
         self._threads = []
@@ -162,10 +173,11 @@ class Pipeline:
                 yield epoch, unit
 
     def start(self):
+        work = self._work_batches if self.worker_batches else self._work
         for w in range(self.threads):
-            t = threading.Thread(target=self._work, args=(w,), name=f"ingest-parse-{w}", daemon=True)
-            self._threads.append(t)
-        self._threads.append(threading.Thread(target=self._batch_loop, name="ingest-batcher", daemon=True))
+            self._threads.append(threading.Thread(target=work, args=(w,), name=f"ingest-parse-{w}", daemon=True))
+        if not self.worker_batches:
+            self._threads.append(threading.Thread(target=self._batch_loop, name="ingest-batcher", daemon=True))
         if self.built is not None:
             self._threads.append(threading.Thread(target=self._unique_loop, name="ingest-unique", daemon=True))
         for t in self._threads:
@@ -218,39 +230,88 @@ class Pipeline:
                 return
             yield unit
 
+    def _stream(self, w, q=None):
+        """Worker ``w``'s blocks, through the ops and the DSL, each unit's followed by ``_UnitDone``.  ``q`` is
+        the queue that recirculated blocks go to straight while the gate of ``pause`` is closed."""
+        for epoch, unit in self._units_for(w):
+            if self.stop.is_set():
+                return
+            key = (epoch, unit.index)
+            skip = unit.resume[1] if unit.resume is not None else 0
+            with contextlib.closing(self.fmt.read_unit(unit, self.stop)) as blocks:
+                take_read_seconds()
+                t0 = time.perf_counter()
+                for blk in blocks:  # the format reads and parses in next()
+                    blk.unit = key
+                    self._read_parse(t0, unit, blk.nbytes, blk.nrows)
+                    for part in self._admitted(blk, q):
+                        part, skip = self._prepared(part, skip)
+                        yield part
+                    t0 = time.perf_counter()
+                self._read_parse(t0, unit, 0, 0)
+            self.stats.add(units=1)
+            yield _UnitDone(key)
+        if self.rounds is not None:
+            self.rounds.out_of_input()
+            while self.rounds.keep:  # used groups come back until the ops drop them all
+                blk = self.rounds.next_recirculated(self.stop)
+                if blk is None:
+                    return
+                yield self._prepared(blk)[0]
+
     def _work(self, w):
+        """A parse worker that hands its blocks to the batcher thread."""
         q = self.block_queues[w if self.deterministic else 0]
         try:
-            for epoch, unit in self._units_for(w):
-                if self.stop.is_set():
-                    return
-                key = (epoch, unit.index)
-                skip = unit.resume[1] if unit.resume is not None else 0
-                with contextlib.closing(self.fmt.read_unit(unit, self.stop)) as blocks:
-                    take_read_seconds()
-                    t0 = time.perf_counter()
-                    for blk in blocks:  # the format reads and parses in next()
-                        blk.unit = key
-                        self._read_parse(t0, unit, blk.nbytes, blk.nrows)
-                        for part in self._admitted(blk, q):
-                            ok, skip = self._emit(part, q, skip)
-                            if not ok:
-                                return
-                        t0 = time.perf_counter()
-                    self._read_parse(t0, unit, 0, 0)
-                self.stats.add(units=1)
-                if not self._put(q, _UnitDone(key)):
-                    return
-            if self.rounds is not None:
-                self.rounds.out_of_input()
-                while self.rounds.keep:  # used groups come back until the ops drop them all
-                    blk = self.rounds.next_recirculated(self.stop)
-                    if blk is None or not self._emit(blk, q)[0]:
+            with contextlib.closing(self._stream(w, q)) as items:
+                for item in items:
+                    if not self._put(q, item):
                         return
         except BaseException as exc:  # travels to the consumer in stream order
             self._put(q, exc)
         finally:
             self._put(q, _WORKER_DONE)
+
+    def _work_batches(self, w):
+        """A parse worker that builds batches of its own blocks, unique ids included; what is left of its
+        last batch is cut again, with every other worker's, by the last worker to finish."""
+        done, rest = [], []
+        try:
+            with contextlib.closing(self._stream(w)) as items:
+                batches = cut_batches(self._noting_units(items, done), self.builder, split_group=self.split_group,
+                                      on_skip=self.on_skip, rest=rest)
+                if not self._deliver(batches, done):
+                    return
+            with self._unit_lock:
+                self._rests[w] = (rest, done)
+                last = len(self._rests) == self.threads
+            if last:
+                self._cut_rests()
+        except BaseException as exc:
+            self._put(self.out, exc)
+
+    def _cut_rests(self):
+        """The workers' unfinished batches, in worker order: full batches, then the one short batch."""
+        done = []
+
+        def pieces():
+            for w in range(self.threads):
+                rest, completed = self._rests.pop(w)
+                yield from rest
+                done.extend(completed)  # units whose last rows are in the pieces just taken, or earlier
+
+        batches = cut_batches(pieces(), self.builder, split_group=self.split_group, drop_last=self.drop_last)
+        if self._deliver(batches, done):
+            self._put(self.out, _End(Marks(done=list(done))))
+
+    @staticmethod
+    def _noting_units(items, done):
+        """The blocks of a worker's stream; the units it completes go to the list ``done``."""
+        for item in items:
+            if isinstance(item, _UnitDone):
+                done.append(item.key)
+            else:
+                yield item
 
     def _admitted(self, blk, q):
         """The parts of a fresh block as the gate of ``pause`` lets them in (whole, without it)."""
@@ -258,7 +319,7 @@ class Pipeline:
             yield blk
             return
         while blk is not None:
-            room = self.rounds.room(self.stop, lambda used: self._emit(used, q)[0])
+            room = self.rounds.room(self.stop, lambda used: self._put(q, self._prepared(used)[0]))
             if room == 0:
                 return
             groups = len(blk.group_offsets) - 1
@@ -273,9 +334,9 @@ class Pipeline:
             yield take_rows(blk, head)
             blk = take_rows(blk, ~head)
 
-    def _emit(self, blk, q, skip=0):
-        """Run the ops and the DSL on a block and queue it.  Returns (False once the reader stops, the rows
-        of ``skip`` left for the next block: all of them when the ops left this one empty)."""
+    def _prepared(self, blk, skip=0):
+        """Run the ops and the DSL on a block.  Returns (the block, the rows of ``skip`` left for the next
+        block: all of them when the ops left this one empty)."""
         t0 = time.perf_counter()
         if self.ops is not None:
             groups = len(blk.group_offsets) - 1
@@ -292,7 +353,7 @@ class Pipeline:
         if self.rounds is not None and self.rounds.keep:
             blk.parsed = parsed  # what goes through the ops again
         self.stats.add(bytes=blk.nbytes, samples=blk.nrows, groups=len(blk.group_offsets) - 1, blocks=1)
-        return self._put(q, blk), skip
+        return blk, skip
 
     def _read_parse(self, t0, unit, nbytes, rows):
         """Count the time since ``t0``: what ``refill`` spent as read, the rest as parse."""
@@ -335,27 +396,31 @@ class Pipeline:
 
     def _batch_loop(self):
         done = []
-        out = self.out if self.built is None else self.built
         try:
             batches = cut_batches(self._blocks(done), self.builder, split_group=self.split_group,
                                   drop_last=self.drop_last, on_skip=self.on_skip, rounds=self.rounds,
                                   build=self.builder.assemble)
-            for batch in batches:  # the builder counts its own time
-                if batch is FLUSH:  # nothing was pending: the units completed travel alone
-                    if done and not self._put(out, _Delivered(Marks(done=list(done)))):
-                        return
-                    done.clear()
-                    continue
-                # units completed so far have all their samples in this batch or earlier ones
-                batch.marks.done, done[:] = list(done), []
-                self.stats.add(batches=1)
-                if not self._put(out, batch):
-                    return
-            self._put(out, _End(Marks(done=list(done))))
+            if self._deliver(batches, done):
+                self._put(self.batched, _End(Marks(done=list(done))))
         except ReaderClosedError:
             pass
         except BaseException as exc:
-            self._put(out, exc)
+            self._put(self.batched, exc)
+
+    def _deliver(self, batches, done):
+        """Hand ``batches`` on (to the unique-id thread when there is one); each carries the units in ``done``,
+        which have all their samples in it or earlier ones.  False once the reader stops."""
+        for batch in batches:  # the builder counts its own time
+            if batch is FLUSH:  # nothing was pending: the units completed travel alone
+                if done and not self._put(self.batched, _Delivered(Marks(done=list(done)))):
+                    return False
+                done.clear()
+                continue
+            batch.marks.done, done[:] = list(done), []
+            self.stats.add(batches=1)
+            if not self._put(self.batched, batch):
+                return False
+        return True
 
     def _unique_loop(self):
         """Complete the batcher's batches with their unique ids, in order; everything else passes through."""
