@@ -43,9 +43,12 @@ def test_bench_timeline_unique_ids_and_dsl(tmp_path, capsys):
     assert out["samples"] == 3000
     assert {"read", "parse", "ops", "batch", "unique", "wait"} <= set(out["stats"]["seconds"])
     events = json.loads(trace.read_text())["traceEvents"]
-    tracks = {e["args"]["name"] for e in events if e["ph"] == "M"}
-    assert {"ingest-parse-0", "ingest-parse-1", "ingest-batcher", "MainThread"} <= tracks
+    tracks = {e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M"}
+    workers = {"ingest-parse-0", "ingest-parse-1"}
+    assert workers | {"MainThread"} <= set(tracks.values())
     spans = [e for e in events if e["ph"] == "X"]
+    # the parse workers build their batches and the batches' unique ids themselves
+    assert {tracks[e["tid"]] for e in spans if e["name"] in ("batch", "unique")} <= workers
     assert sum(e["args"]["size"] for e in spans if e["name"] == "batch") == 3000
     assert sum(e["args"]["rows"] for e in spans if e["name"] == "parse") == 3000
     assert sum(1 for e in spans if e["name"] == "ops") == sum(1 for e in spans if e["name"] == "parse" and e["args"]["rows"])

@@ -9,7 +9,7 @@ import pytest
 import zstandard
 
 import ingest
-from conftest import SAMPLES, XDL, as_plain, key_of, make_reader, read_samples
+from conftest import SAMPLES, XDL, as_plain, flatten, key_of, make_reader, read_samples
 
 import naive
 
@@ -288,6 +288,40 @@ def test_two_threads_give_the_same_samples_as_one(synthetic_file):
     assert Counter(key_of(s) for s in two) == Counter(key_of(s) for s in one)
     ordered = _synthetic_samples(synthetic_file, unit_bytes=200_000, threads=2, deterministic=True)
     assert ordered == one
+
+
+def _batches_of_three_workers(path, **options):
+    reader = _all_features(ingest.DataReader("s", paths=[str(path)])).threads(3).unit_bytes(100_000)
+    for method, arg in options.items():
+        getattr(reader, method)(arg)
+    reader.startup()
+    with reader:
+        return [(b.size, b.rows, [s["sid"] for s in flatten(b)]) for b in reader]
+
+
+def test_workers_that_batch_on_their_own_leave_one_short_batch(synthetic_file):
+    """Each parse worker cuts its own batches; the last one to stop cuts what all of them left unfinished, so
+    every batch but the last is full, as with one thread, and every sample comes once."""
+    sids = Counter(s["sid"] for s in _synthetic_samples(synthetic_file))
+    batches = _batches_of_three_workers(synthetic_file, batch_size=128, pad=False)
+    assert [size for size, _, _ in batches] == [128] * 23 + [3000 - 23 * 128]
+    assert Counter(sid for _, _, got in batches for sid in got) == sids
+    padded = _batches_of_three_workers(synthetic_file, batch_size=128)
+    assert [(size, rows) for size, rows, _ in padded[-2:]] == [(128, 128), (3000 - 23 * 128, 128)]
+    dropped = _batches_of_three_workers(synthetic_file, batch_size=128, drop_last=True)
+    assert [size for size, _, _ in dropped] == [128] * 23
+    assert len(set(sid for _, _, got in dropped for sid in got)) == 23 * 128
+
+
+def test_workers_that_batch_on_their_own_keep_groups_whole(synthetic_file):
+    groups = {}
+    for s in _synthetic_samples(synthetic_file):
+        groups.setdefault(s["sid"].split(b"_")[0], set()).add(s["sid"])
+    batches = _batches_of_three_workers(synthetic_file, batch_size=64, split_group=False, pad=False)
+    assert sum(size for size, _, _ in batches) == 3000
+    for _, _, got in batches:  # a group's samples all in one batch
+        for g in {sid.split(b"_")[0] for sid in got}:
+            assert groups[g] <= set(got)
 
 
 def test_group_alignment_matches_a_line_by_line_scan(synthetic_file):

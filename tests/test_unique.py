@@ -3,6 +3,7 @@ import numpy as np
 from hypothesis import given, strategies as st
 
 import ingest
+from ingest import synthetic
 from ingest import SparseFeature
 from ingest._native.unique import unique_layout, unique_parts
 from ingest.pipeline.batcher import UniqueScratch, add_unique_ids
@@ -104,3 +105,22 @@ def test_unique_ids_off_by_default(tmp_path):
     [batch] = make_reader([path], sparse=["x"]).startup().read_all()
     assert batch["x"].unique_ids is None
     assert ingest.DataReader("r", [str(path)]).unique_ids(True)._unique
+
+
+def test_parallel_workers_fill_unique_ids_as_the_twin(synthetic_file):
+    """Two parse workers compute unique ids of their own batches, each with its own hash table."""
+    reader = make_reader([synthetic_file], threads=(2,), unit_bytes=(100_000,), batch_size=(128,), unique_ids=True)
+    synthetic.declare(reader, serialized=True)
+    checked = 0
+    for batch in reader.startup():
+        for name in batch:
+            feat = batch[name]
+            if not isinstance(feat, SparseFeature):
+                continue
+            order, inverse, rows_of = naive_unique(feat.ids, feat.offsets)
+            got = [tuple(u) for u in feat.unique_ids.tolist()] if feat.ids.ndim == 2 else feat.unique_ids.tolist()
+            assert got == order and feat.inverse.tolist() == inverse
+            uo = feat.unique_row_offsets
+            assert [feat.unique_rows[uo[u]:uo[u + 1]].tolist() for u in range(len(order))] == rows_of
+            checked += len(feat.ids)
+    assert checked > 100_000
