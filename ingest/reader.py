@@ -544,8 +544,9 @@ class DataReader:
         """Counters (bytes, samples, groups, blocks, batches, units, errors_skipped) and seconds per stage.
 
         Stages: ``read`` (reading and decompressing, or waiting for the read-ahead thread), ``parse``,
-        ``ops`` (DSL), summed over the parse workers; ``batch`` on the batcher thread and ``unique`` on the
-        unique-id thread;
+        ``ops`` (DSL), ``batch`` and ``unique``, summed over the parse workers (``batch`` on the batcher thread
+        and ``unique`` on the unique-id thread where batches follow one block stream: ``deterministic``,
+        ``keep_sample`` / ``pause``, a consumer group);
         ``wait``, the time the consumer waited for a batch; and ``wall`` since ``startup()``."""
         return self._stats.snapshot()
 

@@ -35,13 +35,12 @@ def test_steady_state_allocates_no_batch_buffers(tmp_path):
         batch.validate()
         batches += 1
         arrays += len(batch.arrays())
-    # At most 9 batches are alive at once (4 prefetched, 2 on their way to the unique-id thread, the one
-    # being built, the one getting its unique ids and the consumer's), each on one buffer (its unique ids
-    # included), which may be of two size classes over the run (a batch's size can cross a power of two):
-    # the pool is bounded by that, not by the ~1,250 batches of ~60 arrays read (9 buffers of one class
-    # when this was written).
+    # At most 6 batches are alive at once (4 prefetched, the one the parse worker builds and the consumer's),
+    # each on one buffer (its unique ids included), which may be of two size classes over the run (a batch's
+    # size can cross a power of two): the pool is bounded by that, not by the ~1,250 batches of ~60 arrays
+    # read.
     assert batches > 1200 and arrays > 60 * batches
-    assert 0 < pool.allocated <= 2 * 9
+    assert 0 < pool.allocated <= 2 * 6
 
 
 def test_batches_kept_by_the_consumer_stay_intact(tmp_path):
