@@ -354,8 +354,14 @@ class DataReader:
         builder = BatchBuilder(schema, self._batch_size, self._pad, unique=self._unique, stats=self._stats,
                                track=self._progress is not None, keep_pieces=rounds is not None)
         ops = OpStage(schema.raw, self._ops) if self._ops else None  # checks built-in ops against the schema
+        # Parse workers batch their own blocks unless the batches must follow one block stream: the order of a
+        # one-thread read, the groups the rounds count packed, the partial batch a group member flushes, or
+        # live partitions (each worker's batch would wait for its own partition's messages).
+        one_stream = (self._deterministic or rounds is not None or self._member is not None
+                      or (bool(kafka) and self._kafka.until == "forever"))
         self._pipeline = Pipeline(mine, self._epochs, fmt, builder, ops=ops, dsl=_dsl_stage(schema), rounds=rounds,
                                   threads=self._threads, deterministic=self._deterministic,
+                                  worker_batches=not one_stream,
                                   split_group=self._split_group,
                                   drop_last=self._drop_last, on_skip=on_skip, stats=self._stats,
                                   prefetch=self._prefetch, shuffle=self._shuffle, progress=self._progress,
@@ -546,7 +552,7 @@ class DataReader:
         Stages: ``read`` (reading and decompressing, or waiting for the read-ahead thread), ``parse``,
         ``ops`` (DSL), ``batch`` and ``unique``, summed over the parse workers (``batch`` on the batcher thread
         and ``unique`` on the unique-id thread where batches follow one block stream: ``deterministic``,
-        ``keep_sample`` / ``pause``, a consumer group);
+        ``keep_sample`` / ``pause``, a consumer group, ``kafka(until="forever")``);
         ``wait``, the time the consumer waited for a batch; and ``wall`` since ``startup()``."""
         return self._stats.snapshot()
 

@@ -5,11 +5,11 @@ parallel).  By default each worker also cuts its own Blocks into Batches and com
 unique ids, so one thread's work stays on one core; when it stops, the pieces of its
 unfinished batch wait for the others', and the last worker to stop cuts them all, in worker
 order, into full batches and one short one.  Where the batches must follow one block stream
-(``deterministic``, ``keep_sample`` / ``pause``, a consumer group) the workers queue their
-Blocks to one batcher thread instead; with unique ids, one more thread computes them, batch
-by batch, while the batcher builds the next.  The consumer takes Batches from a bounded
-prefetch queue.  Every blocking put or get wakes up regularly to check the stop flag, so
-``close()`` never hangs, whatever the consumer does.
+(``deterministic``, ``keep_sample`` / ``pause``, a consumer group, live Kafka partitions) the
+workers queue their Blocks to one batcher thread instead; with unique ids, one more thread
+computes them, batch by batch, while the batcher builds the next.  The consumer takes Batches
+from a bounded prefetch queue.  Every blocking put or get wakes up regularly to check the stop
+flag, so ``close()`` never hangs, whatever the consumer does.
 """
 import contextlib
 import dataclasses
@@ -110,12 +110,15 @@ class Pipeline:
     deterministic : bool
         Blocks reach the batcher in unit order (worker ``w`` parses units ``w, w+T, ...``);
         otherwise in arrival order, units handed to whichever worker is free.
+    worker_batches : bool
+        Each parse worker cuts its own blocks into batches; otherwise one batcher thread cuts the block
+        stream (needed by ``deterministic``, ``rounds`` and ``unit_source``).
     unit_source : object with ``next_unit(stop)`` or None
         Units that come while reading (a Kafka consumer group's partitions) instead of ``units``, in
         arrival order; ``flush()`` delivers what they left in the partial batch.
     """
 
-    def __init__(self, units, epochs, fmt, builder, *, threads, deterministic, split_group,
+    def __init__(self, units, epochs, fmt, builder, *, threads, deterministic, worker_batches, split_group,
                  drop_last, on_skip, stats, ops=None, dsl=None, rounds=None, prefetch=4, queue_blocks=4,
                  shuffle=None, progress=None, unit_source=None):
         self.units = units
@@ -137,10 +140,7 @@ class Pipeline:
         self.stats = stats
         self.stop = threading.Event()
         self._handing = threading.Lock()  # a batch handed over and its marks applied, or refused after close()
-        # Parse workers build their own batches (no batch data crosses cores, and fewer threads share the
-        # GIL) unless the batches must follow one stream: deterministic order, the rounds' accounting of
-        # groups packed, the partial batch a consumer group member flushes.
-        self.worker_batches = not deterministic and rounds is None and unit_source is None
+        self.worker_batches = worker_batches
         nq = 0 if self.worker_batches else threads if deterministic else 1
         self.block_queues = [queue.Queue(queue_blocks * (1 if deterministic else threads)) for _ in range(nq)]
         self.out = queue.Queue(prefetch)
