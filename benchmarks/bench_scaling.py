@@ -1,8 +1,8 @@
 """How ingest scales from 1 thread to 2, and from 1 core to 2: text and pb, unique ids off and on.
 
-``threads(n)`` counts parse workers; the batcher, the unique-id thread and the consumer run beside
-them.  So ``threads(1)`` on a 2-core machine uses part of the second core too, and its throughput is
-not what one core delivers.  This benchmark reads the synthetic samples of ``bench_peers.py`` (every
+A ``threads(1)`` reader's consumer (and, where batches follow one block stream, its batcher and
+unique-id threads) can use part of a second core, so its throughput need not be what one core
+delivers.  This benchmark reads the synthetic samples of ``bench_peers.py`` (every
 feature, ``batch_size(1024)``, text read 3 times over a run, pb 8 times) three ways, alternated run by
 run:
 
