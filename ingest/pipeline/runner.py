@@ -207,7 +207,8 @@ class Pipeline:
 
     def flush(self):
         """Deliver the partial batch now (with the units completed so far) rather than when more input fills
-        it: a consumer group member draining revoked partitions.  Non-deterministic pipelines only."""
+        it: a consumer group member draining revoked partitions.  Only with one batcher thread, as a consumer
+        group has (``worker_batches`` off, ``deterministic`` off)."""
         self._put(self.block_queues[0], FLUSH)
 
     # -- workers -------------------------------------------------------------------------
