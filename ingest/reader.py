@@ -354,18 +354,12 @@ class DataReader:
         builder = BatchBuilder(schema, self._batch_size, self._pad, unique=self._unique, stats=self._stats,
                                track=self._progress is not None, keep_pieces=rounds is not None)
         ops = OpStage(schema.raw, self._ops) if self._ops else None  # checks built-in ops against the schema
-        # Parse workers batch their own blocks unless the batches must follow one block stream: the order of a
-        # one-thread read, the groups the rounds count packed, the partial batch a group member flushes, or
-        # live partitions (each worker's batch would wait for its own partition's messages).
-        one_stream = (self._deterministic or rounds is not None or self._member is not None
-                      or (bool(kafka) and self._kafka.until == "forever"))
         self._pipeline = Pipeline(mine, self._epochs, fmt, builder, ops=ops, dsl=_dsl_stage(schema), rounds=rounds,
                                   threads=self._threads, deterministic=self._deterministic,
-                                  worker_batches=not one_stream,
                                   split_group=self._split_group,
                                   drop_last=self._drop_last, on_skip=on_skip, stats=self._stats,
                                   prefetch=self._prefetch, shuffle=self._shuffle, progress=self._progress,
-                                  unit_source=self._member)
+                                  unit_source=self._member, live=bool(kafka) and self._kafka.until == "forever")
         self._started = True
         if self._timeline_path is not None:
             self._stats.timeline = Timeline()

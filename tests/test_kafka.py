@@ -512,6 +512,24 @@ def test_until_forever_delivers_messages_as_they_arrive(services):
     assert got == [f"s{i}".encode() for i in range(40)]
 
 
+def test_until_forever_fills_a_batch_from_every_partition(services):
+    """Live partitions keep one batcher: a batch takes samples from both partitions' parse workers, where
+    workers cutting their own batches would each wait for more of their own partition."""
+    bootstrap = services["KAFKA_BOOTSTRAP"]
+    topic = _topic(bootstrap, [(p, b"".join(f"p{p}s{i}|p{p}g{i}|a@{i}||1\n".encode() for i in range(5)))
+                               for p in (0, 1)])
+    reader = ingest.DataReader("k", [f"kafka://{bootstrap}/{topic}:0,1"]).feature("a", "sparse", serialized=True)
+    reader.batch_size(10).threads(2).kafka(until="forever").startup()
+    got = []
+    with reader:
+        taker = threading.Thread(target=lambda: got.append(next(reader)), daemon=True)
+        taker.start()
+        taker.join(30)  # a batch each worker waits to fill alone would never come
+    assert got, "no batch from the two partitions' 10 samples"
+    assert sorted(bytes(s) for s in got[0].sample_ids.tolist()) == sorted(
+        f"p{p}s{i}".encode() for p in (0, 1) for i in range(5))
+
+
 def test_errors_name_the_message(services):
     bootstrap = services["KAFKA_BOOTSTRAP"]
     topic = _topic(bootstrap, [(0, b"a|g|x@1||1\n"), (0, b"b|g|x@1||1\nc|h|x@oops||1\n")])

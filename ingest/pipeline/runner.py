@@ -110,17 +110,16 @@ class Pipeline:
     deterministic : bool
         Blocks reach the batcher in unit order (worker ``w`` parses units ``w, w+T, ...``);
         otherwise in arrival order, units handed to whichever worker is free.
-    worker_batches : bool
-        Each parse worker cuts its own blocks into batches; otherwise one batcher thread cuts the block
-        stream (needed by ``deterministic``, ``rounds`` and ``unit_source``).
+    live : bool
+        The units never end (Kafka partitions read ``until="forever"``).
     unit_source : object with ``next_unit(stop)`` or None
         Units that come while reading (a Kafka consumer group's partitions) instead of ``units``, in
         arrival order; ``flush()`` delivers what they left in the partial batch.
     """
 
-    def __init__(self, units, epochs, fmt, builder, *, threads, deterministic, worker_batches, split_group,
-                 drop_last, on_skip, stats, ops=None, dsl=None, rounds=None, prefetch=4, queue_blocks=4,
-                 shuffle=None, progress=None, unit_source=None):
+    def __init__(self, units, epochs, fmt, builder, *, threads, deterministic, split_group, drop_last, on_skip,
+                 stats, ops=None, dsl=None, rounds=None, prefetch=4, queue_blocks=4, shuffle=None, progress=None,
+                 unit_source=None, live=False):
         self.units = units
         self.unit_source = unit_source
         self.epochs = epochs
@@ -140,7 +139,10 @@ class Pipeline:
         self.stats = stats
         self.stop = threading.Event()
         self._handing = threading.Lock()  # a batch handed over and its marks applied, or refused after close()
-        self.worker_batches = worker_batches
+        # Parse workers batch their own blocks unless the batches must follow one block stream: the order of a
+        # one-thread read, the groups the rounds count packed, the partial batch a group member flushes, or
+        # live units (each worker's batch would wait for its own partition's messages).
+        self.worker_batches = not (deterministic or rounds is not None or unit_source is not None or live)
         nq = 0 if self.worker_batches else threads if deterministic else 1
         self.block_queues = [queue.Queue(queue_blocks * (1 if deterministic else threads)) for _ in range(nq)]
         self.out = queue.Queue(prefetch)
@@ -148,6 +150,7 @@ class Pipeline:
         self.built = queue.Queue(2) if builder.unique and not self.worker_batches else None
         self.batched = self.out if self.built is None else self.built  # where batches go once cut
         self._rests = {}  # worker -> (pieces of its unfinished batch, units completed since its last batch)
+        self._rests_lock = threading.Lock()
         self._unit_lock = threading.Lock()
         self._unit_iter = self._sequence()
         self._threads = []
@@ -283,7 +286,7 @@ class Pipeline:
                                       on_skip=self.on_skip, rest=rest)
                 if not self._deliver(batches, done):
                     return
-            with self._unit_lock:
+            with self._rests_lock:
                 self._rests[w] = (rest, done)
                 last = len(self._rests) == self.threads
             if last:
