@@ -3,25 +3,32 @@
 A ``threads(1)`` reader's consumer (and, where batches follow one block stream, its batcher and
 unique-id threads) can use part of a second core, so its throughput need not be what one core
 delivers.  This benchmark reads the synthetic samples of ``bench_peers.py`` (every
-feature, ``batch_size(1024)``, text read 3 times over a run, pb 8 times) three ways, alternated run by
+feature, ``batch_size(1024)``, text read 3 times over a run, pb 8 times) four ways, alternated run by
 run:
 
 - ``1 thread``: ``threads(1)``, the process free to use every core (the bar's "1 thread");
 - ``1 core``: ``threads(1)`` with every thread of the reader pinned to one core (``sched_setaffinity``
   before ``startup()``: the pipeline's threads inherit it);
-- ``2 threads``: ``threads(2)`` on every core.
+- ``2 threads``: ``threads(2)`` on every core;
+- ``2 processes``: two processes, each a ``threads(1)`` reader of one shard (``shard(i, 2)``), started
+  together: two cores that share nothing of Python (no GIL, no object, no allocator), only the
+  machine's caches and memory bandwidth.  The gap from ``2 threads`` to them is what running in one
+  process costs; the gap from them to twice ``1 core`` is the machine's.
 
-One warm-up run each, then ``--runs`` rounds.  Reports medians of samples/s, the cores the process
-kept busy (CPU seconds over wall seconds), and the ratios of ``2 threads`` to ``1 thread`` and to
-``1 core`` (``alternated_runs``' medians of per-round ratios to ``2 threads``, turned over).  Writes
-``benchmarks/out/bench_scaling.json``.  Linux only.
+One warm-up run each, then ``--runs`` rounds.  Reports medians of samples/s, the cores kept busy
+(CPU seconds over wall seconds), and the ratios of ``2 threads`` to ``1 thread``, ``1 core`` and
+``2 processes`` (``alternated_runs``' medians of per-round ratios to ``2 threads``, turned over).
+Writes ``benchmarks/out/bench_scaling.json``.  Linux only.
 
     python benchmarks/bench_scaling.py [--samples 120000] [--runs 5]
 """
+import multiprocessing
 import os
+import time
 
 from _common import OUT, alternated_runs, arguments, markdown_table, measured_on, save_report, synthetic_inputs
 from bench_peers import EPOCHS, ingest_reader
+from ingest.cli.bench import measure
 
 # name: threads, and the cores the reader's threads may run on; "2 threads" first, the ratios' base
 WAYS = {"2 threads": (2, None), "1 thread": (1, None), "1 core": (1, 1)}
@@ -44,22 +51,79 @@ def main(argv=None):
     try:
         for name, (path, file_type, aux) in synthetic_inputs(args.samples).items():
             for unique in (False, True):
-                results[f"{name} {'on' if unique else 'off'}"] = alternated_runs(
-                    {way: maker(path, file_type, aux, unique, *how) for way, how in WAYS.items()},
-                    args.samples * EPOCHS[file_type], args.runs)
+                makers = {way: maker(path, file_type, aux, unique, *how) for way, how in WAYS.items()}
+                os.sched_setaffinity(0, allowed)
+                with TwoProcesses(path, file_type, aux, unique) as two:
+                    makers["2 processes"] = two.run
+                    results[f"{name} {'on' if unique else 'off'}"] = alternated_runs(
+                        makers, args.samples * EPOCHS[file_type], args.runs)
     finally:
         os.sched_setaffinity(0, allowed)
     report = save_report("bench_scaling", samples=args.samples, runs=args.runs, epochs=EPOCHS, read=results)
     print(f"{args.samples:,} samples (read {EPOCHS['txt']} times over in text, {EPOCHS['pb']} in pb), batch_size "
           f"1024, median of {args.runs} alternated rounds; {measured_on(report)}\n")
-    ways = ["1 thread", "1 core", "2 threads"]
+    ways = ["1 thread", "1 core", "2 threads", "2 processes"]
+    bases = ["1 thread", "1 core", "2 processes"]
     rows = []
     for key, r in results.items():  # ratios of the others to 2 threads, turned over
         rows.append(key.split() + [f"{r[way]['samples_per_s']:,.0f} ({r[way]['cores']:.2f})" for way in ways]
-                    + [f"{1 / r['1 thread']['ratio']:.2f}x", f"{1 / r['1 core']['ratio']:.2f}x"])
+                    + [f"{1 / r[base]['ratio']:.2f}x" for base in bases])
     print(markdown_table(["input", "unique ids"] + [f"{way}: samples/s (cores)" for way in ways]
-                         + ["2 threads / 1 thread", "2 threads / 1 core"], rows))
+                         + [f"2 threads / {base}" for base in bases], rows))
     print(f"JSON: {OUT / 'bench_scaling.json'}")
+
+
+class TwoProcesses:
+    """Two processes, each with a ``threads(1)`` reader of one shard of the input, kept alive over the
+    rounds; ``run()`` starts both readings at once and returns them as one run (``measure``'s fields).
+
+    Each process reads and times itself; the wall time is the parent's, from the start signal to the
+    second answer, so the combined samples/s counts the slower process in full.
+    """
+
+    def __init__(self, path, file_type, aux, unique):
+        spawn = multiprocessing.get_context("spawn")  # a fresh interpreter: nothing inherited from this one
+        self.pipes = []
+        self.procs = []
+        for index in range(2):
+            mine, theirs = spawn.Pipe()
+            proc = spawn.Process(target=_shard_process, args=(theirs, str(path), file_type, aux, unique, index),
+                                 daemon=True)
+            proc.start()
+            self.pipes.append(mine)
+            self.procs.append(proc)
+
+    def run(self):
+        t0 = time.perf_counter()
+        for pipe in self.pipes:
+            pipe.send(True)
+        runs = [pipe.recv() for pipe in self.pipes]
+        seconds = time.perf_counter() - t0
+        samples = sum(r["samples"] for r in runs)
+        cpu = sum(r["cpu_seconds"] for r in runs)
+        return {"samples": samples, "bytes": sum(r["bytes"] for r in runs), "seconds": seconds,
+                "samples_per_s": samples / seconds, "mb_per_s": sum(r["bytes"] for r in runs) / seconds / 1e6,
+                "cpu_seconds": cpu, "samples_per_cpu_s": samples / cpu}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        for pipe, proc in zip(self.pipes, self.procs):
+            pipe.send(False)
+            proc.join(timeout=30)
+
+
+def _shard_process(pipe, path, file_type, aux, unique, index):
+    """One of ``TwoProcesses``: read shard ``index`` of 2 each time the parent says so."""
+    def reader():
+        return ingest_reader(path, file_type, aux, 1, unique, EPOCHS[file_type]).shard(index, 2)
+
+    measure(reader())  # warm-up: numba's cache loaded, the file in the page cache
+    while pipe.recv():
+        result = measure(reader())
+        result.pop("stats")
+        pipe.send(result)
 
 
 if __name__ == "__main__":
