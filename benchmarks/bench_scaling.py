@@ -52,7 +52,7 @@ def main(argv=None):
         for name, (path, file_type, aux) in synthetic_inputs(args.samples).items():
             for unique in (False, True):
                 makers = {way: maker(path, file_type, aux, unique, *how) for way, how in WAYS.items()}
-                os.sched_setaffinity(0, allowed)
+                os.sched_setaffinity(0, allowed)  # the processes inherit it: a "1 core" run may have pinned us
                 with TwoProcesses(path, file_type, aux, unique) as two:
                     makers["2 processes"] = two.run
                     results[f"{name} {'on' if unique else 'off'}"] = alternated_runs(
