@@ -545,8 +545,7 @@ class DataReader:
 
         Stages: ``read`` (reading and decompressing, or waiting for the read-ahead thread), ``parse``,
         ``ops`` (DSL), ``batch`` and ``unique``, summed over the parse workers (``batch`` on the batcher thread
-        and ``unique`` on the unique-id thread where batches follow one block stream: ``deterministic``,
-        ``keep_sample`` / ``pause``, a consumer group, ``kafka(until="forever")``);
+        and ``unique`` on the unique-id thread where batches follow one block stream: README, ``threads(n)``);
         ``wait``, the time the consumer waited for a batch; and ``wall`` since ``startup()``."""
         return self._stats.snapshot()
 
