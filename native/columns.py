@@ -1,8 +1,10 @@
-"""Token streams to feature-major CSR columns, shared by every format's kernels.
+"""Sparse CSR columns of a table, from what the parse kernels write.
 
-A parse kernel emits one token per sparse value (feature, key, high key, value), the
+The text kernel emits one token per sparse value (feature, key, high key, value), the
 tokens of a row contiguous, and says where each row's tokens are (``tok0[r]:tok1[r]``).
 ``count_rows`` lays out the columns of one table, ``fill_rows`` scatters the tokens.
+The pb decoder writes each feature's values straight into a region of its own;
+``region_offsets`` makes the table's offsets of where its rows end (and applies cutoffs).
 """
 import numpy as np
 from numba import njit
@@ -121,3 +123,41 @@ def fill_rows(tok_feat, tok_key, tok_hkey, tok_val, tok0, tok1, nrows, feat_map,
             values[o] = tok_val[t]
             if with_h:
                 hkeys[o] = tok_hkey[t]
+
+
+@njit(nogil=True, cache=True)
+def region_offsets(first, ends, feats, nrows, cutoff, keys, hkeys, values, offsets):
+    """Fill ``offsets`` (int64 ``[F_t, nrows + 1]``) of one table from columns written in regions.
+
+    Feature ``j`` of the table (``feats[j]`` among all sparse features) has its values in row
+    order from ``first[feats[j]]`` of ``keys``/``hkeys``/``values``, and its row ``r`` ends at
+    ``ends[feats[j], r]``.  With a cutoff (``cutoff[j]`` as in ``count_rows``) a row's kept values
+    are moved down in place, so the kept ones of the feature stay contiguous from ``first``.
+    ``hkeys`` of length 0 means no high keys are kept.
+    """
+    with_h = len(hkeys) > 0
+    for j in range(len(feats)):
+        f = feats[j]
+        offsets[j, 0] = first[f]
+        cut = cutoff[j]
+        if cut == 0:
+            for r in range(nrows):
+                offsets[j, r + 1] = ends[f, r]
+            continue
+        lim = abs(cut)
+        w = first[f]
+        a = first[f]
+        for r in range(nrows):
+            b = ends[f, r]
+            n = min(b - a, lim)
+            src = a if cut > 0 else b - n
+            if src != w:  # the first rows that lose nothing are already in place
+                for i in range(n):
+                    keys[w + i] = keys[src + i]
+                    values[w + i] = values[src + i]
+                if with_h:
+                    for i in range(n):
+                        hkeys[w + i] = hkeys[src + i]
+            w += n
+            offsets[j, r + 1] = w
+            a = b

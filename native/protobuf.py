@@ -2,9 +2,15 @@
 
 ``decode_chunk`` walks length-prefixed records (``SampleGroup`` for ``pb``, ``SampleSimple``
 for ``spb``) straight from the bytes, with no protobuf object: per table it records the
-lines (their token range, ``refer``, dense row), per sample the labels, timestamp and
-sample id, and one token per sparse value of a declared feature.  ``columns.count_rows``
-and ``columns.fill_rows`` then lay the tokens out as CSR columns, as for text.
+lines (``refer``, dense row), per sample the labels, timestamp and sample id, and writes
+every sparse value of a declared feature straight into that feature's column.
+
+The columns: each sparse feature has a region of the chunk's ``keys``/``hkeys``/``values``
+(``first[f]:lim[f]``, sized by the front end from the ids seen so far) that its values fill
+in row order (``cur[f]`` is the next free place), and ``ends[f, row]`` is where each row of its
+table ends.  So a chunk's ids are written once, where the block keeps them, with no token
+stream to lay out afterwards (that pass moved every id through memory twice more).  A record
+that would overflow a region is left for the next call (status FULL).
 
 It decodes as any protobuf parser does: fields in any order, repeated scalars packed or
 not, unknown fields (groups included) skipped, the last value of a repeated optional
@@ -55,7 +61,7 @@ E_GOT = 7         # the count or value found
 ERROR_COLUMNS = 8
 
 # slots of the state array shared by the decoding functions
-S_NTOK = 0
+S_FULL_FEATURE = 0  # the sparse feature whose region a FULL status ran out of, or -1
 S_NSID = 1
 S_NROWS = 2
 S_NGROUPS = 3
@@ -66,6 +72,8 @@ S_LINE = 7
 S_FEATURE = 8
 S_GOT = 9
 STATE_SLOTS = 10
+
+REGION_FULL = -2  # _decode_record: a value found its feature's region full (rolled back, status FULL)
 
 # kinds of declared features
 SPARSE = 0
@@ -273,22 +281,24 @@ def _timestamp(buf, a, b, st):
 
 
 @helper
-def _empty_line(table, row, line_tok0, line_tok1, refer, dense, st):
-    """Start an empty line (only for lines a group lacks: the hot path starts lines inline)."""
-    line_tok0[table, row] = st[S_NTOK]
-    line_tok1[table, row] = st[S_NTOK]
+def _empty_line(table, row, cur, ends, tab_feats, tab_feat_off, refer, dense):
+    """Add an empty line (only for lines a group lacks: the hot path does lines inline)."""
+    for j in range(tab_feat_off[table], tab_feat_off[table + 1]):
+        f = tab_feats[j]
+        ends[f, row] = cur[f]
     refer[table, row] = 0
     for c in range(dense.shape[2]):
         dense[table, row, c] = 0.0
 
 
 @helper
-def _finish_group(n, lines0, tab_rows, ntables, line_tok0, line_tok1, refer, dense, group_start, st, pos):
+def _finish_group(n, lines0, tab_rows, ntables, cur, ends, tab_feats, tab_feat_off, refer, dense, group_start, st,
+                  pos):
     """Checks after a group's fields: aux tables it lacks get one empty line, refers become block rows."""
     for k in range(1, ntables):
         if tab_rows[k] == lines0[k]:
             row = tab_rows[k]
-            _empty_line(k, row, line_tok0, line_tok1, refer, dense, st)
+            _empty_line(k, row, cur, ends, tab_feats, tab_feat_off, refer, dense)
             tab_rows[k] = row + 1
             for r in range(lines0[k - 1], tab_rows[k - 1]):
                 refer[k - 1, r] = 0
@@ -307,9 +317,9 @@ def _finish_group(n, lines0, tab_rows, ntables, line_tok0, line_tok1, refer, den
 
 
 @helper
-def _decode_record(buf, a, b, simple, label_count, slots, names, name_off, feat, dn_feat, dn_elem_col, tok_feat,
-                   tok_key, tok_hkey, tok_bits, line_tok0, line_tok1, refer, tab_rows, dense, labels, timestamps,
-                   sid_bytes, sid_off, group_start, spans, dn_seen, vec, bits, lines0, guess, st):
+def _decode_record(buf, a, b, simple, label_count, slots, names, name_off, feat, dn_feat, dn_elem_col, keys,
+                   hkeys, val_bits, first, cur, lim, ends, tab_feats, tab_feat_off, refer, tab_rows, dense, labels,
+                   timestamps, sid_bytes, sid_off, group_start, spans, dn_seen, vec, bits, lines0, guess, st):
     """One record: a ``SampleGroup``, or a ``SampleSimple`` when ``simple``.  Returns 0 or an error code.
 
     Everything per line, feature and value is decoded in this one function, with only
@@ -317,10 +327,12 @@ def _decode_record(buf, a, b, simple, label_count, slots, names, name_off, feat,
     those atomic operations cost more than decoding a feature.  The top-level fields
     are walked first (sample ids, labels, timestamps, and the span of every line), then
     the lines.  ``feat[c]`` is (kind, index in its kind, table) of declared feature c,
-    ``dn_feat[d]`` (nvec, first element of ``dn_elem_col``) of dense feature d.  Token values
-    are written as their float32 bits (``tok_bits``), as they come on the wire.  High keys are
-    written only once a token of the chunk has one (``hk_live``): until then the chunk has
-    none, and its ``tok_hkey`` is not read.
+    ``dn_feat[d]`` (nvec, first element of ``dn_elem_col``) of dense feature d, and sparse
+    feature f's column is laid out by ``first``, ``cur``, ``lim`` and ``ends`` (see the module);
+    ``tab_feats[tab_feat_off[k]:tab_feat_off[k + 1]]`` are the sparse features of table k.  Values
+    are written as their float32 bits (``val_bits``), as they come on the wire.  High keys are
+    written only once a value of the chunk has one (``hk_live``): until then the chunk has
+    none, and its ``hkeys`` are not read.  A value with no room left returns ``REGION_FULL``.
     """
     ntables = tab_rows.shape[0]
     row0 = st[S_NROWS]
@@ -455,7 +467,6 @@ def _decode_record(buf, a, b, simple, label_count, slots, names, name_off, feat,
             return _fail(st, TOO_FEW_LABELS, a, 0, 0, -1, nlabels)
         nlabels = 1
     # -- the lines -------------------------------------------------------------------------
-    ntok = st[S_NTOK]  # kept in a register while tokens are written
     hk_live = st[S_ANY_HKEY] != 0
     for i in range(nspans):
         k = spans[i, 0]
@@ -467,7 +478,6 @@ def _decode_record(buf, a, b, simple, label_count, slots, names, name_off, feat,
             fresh = True
         line = row - lines0[k]
         if fresh:
-            line_tok0[k, row] = ntok
             refer[k, row] = 0
             for c in range(dense.shape[2]):
                 dense[k, row, c] = 0.0
@@ -515,7 +525,8 @@ def _decode_record(buf, a, b, simple, label_count, slots, names, name_off, feat,
                 code = _declared(buf, na, nb, slots, names, name_off, guess, k, nth)
                 if code >= 0 and feat[code, 2] == k and feat[code, 0] == SPARSE:
                     fi = feat[code, 1]
-                    ntok0 = ntok
+                    t = cur[fi]  # committed when the whole entry took the canonical shape
+                    room = lim[fi]
                     q = nb
                     while q < fb:
                         if buf[_u(q)] != 0x1a or q + 1 >= fb:
@@ -532,17 +543,18 @@ def _decode_record(buf, a, b, simple, label_count, slots, names, name_off, feat,
                             vbits = _u32(buf, r + 1)
                         elif r != vb:
                             break
-                        t = _u(ntok)
-                        tok_feat[t] = fi
-                        tok_key[t] = np.int64(v)
+                        if t >= room:
+                            st[S_FULL_FEATURE] = fi
+                            return REGION_FULL
+                        keys[_u(t)] = np.int64(v)
                         if hk_live:
-                            tok_hkey[t] = 0
-                        tok_bits[t] = vbits
-                        ntok += 1
+                            hkeys[_u(t)] = 0
+                        val_bits[_u(t)] = vbits
+                        t += 1
                         q = vb
                     if q == fb:
+                        cur[fi] = t
                         continue
-                    ntok = ntok0
             # a Feature: first its type and name, which may come after the values
             ftype = np.int64(-1)
             na = -1
@@ -679,17 +691,22 @@ def _decode_record(buf, a, b, simple, label_count, slots, names, name_off, feat,
                 else:
                     if not has_key:
                         return _fail(st, MISSING_KEY, va, k, line, code, 0)
-                    if hkey != 0 and not hk_live:  # the chunk's first high key: earlier tokens had none
-                        for t in range(ntok):
-                            tok_hkey[t] = 0
+                    if hkey != 0 and not hk_live:  # the chunk's first high key: earlier values had none
+                        for g in range(len(cur)):
+                            for t in range(first[g], cur[g]):
+                                hkeys[t] = 0
                         hk_live = True
-                    tok_feat[ntok] = fi
-                    tok_key[ntok] = key
-                    tok_hkey[ntok] = hkey
-                    tok_bits[ntok] = vbits
-                    ntok += 1
-        line_tok1[k, row] = ntok
-        st[S_NTOK] = ntok  # where a rolled-back record's tokens end does not matter
+                    t = cur[fi]
+                    if t >= lim[fi]:
+                        st[S_FULL_FEATURE] = fi
+                        return REGION_FULL
+                    keys[t] = key
+                    hkeys[t] = hkey
+                    val_bits[t] = vbits
+                    cur[fi] = t + 1
+        for j in range(tab_feat_off[k], tab_feat_off[k + 1]):  # where the row ends in each of its columns
+            g = tab_feats[j]
+            ends[g, row] = cur[g]
         if hk_live:
             st[S_ANY_HKEY] = 1
         if not simple:
@@ -698,7 +715,8 @@ def _decode_record(buf, a, b, simple, label_count, slots, names, name_off, feat,
         tab_rows[0] += 1
         sid_off[row0 + 1] = st[S_NSID]
         timestamps[row0] = 0
-        return _finish_group(1, lines0, tab_rows, ntables, line_tok0, line_tok1, refer, dense, group_start, st, a)
+        return _finish_group(1, lines0, tab_rows, ntables, cur, ends, tab_feats, tab_feat_off, refer, dense,
+                             group_start, st, a)
     # -- checks of a group -----------------------------------------------------------------------
     n = nlabels
     if tab_rows[0] - lines0[0] != n:
@@ -712,37 +730,42 @@ def _decode_record(buf, a, b, simple, label_count, slots, names, name_off, feat,
         timestamps[row0 + r] = 0
     if n == 0:
         return -1  # an empty group: nothing to deliver, rolled back quietly
-    return _finish_group(n, lines0, tab_rows, ntables, line_tok0, line_tok1, refer, dense, group_start, st, a)
+    return _finish_group(n, lines0, tab_rows, ntables, cur, ends, tab_feats, tab_feat_off, refer, dense,
+                         group_start, st, a)
 
 
 @njit(nogil=True, cache=True)
 def decode_chunk(buf, end, final, simple, max_record, stop_on_error, label_count,
-                 slots, names, name_off, feat, dn_feat, dn_elem_col,
-                 tok_feat, tok_key, tok_hkey, tok_val, line_tok0, line_tok1, refer, tab_rows, dense, labels,
+                 slots, names, name_off, feat, dn_feat, dn_elem_col, tab_feats, tab_feat_off,
+                 keys, hkeys, values, first, cur, lim, ends, refer, tab_rows, dense, labels,
                  timestamps, sid_bytes, sid_off, group_start, group_pos, errors, st):
     """Decode the whole records in ``buf[:end]``; ``group_pos`` gets each group's record position.
 
-    Returns ``(status, consumed, records, nerr)``; counts of rows, groups, tokens and
-    sample-id bytes are in ``st``, lines per table in ``tab_rows``.  Unless ``final``, a
-    record cut by ``end`` is left for the next call (``consumed`` points at it).  A record
-    is only started when the scratch can hold the most it could produce, so the decoding
-    functions need no bounds checks; when it cannot, the status is FULL.
+    Returns ``(status, consumed, records, nerr)``; counts of rows, groups and sample-id bytes
+    are in ``st``, lines per table in ``tab_rows``, the sparse columns as the module says
+    (``cur`` starts as a copy of ``first``).  Unless ``final``, a record cut by ``end`` is left
+    for the next call (``consumed`` points at it).  A record is only started when the scratch
+    can hold the most rows, labels and sample-id bytes it could produce, so the decoding
+    functions need no bounds checks for those; when it cannot, or when a value finds its
+    column's region full (``st[S_FULL_FEATURE]`` says which), the status is FULL.
     """
     ntables = tab_rows.shape[0]
     for k in range(ntables):
         tab_rows[k] = 0
     for k in range(STATE_SLOTS):
         st[k] = 0
+    st[S_FULL_FEATURE] = -1
     sid_off[0] = 0
     one = np.zeros(1, np.float32)
     bits = (one, one.view(np.uint32))
-    tok_bits = tok_val.view(np.uint32)
+    val_bits = values.view(np.uint32)
     guess = np.full((ntables, _GUESSES), -1, np.int64)
     vec = np.empty(max(1, dn_feat[:, 0].max() if len(dn_feat) else 1), np.float32)
     dn_seen = np.zeros(len(dn_feat), np.bool_)
-    spans = np.empty((line_tok0.shape[1], 3), np.int64)
+    spans = np.empty((refer.shape[1], 3), np.int64)
     lines0 = np.zeros(ntables, np.int64)
     saved = np.zeros(ntables, np.int64)
+    saved_cur = np.empty_like(cur)
     pos = 0
     records = 0
     nerr = 0
@@ -763,32 +786,35 @@ def decode_chunk(buf, end, final, simple, max_record, stop_on_error, label_count
                 _error_row(errors, nerr, TRUNCATED, records, pos, pos, -1, -1, -1, end - a)
                 return UNFRAMED, end, records, nerr + 1
             return DONE, pos, records, nerr
-        # worst case of one record: a token per 4 bytes, a line or label per 2 bytes
-        if (st[S_NTOK] + length // 4 + 1 > len(tok_feat) or st[S_NSID] + length > len(sid_bytes)
+        # worst case of one record: a line or label per 2 bytes
+        if (st[S_NSID] + length > len(sid_bytes)
                 or st[S_NROWS] + length // 2 + 2 > len(timestamps) or st[S_NGROUPS] + 2 > len(group_start)
                 or nerr + 2 > len(errors)):
             return FULL, pos, records, nerr
         full = False
         for k in range(ntables):
-            if tab_rows[k] + length // 2 + 2 > line_tok0.shape[1]:
+            if tab_rows[k] + length // 2 + 2 > refer.shape[1]:
                 full = True
         if full:
             return FULL, pos, records, nerr
-        ntok = st[S_NTOK]
         nsid = st[S_NSID]
         any_h = st[S_ANY_HKEY]
         for k in range(ntables):
             saved[k] = tab_rows[k]
+        saved_cur[:] = cur
         groups0 = st[S_NGROUPS]
-        err = _decode_record(buf, a, b, simple, label_count, slots, names, name_off, feat, dn_feat, dn_elem_col,
-                             tok_feat, tok_key, tok_hkey, tok_bits, line_tok0, line_tok1, refer, tab_rows, dense, labels,
-                             timestamps, sid_bytes, sid_off, group_start, spans, dn_seen, vec, bits, lines0, guess, st)
+        err = _decode_record(buf, a, b, simple, label_count, slots, names, name_off, feat, dn_feat, dn_elem_col, keys,
+                             hkeys, val_bits, first, cur, lim, ends, tab_feats, tab_feat_off, refer, tab_rows, dense,
+                             labels, timestamps, sid_bytes, sid_off, group_start, spans, dn_seen, vec, bits, lines0,
+                             guess, st)
         if err != 0:
-            st[S_NTOK] = ntok
             st[S_NSID] = nsid
             st[S_ANY_HKEY] = any_h
             for k in range(ntables):
                 tab_rows[k] = saved[k]
+            cur[:] = saved_cur
+            if err == REGION_FULL:
+                return FULL, pos, records, nerr
             if err > 0:
                 _error_row(errors, nerr, err, records, pos, st[S_POS], st[S_TABLE], st[S_LINE], st[S_FEATURE],
                            st[S_GOT])

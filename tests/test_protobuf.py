@@ -1,5 +1,6 @@
 """The pb/spb decoder against the protobuf library, and its errors."""
 import ast
+import contextlib
 import random
 import struct
 import subprocess
@@ -27,8 +28,8 @@ DENSE_TABLE = {"d": 0, "e": 1}
 
 @pytest.fixture(autouse=True)
 def _scratch_full_of_garbage(monkeypatch):
-    """The decoder's scratch starts as garbage, not as the zeros of fresh memory: a value the kernel
-    leaves unwritten then shows up in the batches instead of passing as 0."""
+    """The decoder's scratch and columns start as garbage, not as the zeros of fresh memory: a value the
+    kernel leaves unwritten then shows up in the batches instead of passing as 0."""
     init = pf._Scratch.__init__
 
     def init_with_garbage(self, *args):
@@ -38,6 +39,15 @@ def _scratch_full_of_garbage(monkeypatch):
                 array.view(np.uint8).fill(0xA5)
 
     monkeypatch.setattr(pf._Scratch, "__init__", init_with_garbage)
+    columns = pf._columns
+
+    def columns_of_garbage(total):
+        arrays = columns(total)
+        for array in arrays:
+            array.view(np.uint8).fill(0xA5)
+        return arrays
+
+    monkeypatch.setattr(pf, "_columns", columns_of_garbage)
 
 
 def test_generated_code_matches_schema(tmp_path):
@@ -135,17 +145,30 @@ def _schema(label_count, tables, cutoff, mask):
     return Schema(specs, label_count)
 
 
-def _decode(tmp_path, data, schema, simple, chunk_bytes, batch_size=3, pad=False, split_group=True, errors=None):
+def _decode(tmp_path, data, schema, simple, chunk_bytes, batch_size=3, pad=False, split_group=True, errors=None,
+            spare=pf._Room.SPARE):
+    """The samples the reader's kernels make of ``data``; ``spare`` 0 gives the sparse columns no room to spare,
+    so that blocks are cut short where a feature's ids outgrow what the unit had so far."""
     path = tmp_path / ("x.spb" if simple else "x.pb")
     path.write_bytes(data)
     fmt = ProtobufFormat(schema, simple=simple, chunk_bytes=chunk_bytes,
                          on_skip=errors.append if errors is not None else None)
     blocks = fmt.read_unit(WorkUnit(0, str(path), 0, None, len(data), None))
     out = []
-    for batch in cut_batches(blocks, BatchBuilder(schema, batch_size, pad), split_group=split_group):
-        batch.validate()
-        out.extend(flatten(batch))
+    with _room_to_spare(spare):
+        for batch in cut_batches(blocks, BatchBuilder(schema, batch_size, pad), split_group=split_group):
+            batch.validate()
+            out.extend(flatten(batch))
     return out
+
+
+@contextlib.contextmanager
+def _room_to_spare(spare):
+    default, pf._Room.SPARE = pf._Room.SPARE, spare
+    try:
+        yield
+    finally:
+        pf._Room.SPARE = default
 
 
 def _expected(records, schema, simple, mask):
@@ -168,8 +191,9 @@ def _plain_f32(samples):
 @given(data=st.data(), label_count=st.integers(0, 2), tables=st.integers(1, 3), simple=st.booleans(),
        seed=st.integers(0, 2 ** 32), chunk_bytes=st.sampled_from([16, 200, 1 << 16]),
        batch=st.tuples(st.integers(1, 6), st.booleans(), st.booleans()),
-       mask=st.sampled_from([None, "101"]), cut=st.integers(-2, 2))
-def test_decoder_matches_protobuf(tmp_path, data, label_count, tables, simple, seed, chunk_bytes, batch, mask, cut):
+       mask=st.sampled_from([None, "101"]), cut=st.integers(-2, 2), spare=st.sampled_from([0, pf._Room.SPARE]))
+def test_decoder_matches_protobuf(tmp_path, data, label_count, tables, simple, seed, chunk_bytes, batch, mask, cut,
+                                  spare):
     """Whatever the encoding variant, the kernel delivers what the protobuf library parses."""
     rng = random.Random(seed)
     make = _simple(label_count) if simple else _group(label_count)
@@ -180,7 +204,7 @@ def test_decoder_matches_protobuf(tmp_path, data, label_count, tables, simple, s
     batch_size, pad, split_group = batch
     if not split_group:
         batch_size = max(batch_size, 4)  # groups have up to 4 samples
-    got = _decode(tmp_path, frame(encoded), schema, simple, chunk_bytes, batch_size, pad, split_group)
+    got = _decode(tmp_path, frame(encoded), schema, simple, chunk_bytes, batch_size, pad, split_group, spare=spare)
     want = _plain_f32(_expected(parsed, schema, simple, mask))
     assert got == want
 
@@ -215,6 +239,30 @@ def test_canonical_fast_path_agrees_with_protobuf(tmp_path, feature):
     assert got == want
     name = pb.SampleGroup.FromString(record).feature_tables[0].feature_lines[0].features[0].name
     assert any(got[0]["sparse"].values()) == (name == "a")  # not vacuous: a declared feature delivers
+
+
+def test_columns_outgrown_mid_unit_cut_blocks_short_and_lose_nothing(tmp_path):
+    """Each sparse feature gets a region of a chunk's columns sized from the ids seen so far in the unit: a
+    feature that first shows up late, or grows, outgrows it.  The block is then cut before that record,
+    and a record with more ids than its region gets the room it needs; no id is lost or moved."""
+    records = []
+    for i in range(200):
+        g = pb.SampleGroup()
+        g.labels.add().values.append(1)
+        f = g.feature_tables.add().feature_lines.add().features.add(type=pb.kSparse, name="b" if i < 100 else "a")
+        for k in range(1 + (i % 7) * (10 if i > 150 else 1)):
+            f.values.add(key=i * 100 + k, value=k / 2)
+        records.append(g.SerializeToString())
+    schema = _schema(1, 1, {}, None)
+    want = _plain_f32(_expected([pb.SampleGroup.FromString(r) for r in records], schema, False, None))
+    data = frame(records)
+    blocks = {}
+    for spare in (0, pf._Room.SPARE):
+        assert _decode(tmp_path, data, schema, False, 4096, spare=spare) == want
+        with _room_to_spare(spare):
+            unit = WorkUnit(0, str(tmp_path / "x.pb"), 0, None, len(data), None)
+            blocks[spare] = len(list(ProtobufFormat(schema, chunk_bytes=4096).read_unit(unit)))
+    assert blocks[0] > blocks[pf._Room.SPARE]  # not vacuous: without room to spare, blocks were cut short
 
 
 def test_hkeys_come_out_as_pairs(tmp_path):

@@ -1,8 +1,9 @@
 """Front end of the protobuf sample formats ``pb`` and ``spb``: framing, scratch, errors.
 
 Records are read into a reusable buffer; ``decode_chunk`` takes the whole records in it
-and the partial one at the end is kept for the next read.  Per chunk the Python work is
-O(tables): a kernel call, the column layout and a Block.
+and the partial one at the end is kept for the next read.  It writes the sparse ids straight
+into the columns the Block keeps, a region per feature sized by ``_Room``.  Per chunk the
+Python work is O(tables): a kernel call, the offsets of each table and a Block.
 """
 import dataclasses
 import threading
@@ -10,7 +11,7 @@ import threading
 import numpy as np
 
 from .._native import protobuf as K
-from .._native.columns import count_rows, fill_rows
+from .._native.columns import region_offsets
 from .._native.names import build_name_table
 from ..errors import DataError
 from ..features import DenseLayout
@@ -38,13 +39,8 @@ class ProtobufDecodeError(DataError):
 class _Scratch:
     """Reusable kernel outputs of one worker, grown when one record does not fit."""
 
-    def __init__(self, rows, tokens, sid_bytes, tables, dense_width, label_count):
-        self.tok_feat = np.empty(tokens, np.int32)
-        self.tok_key = np.empty(tokens, np.int64)
-        self.tok_hkey = np.empty(tokens, np.int64)
-        self.tok_val = np.empty(tokens, np.float32)
-        self.line_tok0 = np.empty((tables, rows), np.int64)
-        self.line_tok1 = np.empty((tables, rows), np.int64)
+    def __init__(self, rows, sid_bytes, tables, nsparse, dense_width, label_count):
+        self.ends = np.empty((nsparse, rows), np.int64)
         self.refer = np.empty((tables, rows), np.int64)
         self.tab_rows = np.zeros(tables, np.int64)
         self.dense = np.empty((tables, rows, dense_width), np.float32)
@@ -58,13 +54,51 @@ class _Scratch:
         self.st = np.zeros(K.STATE_SLOTS, np.int64)
 
     def grown(self):
-        return _Scratch(2 * len(self.timestamps), 2 * len(self.tok_key), 2 * len(self.sid_bytes),
-                        len(self.tab_rows), self.dense.shape[2], self.labels.shape[1])
+        return _Scratch(2 * len(self.timestamps), 2 * len(self.sid_bytes), len(self.tab_rows), len(self.ends),
+                        self.dense.shape[2], self.labels.shape[1])
 
     def outputs(self):
-        return (self.tok_feat, self.tok_key, self.tok_hkey, self.tok_val, self.line_tok0, self.line_tok1,
-                self.refer, self.tab_rows, self.dense, self.labels, self.timestamps, self.sid_bytes,
+        return (self.ends, self.refer, self.tab_rows, self.dense, self.labels, self.timestamps, self.sid_bytes,
                 self.sid_off, self.group_start, self.group_pos, self.errors, self.st)
+
+
+def _columns(total):
+    """``keys``, ``hkeys`` and ``values`` of a chunk's sparse columns: the arrays its Block keeps."""
+    return np.empty(total, np.int64), np.empty(total, np.int64), np.empty(total, np.float32)
+
+
+class _Room:
+    """How many ids each sparse feature's region of a chunk's columns holds, from the ids a byte seen so far
+    in the unit, with a fifth more and ``SPARE`` to spare.  Too small a region only cuts a block short (a FULL
+    status); the record that did not fit then gets the most a record can hold (a value takes 4 bytes or more).
+    Before any id is seen, every feature gets an even share of that most."""
+
+    SPARE = 64
+
+    def __init__(self, nsparse):
+        self.ids = np.zeros(nsparse, np.int64)
+        self.bytes = 0
+        self.floor = np.zeros(nsparse, np.int64)
+
+    def columns(self, filled):
+        """``(first, lim, keys, hkeys, values)`` for decoding ``filled`` bytes."""
+        n = len(self.ids)
+        if self.bytes:
+            room = (self.ids * (1.2 * filled / self.bytes)).astype(np.int64) + self.SPARE
+        else:
+            room = np.full(n, filled // (4 * max(n, 1)) + self.SPARE, np.int64)
+        np.maximum(room, self.floor, out=room)
+        lim = np.cumsum(room)
+        return (lim - room, lim, *_columns(int(lim[-1]) if n else 0))
+
+    def decoded(self, first, cur, consumed):
+        self.ids += cur - first
+        self.bytes += consumed
+        if consumed:
+            self.floor[:] = 0
+
+    def too_small(self, feature, filled):
+        self.floor[feature] = filled // 4 + 1
 
 
 def count_records_before(unit, offset, max_record):
@@ -168,16 +202,16 @@ class ProtobufFormat(UnitFormat):
         self.dn_feat = np.stack([self.layout.nvec, self.layout.first_elem], axis=1).reshape(len(dense), 2)
         self.dense_by_table = [[(int(self.layout.first_col[i]), s.width) for i, s in enumerate(dense) if s.table == t]
                                for t in range(schema.tables)]
-        self.feat_map = []
-        self.cutoff = []
-        for t in range(schema.tables):
-            local = {s.name: j for j, s in enumerate(schema.sparse_in(t))}
-            self.feat_map.append(np.array([local.get(s.name, -1) for s in schema.sparse], np.int64))
-            self.cutoff.append(np.array([s.cutoff for s in schema.sparse_in(t)], np.int64))
+        # per table: its sparse features (indices among all sparse ones) and their cutoffs
+        self.table_sparse = [np.array([sparse_pos[s.name] for s in schema.sparse_in(t)], np.int64)
+                             for t in range(schema.tables)]
+        self.tab_feat_off = np.cumsum([0] + [len(f) for f in self.table_sparse]).astype(np.int64)
+        self.tab_feats = np.concatenate(self.table_sparse + [np.empty(0, np.int64)])
+        self.cutoff = [np.array([s.cutoff for s in schema.sparse_in(t)], np.int64) for t in range(schema.tables)]
 
     def _new_scratch(self):
         rows = max(1024, self.chunk_bytes // 64)
-        return _Scratch(rows, self.chunk_bytes // 6, self.chunk_bytes // 8 + 4096, self.schema.tables,
+        return _Scratch(rows, self.chunk_bytes // 8 + 4096, self.schema.tables, len(self.schema.sparse),
                         self.layout.total, self.schema.label_count)
 
     def _read(self, f, unit, stop):
@@ -195,6 +229,7 @@ class ProtobufFormat(UnitFormat):
             limit = (unit.size if last == len(starts) else int(starts[last])) - base
             f.seek(base)
         scratch = self._new_scratch()
+        room = _Room(len(self.schema.sparse))
         buf = np.empty(self.chunk_bytes, np.uint8)
         filled = 0
         eof = False
@@ -204,14 +239,18 @@ class ProtobufFormat(UnitFormat):
             if filled == 0:
                 return
             final = whole_so_far(f, eof)
+            first, lim, *columns = room.columns(filled)
+            cur = first.copy()
             status, consumed, nrec, nerr = K.decode_chunk(
                 buf, filled, final, self.simple, self.max_record_bytes, self.on_skip is None,
-                self.schema.label_count, *self.names, self.feat, self.dn_feat, self.layout.elem_col, *scratch.outputs())
+                self.schema.label_count, *self.names, self.feat, self.dn_feat, self.layout.elem_col, self.tab_feats,
+                self.tab_feat_off, *columns, first, cur, lim, *scratch.outputs())
+            room.decoded(first, cur, consumed)
             if nerr and records is None:
                 records = count_records_before(unit, base, self.max_record_bytes)
             errors = [self._error(f, buf, filled, scratch.errors[k], unit, base, records) for k in range(nerr)]
             if scratch.st[K.S_NROWS]:
-                yield self._block(scratch, unit, base, base + consumed)
+                yield self._block(scratch, *columns, first, unit, base, base + consumed)
             if status == K.STOPPED_AT_ERROR or (status == K.UNFRAMED and self.on_skip is None):
                 raise errors[-1]
             for err in errors:
@@ -219,7 +258,9 @@ class ProtobufFormat(UnitFormat):
             if status == K.UNFRAMED:
                 return  # no length prefix to trust: the rest of the unit is lost (reported above)
             if consumed == 0:
-                if status == K.FULL:
+                if status == K.FULL and scratch.st[K.S_FULL_FEATURE] >= 0:
+                    room.too_small(int(scratch.st[K.S_FULL_FEATURE]), filled)
+                elif status == K.FULL:
                     scratch = scratch.grown()
                 else:  # one record larger than the buffer
                     buf = grown(buf, filled, int(np.frombuffer(buf[:4].tobytes(), "<u4")[0]) + 4)
@@ -236,32 +277,21 @@ class ProtobufFormat(UnitFormat):
             if stop is not None and stop.is_set():
                 return
 
-    def _block(self, s, unit, start, end):
+    def _block(self, s, keys, hkeys, values, first, unit, start, end):
         schema = self.schema
         st = s.st
-        ntok = int(st[K.S_NTOK])
         nrows = int(st[K.S_NROWS])
         ngroups = int(st[K.S_NGROUPS])
-        offsets = []
-        total = 0
-        for t in range(schema.tables):
-            rows_t = int(s.tab_rows[t])
-            off = np.zeros((len(schema.sparse_in(t)), rows_t + 1), np.int64)
-            total = count_rows(s.tok_feat, s.line_tok0[t, :rows_t], s.line_tok1[t, :rows_t], rows_t,
-                               self.feat_map[t], self.cutoff[t], total, off)
-            offsets.append(off)
-        keys = np.empty(total, np.int64)
-        values = np.empty(total, np.float32)
-        hkeys = np.empty(total if st[K.S_ANY_HKEY] else 0, np.int64)
+        if not st[K.S_ANY_HKEY]:
+            hkeys = hkeys[:0]
         tables = []
         for t in range(schema.tables):
             rows_t = int(s.tab_rows[t])
-            fill_rows(s.tok_feat[:ntok], s.tok_key, s.tok_hkey, s.tok_val, s.line_tok0[t, :rows_t],
-                      s.line_tok1[t, :rows_t], rows_t, self.feat_map[t], self.cutoff[t], offsets[t], keys, hkeys,
-                      values)
+            offsets = np.empty((len(self.table_sparse[t]), rows_t + 1), np.int64)
+            region_offsets(first, s.ends, self.table_sparse[t], rows_t, self.cutoff[t], keys, hkeys, values, offsets)
             dense = tuple(s.dense[t, :rows_t, b:b + w].copy() for b, w in self.dense_by_table[t])
             refer = s.refer[t, :rows_t].copy() if t < schema.tables - 1 else None
-            tables.append(Table(rows_t, offsets[t], dense, refer))
+            tables.append(Table(rows_t, offsets, dense, refer))
         group_offsets = np.empty(ngroups + 1, np.int64)
         group_offsets[:ngroups] = s.group_start[:ngroups]
         group_offsets[ngroups] = nrows
