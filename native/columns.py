@@ -131,7 +131,7 @@ def region_offsets(first, ends, feats, nrows, cutoff, keys, hkeys, values, offse
 
     Feature ``j`` of the table (``feats[j]`` among all sparse features) has its values in row
     order from ``first[feats[j]]`` of ``keys``/``hkeys``/``values``, and its row ``r`` ends at
-    ``ends[feats[j], r]``.  With a cutoff (``cutoff[j]`` as in ``count_rows``) a row's kept values
+    ``ends[r, feats[j]]``.  With a cutoff (``cutoff[j]`` as in ``count_rows``) a row's kept values
     are moved down in place, so the kept ones of the feature stay contiguous from ``first``.
     ``hkeys`` of length 0 means no high keys are kept.
     """
@@ -142,13 +142,13 @@ def region_offsets(first, ends, feats, nrows, cutoff, keys, hkeys, values, offse
         cut = cutoff[j]
         if cut == 0:
             for r in range(nrows):
-                offsets[j, r + 1] = ends[f, r]
+                offsets[j, r + 1] = ends[r, f]
             continue
         lim = abs(cut)
         w = first[f]
         a = first[f]
         for r in range(nrows):
-            b = ends[f, r]
+            b = ends[r, f]
             n = min(b - a, lim)
             src = a if cut > 0 else b - n
             if src != w:  # the first rows that lose nothing are already in place

@@ -7,7 +7,7 @@ every sparse value of a declared feature straight into that feature's column.
 
 The columns: each sparse feature has a region of the chunk's ``keys``/``hkeys``/``values``
 (``first[f]:lim[f]``, sized by the front end from the ids seen so far) that its values fill
-in row order (``cur[f]`` is the next free place), and ``ends[f, row]`` is where each row of its
+in row order (``cur[f]`` is the next free place), and ``ends[row, f]`` is where each row of its
 table ends.  So a chunk's ids are written once, where the block keeps them, with no token
 stream to lay out afterwards (that pass moved every id through memory twice more).  A record
 that would overflow a region is left for the next call (status FULL).
@@ -285,7 +285,7 @@ def _empty_line(table, row, cur, ends, tab_feats, tab_feat_off, refer, dense):
     """Add an empty line (only for lines a group lacks: the hot path does lines inline)."""
     for j in range(tab_feat_off[table], tab_feat_off[table + 1]):
         f = tab_feats[j]
-        ends[f, row] = cur[f]
+        ends[row, f] = cur[f]
     refer[table, row] = 0
     for c in range(dense.shape[2]):
         dense[table, row, c] = 0.0
@@ -706,7 +706,7 @@ def _decode_record(buf, a, b, simple, label_count, slots, names, name_off, feat,
                     cur[fi] = t + 1
         for j in range(tab_feat_off[k], tab_feat_off[k + 1]):  # where the row ends in each of its columns
             g = tab_feats[j]
-            ends[g, row] = cur[g]
+            ends[row, g] = cur[g]
         if hk_live:
             st[S_ANY_HKEY] = 1
         if not simple:

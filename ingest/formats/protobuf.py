@@ -40,7 +40,7 @@ class _Scratch:
     """Reusable kernel outputs of one worker, grown when one record does not fit."""
 
     def __init__(self, rows, sid_bytes, tables, nsparse, dense_width, label_count):
-        self.ends = np.empty((nsparse, rows), np.int64)
+        self.ends = np.empty((rows, nsparse), np.int64)  # a row's ends side by side: one cache line a sample
         self.refer = np.empty((tables, rows), np.int64)
         self.tab_rows = np.zeros(tables, np.int64)
         self.dense = np.empty((tables, rows, dense_width), np.float32)
@@ -54,7 +54,7 @@ class _Scratch:
         self.st = np.zeros(K.STATE_SLOTS, np.int64)
 
     def grown(self):
-        return _Scratch(2 * len(self.timestamps), 2 * len(self.sid_bytes), len(self.tab_rows), len(self.ends),
+        return _Scratch(2 * len(self.timestamps), 2 * len(self.sid_bytes), len(self.tab_rows), self.ends.shape[1],
                         self.dense.shape[2], self.labels.shape[1])
 
     def outputs(self):
