@@ -8,7 +8,7 @@ loads its cache), then once timed: text twice over (2 epochs), pb six times over
 of samples/s, the 2-thread to 1-thread ratio and the cost of unique ids (medians of per-round ratios);
 writes ``benchmarks/out/bench_ab.json``.
 
-    python benchmarks/bench_ab.py --old main --new exp/cores-pipeline [--rounds 4] [--samples 120000]
+    python benchmarks/bench_ab.py --old main --new exp/cores-pipeline [--rounds 4] [--samples 120000] [--formats pb]
 """
 import argparse
 import json
@@ -26,8 +26,8 @@ CONFIGS = [(fmt, threads, unique) for fmt in ("txt", "pb") for unique in (False,
 EPOCHS = {"txt": 2, "pb": 6}  # runs of about a second on this machine
 
 
-def child(text, pb, aux):
-    """In the subprocess (importing the revision's ingest): samples/s of every configuration, as JSON on
+def child(text, pb, aux, configs):
+    """In the subprocess (importing the revision's ingest): samples/s of each of ``configs``, as JSON on
     stdout."""
     from ingest.cli.bench import measure
     from bench_peers import ingest_reader
@@ -38,9 +38,9 @@ def child(text, pb, aux):
         path, aux_of = inputs[fmt]
         return ingest_reader(path, fmt, aux_of, threads, unique, epochs)
 
-    for config in CONFIGS:
+    for config in configs:
         measure(reader(*config, 1))
-    print(json.dumps([measure(reader(*c, EPOCHS[c[0]]))["samples_per_s"] for c in CONFIGS]))
+    print(json.dumps([measure(reader(*c, EPOCHS[c[0]]))["samples_per_s"] for c in configs]))
 
 
 def tree(revision, into):
@@ -59,11 +59,16 @@ def main(argv=None):
     parser.add_argument("--new", help="git revision measured (required)")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--samples", type=int, default=120_000)
+    parser.add_argument("--formats", default="txt,pb", help="the formats measured (default: txt,pb)")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    formats = args.formats.split(",")
+    if not formats or set(formats) - set(EPOCHS):
+        parser.error(f"--formats {args.formats}: expected some of {','.join(EPOCHS)}")
+    configs = [c for c in CONFIGS if c[0] in formats]
     if args.child:
         text, pb, aux = args.child
-        child(text, pb, set(aux.split(",")))
+        child(text, pb, set(aux.split(",")), configs)
         return
     if not (args.old and args.new):
         parser.error("--old and --new are required")
@@ -75,18 +80,19 @@ def main(argv=None):
         trees = {side: tree(rev, Path(tmp, side).resolve()) for side, rev in (("old", args.old), ("new", args.new))}
         for _ in range(args.rounds):
             for side, where in trees.items():
-                run = subprocess.run([sys.executable, __file__, "--child", str(text), str(pb), ",".join(aux)],
+                run = subprocess.run([sys.executable, __file__, "--child", str(text), str(pb), ",".join(aux),
+                                      "--formats", args.formats],
                                      env={**os.environ, "PYTHONPATH": f"{where}{os.pathsep}{Path(__file__).parent}"},
                                      cwd=tmp, capture_output=True, text=True)
                 if run.returncode:
                     raise SystemExit(f"{side} ({getattr(args, side)}) failed:\n{run.stderr[-3000:]}")
-                results[side].append(dict(zip(CONFIGS, json.loads(run.stdout.splitlines()[-1]))))
+                results[side].append(dict(zip(configs, json.loads(run.stdout.splitlines()[-1]))))
 
     def median(side, f):
         return statistics.median(f(r) for r in results[side])
 
     rows = []
-    for fmt, threads, unique in CONFIGS:
+    for fmt, threads, unique in configs:
         c = (fmt, threads, unique)
         rows.append([fmt, threads, "on" if unique else "off"]
                     + [f"{median(side, lambda r: r[c]):,.0f}" for side in ("old", "new")]
@@ -94,7 +100,7 @@ def main(argv=None):
     print(markdown_table(["format", "threads", "unique ids", f"old ({args.old})", f"new ({args.new})", "new / old"],
                          rows))
     summary = []
-    for fmt in ("txt", "pb"):
+    for fmt in formats:
         for side in ("old", "new"):
             scaling = [median(side, lambda r: r[(fmt, 2, u)] / r[(fmt, 1, u)]) for u in (False, True)]
             cost = [median(side, lambda r: 1 - r[(fmt, t, True)] / r[(fmt, t, False)]) for t in (1, 2)]
@@ -102,8 +108,8 @@ def main(argv=None):
     print()
     print(markdown_table(["format", "revision", "2t / 1t", "2t / 1t, unique", "unique cost 1t", "unique cost 2t"],
                          summary))
-    save_report("bench_ab", old=args.old, new=args.new, configs=CONFIGS,
-                samples_per_s={side: [[r[c] for c in CONFIGS] for r in runs] for side, runs in results.items()})
+    save_report("bench_ab", old=args.old, new=args.new, configs=configs,
+                samples_per_s={side: [[r[c] for c in configs] for r in runs] for side, runs in results.items()})
 
 
 if __name__ == "__main__":
