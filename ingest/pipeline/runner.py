@@ -26,6 +26,7 @@ from ..formats.base import take_read_seconds
 from ..ops.blocks import concat_blocks, take_rows
 from .batcher import FLUSH, cut_batches
 from .progress import Marks
+from .queues import BoundedQueue
 
 __all__ = ["Pipeline"]
 
@@ -144,10 +145,10 @@ class Pipeline:
         # live units (each worker's batch would wait for its own partition's messages).
         self.worker_batches = not (deterministic or rounds is not None or unit_source is not None or live)
         nq = 0 if self.worker_batches else threads if deterministic else 1
-        self.block_queues = [queue.Queue(queue_blocks * (1 if deterministic else threads)) for _ in range(nq)]
-        self.out = queue.Queue(prefetch)
+        self.block_queues = [BoundedQueue(queue_blocks * (1 if deterministic else threads)) for _ in range(nq)]
+        self.out = BoundedQueue(prefetch)
         # with unique ids and a batcher thread: its batches on their way to the unique-id thread
-        self.built = queue.Queue(2) if builder.unique and not self.worker_batches else None
+        self.built = BoundedQueue(2) if builder.unique and not self.worker_batches else None
         self.batched = self.out if self.built is None else self.built  # where batches go once cut
         self._rests = {}  # worker -> (pieces of its unfinished batch, units completed since its last batch)
         self._rests_lock = threading.Lock()

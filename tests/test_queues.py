@@ -1,0 +1,47 @@
+import queue
+import threading
+
+import pytest
+
+from ingest.pipeline.queues import BoundedQueue
+
+
+def test_fifo_within_its_bound():
+    q = BoundedQueue(2)
+    q.put("a")
+    q.put("b", timeout=0.01)
+    with pytest.raises(queue.Full):
+        q.put("c", timeout=0.01)
+    assert q.get() == "a"
+    q.put("c", timeout=0.01)  # a get frees a place
+    assert [q.get(timeout=0.01), q.get_nowait()] == ["b", "c"]
+    with pytest.raises(queue.Empty):
+        q.get(timeout=0.01)
+    with pytest.raises(queue.Empty):
+        q.get_nowait()
+
+
+def test_a_bound_below_one_is_refused():
+    with pytest.raises(ValueError, match="maxsize=0"):
+        BoundedQueue(0)
+
+
+def test_producers_and_a_consumer_lose_and_reorder_nothing():
+    q = BoundedQueue(2)
+    producers, items = 3, 2000
+
+    def produce(p):
+        for i in range(items):
+            q.put((p, i))
+
+    threads = [threading.Thread(target=produce, args=(p,)) for p in range(producers)]
+    for t in threads:
+        t.start()
+    got = [q.get(timeout=10) for _ in range(producers * items)]
+    for t in threads:
+        t.join(10)
+    assert all(not t.is_alive() for t in threads)
+    for p in range(producers):
+        assert [i for who, i in got if who == p] == list(range(items))
+    with pytest.raises(queue.Empty):
+        q.get_nowait()
