@@ -59,8 +59,8 @@ class BatchBuilder:
         dense_index = {s.name: d for d, s in enumerate(dense)}
         # per feature in schema order: (name, is sparse, index, table, row of its table's offsets, pair)
         self.layout = [(s.name, True, sparse_index[s.name], s.table, int(self.sparse_row[sparse_index[s.name]]),
-                        not s.serialized) if s.name in sparse_index else (s.name, False, dense_index[s.name], s.table)
-                       for s in schema.specs]
+                        not s.serialized) if s.name in sparse_index
+                       else (s.name, False, dense_index[s.name], s.table, None, None) for s in schema.specs]
         self.dense_widths = [(s.table, s.width) for s in dense]
         self.label_count = schema.label_count
 
@@ -90,8 +90,9 @@ class BatchBuilder:
             plans.append((args, ranges, m))
         n = int(rows[0])
         rows0 = self.batch_size if self.pad else n
-        rows += rows0 > n  # aux tables: the empty row padded rows point at
-        rows[0] = rows0
+        if rows0 > n:
+            rows += 1  # aux tables: the empty row padded rows point at
+            rows[0] = rows0
         key_base = np.empty(len(self.pair), np.int64)
         value_base = np.empty(len(self.pair), np.int64)
         nkeys, npairs, nvalues = feature_bases(counts, self.pair, key_base, value_base)
@@ -124,12 +125,10 @@ class BatchBuilder:
         kb, vb, c = key_base.tolist(), value_base.tolist(), counts.tolist()
         features = {}
         feats = [None] * len(c)  # the SparseFeatures in kernel order
-        for name, is_sparse, i, t, *where in self.layout:
+        for name, is_sparse, i, t, row, is_pair in self.layout:
             if is_sparse:
-                row, is_pair = where
                 ids = pairs[kb[i]:kb[i] + c[i]] if is_pair else keys[kb[i]:kb[i] + c[i]]
-                features[name] = SparseFeature(name, ids, values[vb[i]:vb[i] + c[i]], offsets[t][row])
-                feats[i] = features[name]
+                features[name] = feats[i] = SparseFeature(name, ids, values[vb[i]:vb[i] + c[i]], offsets[t][row])
             else:
                 features[name] = dense[i]
         batch = Batch(n, labels, timestamps, sid_bytes, sid_offsets, features, indicators,

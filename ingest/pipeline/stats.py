@@ -25,7 +25,9 @@ class Stats:
 
     def add(self, **counts):
         with self._lock:
-            self._counts.update(counts)
+            mine = self._counts
+            for name, n in counts.items():  # Counter.update takes twice as long, under the GIL, every block
+                mine[name] += n
 
     def stage(self, stage, start, end, **args):
         """Count ``end - start`` seconds (``perf_counter``) to ``stage``, and record it on the timeline."""
