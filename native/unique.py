@@ -35,7 +35,8 @@ def unique_ids(hkeys, keys, offsets, slots, places, uniq_h, uniq_k, inverse, cou
     """Fill the outputs for ids ``(hkeys[i], keys[i])`` (``hkeys`` empty: all 0); returns ``U``.
 
     ``slots`` (int32, a power of two > N, all -1) is the table; ``places`` (each id's first slot, then its
-    rank among the occurrences of the same id), ``uniq_h``/``uniq_k`` and ``counts`` need room for N entries,
+    rank among the occurrences of the same id), ``uniq_k`` and ``counts`` need room for N entries, and
+    ``uniq_h`` too unless ``hkeys`` is empty (it is then neither written nor read),
     ``unique_row_offsets`` for N + 1, ``unique_rows`` and ``inverse`` for N.  Row ``r`` holds ids
     ``offsets[r]:offsets[r + 1]``.
     """
@@ -79,8 +80,8 @@ def unique_ids(hkeys, keys, offsets, slots, places, uniq_h, uniq_k, inverse, cou
 
 
 @helper
-def unique_ids_of_batch(keys, pairs, pair, key_base, counts, offsets, table_of, row_of, slots, places, work_h,
-                        work_counts, small, big, layout):
+def unique_ids_of_batch(keys, pairs, pair, key_base, counts, offsets, table_of, row_of, slots, places, work_counts,
+                        small, big, layout):
     """``unique_ids`` for every sparse feature of a batch, in one call.
 
     Feature ``f`` has ``counts[f]`` ids from ``key_base[f]`` in ``keys`` (or ``pairs`` when
@@ -114,7 +115,7 @@ def unique_ids_of_batch(keys, pairs, pair, key_base, counts, offsets, table_of, 
             nunique[f] = unique_ids(pairs[kb:kb + n, 0], pairs[kb:kb + n, 1], row_offsets_in, table, places,
                                     uniq[:, 0], uniq[:, 1], inverse, work_counts, row_offsets, rows)
         else:
-            nunique[f] = unique_ids(keys[:0], keys[kb:kb + n], row_offsets_in, table, places, work_h, big[w:w + n],
+            nunique[f] = unique_ids(keys[:0], keys[kb:kb + n], row_offsets_in, table, places, keys[:0], big[w:w + n],
                                     inverse, work_counts, row_offsets, rows)
 
 

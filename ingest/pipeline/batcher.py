@@ -186,7 +186,6 @@ class UniqueScratch:
     def __init__(self):
         self.slots = np.empty(0, np.int32)
         self.places = np.empty(0, np.uint32)
-        self.work_h = np.empty(0, np.int64)
         self.work_counts = np.empty(0, np.int32)
 
     def room(self, n):
@@ -196,9 +195,8 @@ class UniqueScratch:
             self.slots = np.empty(size, np.int32)
         if len(self.work_counts) < n:
             self.places = np.empty(2 * n, np.uint32)
-            self.work_h = np.empty(2 * n, np.int64)
             self.work_counts = np.empty(2 * n, np.int32)
-        return self.slots, self.places, self.work_h, self.work_counts
+        return self.slots, self.places, self.work_counts
 
 
 def add_unique_ids(feats, keys, pairs, pair, key_base, counts, offsets, table_of, row_of, big, small, layout,
