@@ -45,3 +45,14 @@ def test_producers_and_a_consumer_lose_and_reorder_nothing():
         assert [i for who, i in got if who == p] == list(range(items))
     with pytest.raises(queue.Empty):
         q.get_nowait()
+
+
+def test_put_unless_stops_waiting_for_a_place_once_stopped():
+    q = BoundedQueue(1)
+    stop = threading.Event()
+    assert q.put_unless("a", stop, poll=0.01)
+    threading.Timer(0.05, stop.set).start()
+    assert not q.put_unless("b", stop, poll=0.01)  # full until stopped: gives up instead of hanging
+    assert q.get_nowait() == "a"
+    with pytest.raises(queue.Empty):
+        q.get_nowait()

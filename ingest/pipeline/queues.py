@@ -28,6 +28,17 @@ class BoundedQueue:
             raise queue.Full from None
         self._items.put(item)
 
+    def put_unless(self, item, stop, poll=0.05):
+        """Put ``item``, waiting for a free place until the Event ``stop`` is set (checked every ``poll``
+        seconds, so a stopped reader never hangs on a full queue); whether it was put."""
+        while not stop.is_set():
+            try:
+                self.put(item, timeout=poll)
+                return True
+            except queue.Full:
+                continue
+        return False
+
     def get(self, timeout=None):
         item = self._items.get(timeout=timeout)
         self._free.put(None)

@@ -189,13 +189,7 @@ class Pipeline:
 
     # -- queues that never block past a stop -------------------------------------------
     def _put(self, q, item):
-        while not self.stop.is_set():
-            try:
-                q.put(item, timeout=_POLL)
-                return True
-            except queue.Full:
-                continue
-        return False
+        return q.put_unless(item, self.stop, _POLL)
 
     def _get(self, q, rounds=None):
         """The next item; with ``rounds``, FLUSH when nothing can come before the consumer releases a batch."""

@@ -3,8 +3,9 @@
 The producing call blocks in C (socket reads, zstd) with the GIL released, so it overlaps with the
 parse worker that takes its results.
 """
-import queue
 import threading
+
+from ..pipeline.queues import BoundedQueue
 
 __all__ = ["Ahead"]
 
@@ -21,7 +22,7 @@ class Ahead:
     def __init__(self, produce, depth=2, name="ingest-ahead"):
         self.stop = threading.Event()
         self._produce = produce
-        self._queue = queue.Queue(depth)
+        self._queue = BoundedQueue(depth)
         self._ended = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
@@ -37,12 +38,7 @@ class Ahead:
             self._put(exc)
 
     def _put(self, item):
-        while not self.stop.is_set():
-            try:
-                self._queue.put(item, timeout=0.05)
-                return
-            except queue.Full:
-                continue
+        self._queue.put_unless(item, self.stop)
 
     def take(self, timeout=None):
         """The next item; None at the end (and after); ``queue.Empty`` when none came within ``timeout``."""
