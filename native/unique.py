@@ -34,11 +34,11 @@ def unique_ids(hkeys, keys, offsets, slots, places, uniq_h, uniq_k, inverse, cou
                unique_rows):
     """Fill the outputs for ids ``(hkeys[i], keys[i])`` (``hkeys`` empty: all 0); returns ``U``.
 
-    ``slots`` (int32, a power of two > N, all -1) is the table; ``places`` (each id's first slot, then its
-    rank among the occurrences of the same id), ``uniq_k`` and ``counts`` need room for N entries, and
-    ``uniq_h`` too unless ``hkeys`` is empty (it is then neither written nor read),
-    ``unique_row_offsets`` for N + 1, ``unique_rows`` and ``inverse`` for N.  Row ``r`` holds ids
-    ``offsets[r]:offsets[r + 1]``.
+    ``slots`` (int32, a power of two > N, all -1) is the table.  ``places`` (each id's first slot, then its
+    rank among the occurrences of the same id), ``uniq_k``, ``unique_rows`` and ``inverse`` need room for N
+    entries, and ``uniq_h`` too unless ``hkeys`` is empty (it is then neither written nor read);
+    ``counts`` (each unique id's occurrences, then where rows start) and ``unique_row_offsets`` for N + 1.
+    Row ``r`` holds ids ``offsets[r]:offsets[r + 1]``.
     """
     n = len(keys)
     has_h = len(hkeys) > 0
@@ -69,13 +69,22 @@ def unique_ids(hkeys, keys, offsets, slots, places, uniq_h, uniq_k, inverse, cou
         places[i] = counts[at]  # the slot is spent: keep the id's occurrences before this one
         counts[at] += 1
         nu += at == nu
+    total = 0  # in a register: the loop does not reload what it just stored
     unique_row_offsets[0] = 0
     for u in range(nu):
-        unique_row_offsets[u + 1] = unique_row_offsets[u] + counts[u]
-    # Each occurrence knows its place, so no write waits on the one before (a running count per id did).
-    for r in range(len(offsets) - 1):
-        for i in range(offsets[r], offsets[r + 1]):
-            unique_rows[unique_row_offsets[inverse[i]] + np.int64(places[i])] = r
+        total += counts[u]
+        unique_row_offsets[u + 1] = total
+    # Each id's row counts the rows that start at or before it, marked where they start: one flat loop over
+    # the ids (a loop a row cost more than its ids in the one-id rows of most features: 0.92-0.96x the time).
+    starts = counts[:n + 1]
+    starts[:] = 0
+    for r in range(1, len(offsets) - 1):
+        starts[offsets[r]] += 1
+    r = 0
+    for i in range(n):
+        r += starts[i]
+        # Each occurrence knows its place, so no write waits on the one before (a running count per id did).
+        unique_rows[unique_row_offsets[inverse[i]] + np.int64(places[i])] = r
     return nu
 
 
@@ -91,7 +100,7 @@ def unique_ids_of_batch(keys, pairs, pair, key_base, counts, offsets, table_of, 
     ``small[at[f]:]``, its unique rows to ``small[at[F] + at[f]:]``, its unique ids to ``big[words[f]:]``
     (pairs as (hkey, key) words) and its unique row offsets to ``big[words[F] + at[f] + f:]``
     (``unique_parts`` sizes ``big``, ``small`` and ``layout``).  ``slots`` needs
-    ``table_size(max(counts))`` entries, the work arrays room for max(counts).
+    ``table_size(max(counts))`` entries, ``places`` room for max(counts), ``work_counts`` for one more.
     """
     nf = len(counts)
     at = layout[:nf + 1]

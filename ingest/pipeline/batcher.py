@@ -193,9 +193,9 @@ class UniqueScratch:
         size = table_size(n)
         if len(self.slots) < size:
             self.slots = np.empty(size, np.int32)
-        if len(self.work_counts) < n:
+        if len(self.work_counts) <= n:  # counts: n + 1
             self.places = np.empty(2 * n, np.uint32)
-            self.work_counts = np.empty(2 * n, np.int32)
+            self.work_counts = np.empty(2 * n + 1, np.int32)
         return self.slots, self.places, self.work_counts
 
 
