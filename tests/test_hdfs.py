@@ -1,4 +1,5 @@
 """Reading and writing through a real HDFS (scripts/services.sh): the same batches as local files."""
+import os
 import socket
 import time
 import uuid
@@ -159,5 +160,12 @@ def test_webhdfs_address(monkeypatch, tmp_path):
         "<configuration><property><name>dfs.namenode.http-address</name><value>0.0.0.0:50070</value>"
         "</property></configuration>")
     assert webhdfs_address("nn1") == ("nn1", 50070)  # a wildcard host: the NameNode's own
+    hits = hdfs_module._site_http_address.cache_info().hits
+    assert webhdfs_address("nn2") == ("nn2", 50070)
+    assert hdfs_module._site_http_address.cache_info().hits == hits + 1  # parsed once, not at every URL
+    site = tmp_path / "hdfs-site.xml"
+    site.write_text(site.read_text().replace("0.0.0.0:50070", "web1:9871"))
+    os.utime(site, ns=(site.stat().st_atime_ns, site.stat().st_mtime_ns + 10**9))
+    assert webhdfs_address("nn1") == ("web1", 9871)  # a changed file is read again
     monkeypatch.setenv("INGEST_WEBHDFS_URL", "http://gateway:14000")
     assert webhdfs_address("nn1") == ("gateway", 14000)

@@ -9,6 +9,7 @@ WebHDFS is the REST API on the NameNode's HTTP address: ``INGEST_WEBHDFS_URL`` w
 ``check_reachable`` probes the address the client in use connects to before a path is read.
 """
 import ctypes.util
+import functools
 import importlib.util
 import os
 import socket
@@ -74,12 +75,23 @@ def webhdfs_address(namenode_host):
         return parts.hostname, parts.port or _WEBHDFS_PORT
     site = os.path.join(os.environ.get("HADOOP_CONF_DIR", ""), "hdfs-site.xml")
     if os.environ.get("HADOOP_CONF_DIR") and os.path.exists(site):
-        for prop in ElementTree.parse(site).getroot().iter("property"):
-            if prop.findtext("name") == "dfs.namenode.http-address":
-                host, _, port = (prop.findtext("value") or "").strip().rpartition(":")
-                if port.isdigit():
-                    return (namenode_host if host in ("", "0.0.0.0") else host), int(port)
+        found = _site_http_address(site, os.stat(site).st_mtime_ns)
+        if found is not None:
+            host, port = found
+            return (namenode_host if host in ("", "0.0.0.0") else host), port
     return namenode_host, _WEBHDFS_PORT
+
+
+@functools.lru_cache(maxsize=4)
+def _site_http_address(site, mtime_ns):
+    """``(host, port)`` of ``dfs.namenode.http-address`` in the hdfs-site.xml ``site``, or None; parsed once per
+    version of the file (``mtime_ns``), not at every URL opened."""
+    for prop in ElementTree.parse(site).getroot().iter("property"):
+        if prop.findtext("name") == "dfs.namenode.http-address":
+            host, _, port = (prop.findtext("value") or "").strip().rpartition(":")
+            if port.isdigit():
+                return host, int(port)
+    return None
 
 
 # hdfs-native retries a refused NameNode for minutes: a path's NameNode is probed first, this long
