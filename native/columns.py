@@ -10,6 +10,7 @@ import numpy as np
 from numba import njit
 
 from .index import _u
+from .jit import brief
 
 
 @njit(nogil=True, cache=True, inline="always")
@@ -161,3 +162,35 @@ def region_offsets(first, ends, feats, nrows, cutoff, keys, hkeys, values, offse
             w += n
             offsets[j, r + 1] = w
             a = b
+
+
+@brief
+def region_room(ids, seen_bytes, filled, floor, spare, first, cur, lim):
+    """Size each sparse feature's region for decoding ``filled`` bytes: ``first[f]:lim[f]``, ``cur`` set to
+    ``first``; returns the ids all regions hold.  Feature ``f`` gets its ``ids[f]`` of the ``seen_bytes``
+    decoded so far scaled to ``filled`` bytes, a fifth more and ``spare``, at least ``floor[f]``; before any
+    byte is decoded, an even share of the most ``filled`` bytes hold (a value takes 4 bytes or more).
+    One call instead of a few numpy operations: after a chunk's decoding has been through the caches, each
+    of those took ~5-20 us."""
+    n = len(ids)
+    scale = 1.2 * filled / seen_bytes if seen_bytes else 0.0
+    even = filled // (4 * max(n, 1))
+    total = 0
+    for f in range(n):
+        room = (np.int64(ids[f] * scale) if seen_bytes else even) + spare
+        room = max(room, floor[f])
+        first[f] = total
+        cur[f] = total
+        total += room
+        lim[f] = total
+    return total
+
+
+@brief
+def region_decoded(ids, first, cur, floor, consumed):
+    """Count the ids a chunk's decoding wrote (``cur - first``) into ``ids``; a chunk that decoded anything
+    clears the floors of ``region_room``."""
+    for f in range(len(ids)):
+        ids[f] += cur[f] - first[f]
+        if consumed:
+            floor[f] = 0

@@ -11,7 +11,7 @@ import threading
 import numpy as np
 
 from .._native import protobuf as K
-from .._native.columns import region_offsets
+from .._native.columns import region_decoded, region_offsets, region_room
 from .._native.names import build_name_table
 from ..errors import DataError
 from ..features import DenseLayout
@@ -69,9 +69,9 @@ def _columns(total):
 
 class _Room:
     """How many ids each sparse feature's region of a chunk's columns holds, from the ids a byte seen so far
-    in the unit, with a fifth more and ``SPARE`` to spare.  Too small a region only cuts a block short (a FULL
-    status); the record that did not fit then gets the most a record can hold (a value takes 4 bytes or more).
-    Before any id is seen, every feature gets an even share of that most."""
+    in the unit, with a fifth more and ``SPARE`` to spare (``region_room``).  Too small a region only cuts a
+    block short (a FULL status); the record that did not fit then gets the most a record can hold (a value
+    takes 4 bytes or more).  Before any id is seen, every feature gets an even share of that most."""
 
     SPARE = 64
 
@@ -79,23 +79,17 @@ class _Room:
         self.ids = np.zeros(nsparse, np.int64)
         self.bytes = 0
         self.floor = np.zeros(nsparse, np.int64)
+        # where each region starts, ends and is filled up to: a chunk's, reused (its Block keeps none of them)
+        self.first, self.cur, self.lim = (np.empty(nsparse, np.int64) for _ in range(3))
 
     def columns(self, filled):
-        """``(first, lim, keys, hkeys, values)`` for decoding ``filled`` bytes."""
-        n = len(self.ids)
-        if self.bytes:
-            room = (self.ids * (1.2 * filled / self.bytes)).astype(np.int64) + self.SPARE
-        else:
-            room = np.full(n, filled // (4 * max(n, 1)) + self.SPARE, np.int64)
-        np.maximum(room, self.floor, out=room)
-        lim = np.cumsum(room)
-        return (lim - room, lim, *_columns(int(lim[-1]) if n else 0))
+        """``(first, cur, lim, keys, hkeys, values)`` for decoding ``filled`` bytes."""
+        total = region_room(self.ids, self.bytes, filled, self.floor, self.SPARE, self.first, self.cur, self.lim)
+        return (self.first, self.cur, self.lim, *_columns(total))
 
-    def decoded(self, first, cur, consumed):
-        self.ids += cur - first
+    def decoded(self, consumed):
+        region_decoded(self.ids, self.first, self.cur, self.floor, consumed)
         self.bytes += consumed
-        if consumed:
-            self.floor[:] = 0
 
     def too_small(self, feature, filled):
         self.floor[feature] = filled // 4 + 1
@@ -239,13 +233,12 @@ class ProtobufFormat(UnitFormat):
             if filled == 0:
                 return
             final = whole_so_far(f, eof)
-            first, lim, *columns = room.columns(filled)
-            cur = first.copy()
+            first, cur, lim, *columns = room.columns(filled)
             status, consumed, nrec, nerr = K.decode_chunk(
                 buf, filled, final, self.simple, self.max_record_bytes, self.on_skip is None,
                 self.schema.label_count, *self.names, self.feat, self.dn_feat, self.layout.elem_col, self.tab_feats,
                 self.tab_feat_off, *columns, first, cur, lim, *scratch.outputs())
-            room.decoded(first, cur, consumed)
+            room.decoded(consumed)
             if nerr and records is None:
                 records = count_records_before(unit, base, self.max_record_bytes)
             errors = [self._error(f, buf, filled, scratch.errors[k], unit, base, records) for k in range(nerr)]
