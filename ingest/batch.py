@@ -67,9 +67,7 @@ class Batch:
     (``table_of(name)``).  With aux tables, ``table_rows[k]`` is the number of rows of
     table k (the aux lines packed in this batch, plus one empty padding row when padded)
     and ``indicators[k]`` (int32 ``[table_rows[k]]``) maps each row of table k to its row of
-    table k + 1.  All arrays are C-contiguous numpy arrays that no other batch shares: views of one buffer
-    leased for the batch, and, in a batch cut from one block, the ids and values of table 0's serialized
-    features are views of that block's columns.
+    table k + 1.  All arrays are C-contiguous numpy arrays owned by the batch.
     """
 
     def __init__(self, size, labels, timestamps, sid_bytes, sid_offsets, features, indicators=(), tables=None,

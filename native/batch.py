@@ -7,8 +7,7 @@ from .jit import brief, helper
 
 @helper
 def copy_sparse_ranges(src_offsets, src_keys, src_hkeys, src_values, dsl_keys, dsl_values, from_dsl, lo, hi,
-                       nranges, row0, pair, in_block, key_base, value_base, dst_offsets, dst_keys, dst_pairs,
-                       dst_values):
+                       nranges, row0, pair, key_base, value_base, dst_offsets, dst_keys, dst_pairs, dst_values):
     """Append rows ``lo[g]:hi[g]`` (g < nranges) of every sparse feature of a table at row ``row0``.
 
     ``dst_offsets[f]`` (int64 ``[R + 1]``) holds row offsets local to feature ``f``;
@@ -16,8 +15,7 @@ def copy_sparse_ranges(src_offsets, src_keys, src_hkeys, src_values, dsl_keys, d
     ``value_base[f] + local offset``, and its ids at ``key_base[f] + local offset`` either
     into ``dst_pairs`` as ``(hkey, key)`` when ``pair[f]`` or into ``dst_keys``.
     ``src_hkeys`` of length 0 means all high words are 0.  Features with ``from_dsl[f]``
-    (when it is not empty) are read from ``dsl_keys``/``dsl_values``, high words 0.  Features with
-    ``in_block[f]`` get their row offsets only: the batch views their ids and values in the block.
+    (when it is not empty) are read from ``dsl_keys``/``dsl_values``, high words 0.
     Returns the next free row.
     """
     has_hkeys = len(src_hkeys) > 0
@@ -32,13 +30,6 @@ def copy_sparse_ranges(src_offsets, src_keys, src_hkeys, src_values, dsl_keys, d
             s1 = src_offsets[f, r1]
             n = s1 - s0
             cur = dst_offsets[f, row]
-            out_offsets = dst_offsets[f][row + 1:row + 1 + r1 - r0]
-            in_offsets = src_offsets[f][r0 + 1:r1 + 1]
-            shift = cur - s0
-            for r in range(r1 - r0):
-                out_offsets[r] = in_offsets[r] + shift
-            if in_block[f]:
-                continue
             dsl = len(from_dsl) > 0 and from_dsl[f]
             keys = (dsl_keys if dsl else src_keys)[s0:s1]
             out_values = dst_values[value_base[f] + cur:value_base[f] + cur + n]
@@ -61,6 +52,11 @@ def copy_sparse_ranges(src_offsets, src_keys, src_hkeys, src_values, dsl_keys, d
                 out_keys = dst_keys[kb:kb + n]
                 for i in range(n):
                     out_keys[i] = keys[i]
+            out_offsets = dst_offsets[f][row + 1:row + 1 + r1 - r0]
+            in_offsets = src_offsets[f][r0 + 1:r1 + 1]
+            shift = cur - s0
+            for r in range(r1 - r0):
+                out_offsets[r] = in_offsets[r] + shift
         row += r1 - r0
     return row
 
@@ -150,21 +146,14 @@ def fixed_width_rows(blob, offsets, out):
 
 
 @brief
-def feature_bases(counts, pair, in_block, block_offsets, r0, key_base, value_base):
-    """Where each feature's ids and values go in a batch's arrays; returns the ids the keys array holds, the
-    pairs array, the values array, and the ids left in the block.
+def feature_bases(counts, pair, key_base, value_base):
+    """Where each feature's ids and values go in a batch's arrays; returns ``(keys, pairs, values)`` totals.
 
     Values of every feature share one array; ids go to the ``(hkey, key)`` pairs array when
-    ``pair[f]``, else to the keys array.  A feature with ``in_block[f]`` (one of table 0's, in a batch of one
-    piece from row ``r0`` of a block whose table 0 has the row offsets ``block_offsets``) takes no room: its
-    ids and values stay in the block's arrays, from ``key_base[f] = value_base[f] = block_offsets[f, r0]``.
+    ``pair[f]``, else to the keys array.
     """
-    nk = npair = nv = nb = 0
+    nk = npair = nv = 0
     for f in range(len(counts)):
-        if in_block[f]:
-            key_base[f] = value_base[f] = block_offsets[f, r0]
-            nb += counts[f]
-            continue
         value_base[f] = nv
         nv += counts[f]
         if pair[f]:
@@ -173,7 +162,7 @@ def feature_bases(counts, pair, in_block, block_offsets, r0, key_base, value_bas
         else:
             key_base[f] = nk
             nk += counts[f]
-    return nk, npair, nv, nb
+    return nk, npair, nv
 
 
 @njit(cache=True)  # keeps the GIL as a ``brief`` helper does (microseconds a piece), but allocates its ranges
@@ -216,18 +205,18 @@ def measure_piece(group_offsets, refers, sp_offsets, sid_offsets, r0, r1, counts
 
 @njit(nogil=True, cache=True)
 def copy_piece(sp_offsets, from_dsl, src_dense, refers, src_keys, src_hkeys, src_values, dsl_keys, dsl_values,
-               src_labels, src_timestamps, src_sid_bytes, src_sid_offsets, r0, r1, ranges, m, pair, in_block, key_base,
+               src_labels, src_timestamps, src_sid_bytes, src_sid_offsets, r0, r1, ranges, m, pair, key_base,
                value_base, dense_table, at, offsets, keys, pairs, values, dense, indicators, labels, timestamps,
                sid_bytes, sid_offsets):
     """Copy a piece planned by ``measure_piece`` into the arrays of a batch.
 
-    Per table t of the block: ``sp_offsets[t]`` and ``from_dsl[t]`` (see ``copy_sparse_ranges``); dense matrix d
-    belongs to table ``dense_table[d]``.  Sparse features are numbered over all tables in order: feature f's ids go
-    to ``key_base[f]`` on in ``keys`` (``pairs`` when ``pair[f]``), its values to ``value_base[f]`` on in
-    ``values``, its row offsets to row f of ``offsets[t]``; only the row offsets of features with ``in_block[f]``
-    (see ``feature_bases``).  ``at`` (int64 [2T + 1]) says where the piece goes, and is advanced past it: ``at[t]``
-    is the next row of table t, ``at[T + k]`` the rows of table k + 1 packed so far (what ``indicators[k]`` counts
-    from), ``at[2T]`` the sample id bytes written.
+    Per table t of the block: ``sp_offsets[t]`` and ``from_dsl[t]`` (see ``copy_sparse_ranges``);
+    dense matrix d belongs to table ``dense_table[d]``.  Sparse features are numbered over all
+    tables in order: feature f's ids go to ``key_base[f]`` on in ``keys`` (``pairs`` when
+    ``pair[f]``), its values to ``value_base[f]`` on in ``values``, its row offsets to row f of
+    ``offsets[t]``.  ``at`` (int64 [2T + 1]) says where the piece goes, and is advanced past it:
+    ``at[t]`` is the next row of table t, ``at[T + k]`` the rows of table k + 1 packed so far (what
+    ``indicators[k]`` counts from), ``at[2T]`` the sample id bytes written.
     """
     tables = len(sp_offsets)
     row0 = at[0]
@@ -246,8 +235,8 @@ def copy_piece(sp_offsets, from_dsl, src_dense, refers, src_keys, src_hkeys, src
             offsets[t][:, 0] = 0
         f1 = f0 + nf
         at[t] = copy_sparse_ranges(sp_offsets[t], src_keys, src_hkeys, src_values, dsl_keys, dsl_values, from_dsl[t],
-                                   lo, hi, n, row, pair[f0:f1], in_block[f0:f1], key_base[f0:f1], value_base[f0:f1],
-                                   offsets[t], keys, pairs, values)
+                                   lo, hi, n, row, pair[f0:f1], key_base[f0:f1], value_base[f0:f1], offsets[t], keys,
+                                   pairs, values)
         for d in range(len(dense_table)):
             if dense_table[d] == t:
                 copy_dense_ranges(src_dense[d], lo, hi, n, dense[d], row)

@@ -89,19 +89,18 @@ def unique_ids(hkeys, keys, offsets, slots, places, uniq_h, uniq_k, inverse, cou
 
 
 @helper
-def unique_ids_of_batch(keys, pairs, block_keys, pair, in_block, key_base, counts, offsets, table_of, row_of, slots,
-                        places, work_counts, small, big, layout):
+def unique_ids_of_batch(keys, pairs, pair, key_base, counts, offsets, table_of, row_of, slots, places, work_counts,
+                        small, big, layout):
     """``unique_ids`` for every sparse feature of a batch, in one call.
 
-    Feature ``f`` has ``counts[f]`` ids from ``key_base[f]`` in ``keys`` (in ``pairs`` when ``pair[f]``,
-    in ``block_keys`` when ``in_block[f]``: see ``feature_bases``) and row offsets
-    ``offsets[table_of[f]][row_of[f]]``.  With ``F`` features, ``layout`` (int64 ``[3F + 2]``) gets
-    ``at = layout[:F + 1]`` and ``words = layout[F + 1:2F + 2]`` of ``unique_layout`` and then each
-    feature's count of unique ids.  Feature ``f``'s inverse goes to ``small[at[f]:]``, its unique rows to
-    ``small[at[F] + at[f]:]``, its unique ids to ``big[words[f]:]`` (pairs as (hkey, key) words) and its
-    unique row offsets to ``big[words[F] + at[f] + f:]`` (``unique_parts`` sizes ``big``, ``small`` and
-    ``layout``).  ``slots`` needs ``table_size(max(counts))`` entries, ``places`` room for max(counts),
-    ``work_counts`` for one more.
+    Feature ``f`` has ``counts[f]`` ids from ``key_base[f]`` in ``keys`` (or ``pairs`` when
+    ``pair[f]``) and row offsets ``offsets[table_of[f]][row_of[f]]``.  With ``F`` features, ``layout``
+    (int64 ``[3F + 2]``) gets ``at = layout[:F + 1]`` and ``words = layout[F + 1:2F + 2]`` of
+    ``unique_layout`` and then each feature's count of unique ids.  Feature ``f``'s inverse goes to
+    ``small[at[f]:]``, its unique rows to ``small[at[F] + at[f]:]``, its unique ids to ``big[words[f]:]``
+    (pairs as (hkey, key) words) and its unique row offsets to ``big[words[F] + at[f] + f:]``
+    (``unique_parts`` sizes ``big``, ``small`` and ``layout``).  ``slots`` needs
+    ``table_size(max(counts))`` entries, ``places`` room for max(counts), ``work_counts`` for one more.
     """
     nf = len(counts)
     at = layout[:nf + 1]
@@ -125,9 +124,8 @@ def unique_ids_of_batch(keys, pairs, block_keys, pair, in_block, key_base, count
             nunique[f] = unique_ids(pairs[kb:kb + n, 0], pairs[kb:kb + n, 1], row_offsets_in, table, places,
                                     uniq[:, 0], uniq[:, 1], inverse, work_counts, row_offsets, rows)
         else:
-            ids = block_keys[kb:kb + n] if in_block[f] else keys[kb:kb + n]
-            nunique[f] = unique_ids(keys[:0], ids, row_offsets_in, table, places, keys[:0], big[w:w + n], inverse,
-                                    work_counts, row_offsets, rows)
+            nunique[f] = unique_ids(keys[:0], keys[kb:kb + n], row_offsets_in, table, places, keys[:0], big[w:w + n],
+                                    inverse, work_counts, row_offsets, rows)
 
 
 @helper
@@ -143,8 +141,8 @@ def unique_layout(counts, pair, at, words):
 
 
 def unique_parts(nkeys, npairs, nf):
-    """The ``(shape, dtype)`` of ``big``, ``small`` and ``layout`` of ``unique_ids_of_batch`` for ``nf`` features
-    with ``nkeys`` 64-bit ids (in ``keys`` or ``block_keys``) and ``npairs`` in ``pairs``, as
-    ``BufferPool.lease_parts`` takes them (the batch builder leases them with the batch)."""
+    """The ``(shape, dtype)`` of ``big``, ``small`` and ``layout`` of ``unique_ids_of_batch`` for ``nf``
+    features with ``nkeys`` ids in ``keys`` and ``npairs`` in ``pairs``, as ``BufferPool.lease_parts``
+    takes them (the batch builder leases them with the batch)."""
     total = nkeys + npairs
     return [((nkeys + 2 * npairs + total + nf,), _INT64), ((2 * total,), _INT32), ((3 * nf + 2,), _INT64)]

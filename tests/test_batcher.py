@@ -133,23 +133,16 @@ def _plain(batch, layout):
        split_group=st.booleans())
 def test_batches_match_the_twin(data, shape, batch_size, pad, split_group):
     """Batches cut from 1-3 blocks (so some take pieces of two blocks), 1-3 tables, pairs, DSL features,
-    dense features, padding: every array the kernels fill is what the row-by-row twin gives, and a batch of one
-    piece views its block's ids rather than copy them."""
+    dense features, padding: every array the kernels fill is what the row-by-row twin gives."""
     layout, label_count = shape
     blocks = []
     for b in range(data.draw(st.integers(1, 3))):
         blocks.append(data.draw(_blocks(layout, label_count, 100 * b)))
     if not split_group:
         batch_size = max(batch_size, 3)  # a group has at most 3 samples
-    builder = BatchBuilder(_schema(layout, label_count), batch_size, pad)
-    built = list(cut_batches(blocks, builder, split_group=split_group,
-                             build=lambda pieces: (builder.build(pieces), list(pieces))))
-    assert sum(len(b) for b, _ in built) == sum(blk.nrows for blk in blocks)
-    for batch, pieces in built:
+    builder = BatchBuilder(_schema(layout, label_count), batch_size, pad, keep_pieces=True)
+    batches = list(cut_batches(blocks, builder, split_group=split_group))
+    assert sum(len(b) for b in batches) == sum(blk.nrows for blk in blocks)
+    for batch in batches:
         batch.validate()
-        assert _plain(batch, layout) == _twin(pieces, layout, label_count, batch_size, pad)
-        blk = pieces[0][0]
-        for f, pair in enumerate(layout[0][0]):  # one piece: table 0's serialized ids are views of the block
-            dsl = blk.tables[0].from_dsl is not None and blk.tables[0].from_dsl[f]
-            viewed = len(pieces) == 1 and not pair and not dsl and len(batch[f"s0{f}"].ids) > 0
-            assert np.shares_memory(batch[f"s0{f}"].ids, blk.sp_keys) == viewed
+        assert _plain(batch, layout) == _twin(batch.pieces, layout, label_count, batch_size, pad)

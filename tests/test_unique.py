@@ -34,10 +34,8 @@ _row = st.lists(st.tuples(st.integers(-1, 1) | st.integers(-2 ** 63, 2 ** 63 - 1
 def test_kernel_matches_twin(data, tables, pair):
     """The sparse features of a batch over its tables (``tables`` gives each table's rows), laid out as
     the batch builder lays them (the ids of every serialized feature in one array, of every pair feature
-    in another, or, for serialized features left in the block, in the block's array after other ids), in one
-    call."""
+    in another), in one call."""
     pair = np.array(pair, np.bool_)
-    in_block = np.array([not p and data.draw(st.booleans()) for p in pair], np.bool_)
     table_of = np.array(sorted(data.draw(st.lists(st.integers(0, len(tables) - 1), min_size=len(pair),
                                                   max_size=len(pair)))), np.int64)
     row_of = np.array([f - int(np.searchsorted(table_of, t)) for f, t in enumerate(table_of)], np.int64)
@@ -50,22 +48,17 @@ def test_kernel_matches_twin(data, tables, pair):
     counts = np.array([len(ids) for ids in flat], np.int64)
     as_pairs = [np.array(ids, np.int64).reshape(len(ids), 2) for ids in flat]
     ids = [a if p else a[:, 1] for a, p in zip(as_pairs, pair)]
-    copied = [not p and not b for p, b in zip(pair, in_block)]
-    keys = np.concatenate([np.empty(0, np.int64)] + [a for a, c in zip(ids, copied) if c])
+    keys = np.concatenate([np.empty(0, np.int64)] + [a for a, p in zip(ids, pair) if not p])
     pairs = np.concatenate([np.empty((0, 2), np.int64)] + [a for a, p in zip(ids, pair) if p])
-    gap = data.draw(st.integers(0, 3))  # the block's ids of other rows before the batch's
-    block_keys = np.concatenate([np.full(gap, 7, np.int64)] + [a for a, b in zip(ids, in_block) if b])
     key_base = np.zeros(len(pair), np.int64)
     for f in range(len(pair)):
-        kind = (pair[f], in_block[f])
-        key_base[f] = gap * in_block[f] + sum(counts[g] for g in range(f) if (pair[g], in_block[g]) == kind)
+        key_base[f] = sum(counts[g] for g in range(f) if pair[g] == pair[f])
     row_offsets = [offsets[t][r] for t, r in zip(table_of, row_of)]
     feats = [SparseFeature(f"f{f}", a, np.ones(len(a), np.float32), o)
              for f, (a, o) in enumerate(zip(ids, row_offsets))]
-    serialized = len(keys) + len(block_keys) - gap
-    big, small, layout = BufferPool().lease_parts(unique_parts(serialized, len(pairs), len(pair)))
-    add_unique_ids(feats, keys, pairs, block_keys, pair, in_block, key_base, counts, offsets, table_of, row_of, big,
-                   small, layout, UniqueScratch())
+    big, small, layout = BufferPool().lease_parts(unique_parts(len(keys), len(pairs), len(pair)))
+    add_unique_ids(feats, keys, pairs, pair, key_base, counts, offsets, table_of, row_of, big, small, layout,
+                   UniqueScratch())
     for f, feat in enumerate(feats):
         order, inverse, rows_of = naive_unique(feat.ids, row_offsets[f])
         got_u = [tuple(u) for u in feat.unique_ids.tolist()] if pair[f] else feat.unique_ids.tolist()

@@ -49,12 +49,6 @@ class BatchBuilder:
         sparse = [s for t in range(self.tables) for s in schema.sparse_in(t)]
         dense = [s for t in range(self.tables) for s in schema.dense_in(t)]
         self.pair = np.array([not s.serialized for s in sparse], np.bool_)
-        # A batch of one piece views the ids and values of table 0's serialized features in the block (rows of
-        # table 0 go to one batch only).  Not with keep_pieces: the groups used go through the ops again.
-        self.viewable = np.array([s.table == 0 and s.serialized and not keep_pieces for s in sparse], np.bool_)
-        self.views = bool(self.viewable.any())
-        self.table0_sparse = len(schema.sparse_in(0))
-        self._copied = np.zeros(len(sparse), np.bool_)  # no feature left in the block
         self.dense_table = np.array([s.table for s in dense], np.int64)
         bounds = np.cumsum([0] + [len(schema.sparse_in(t)) for t in range(self.tables)]).tolist()
         self.table_bounds = list(enumerate(zip(bounds, bounds[1:])))  # (t, (first feature, end))
@@ -81,8 +75,6 @@ class BatchBuilder:
         Two kernel calls a piece and one lease a batch: ``measure_piece`` sizes every array, one
         pooled buffer holds them all, ``copy_piece`` fills them (the Python around the kernels was
         half of a batch's build, and every call into a kernel is a point where the GIL changes hands).
-        A batch of one piece leaves the ids and values of table 0's serialized features in the block, and
-        views them there (``viewable``): the bulk of a batch's ids is then not copied at all.
         """
         t0 = time.perf_counter()
         nt = self.tables
@@ -96,8 +88,6 @@ class BatchBuilder:
             ranges, m = measure_piece(blk.group_offsets, refers, sp_offsets, blk.sid_offsets, r0, r1, counts, rows,
                                       sid_total)
             plans.append((args, ranges, m))
-        first, first_row = pieces[0][0], pieces[0][1]
-        in_block = self._in_block(first) if len(pieces) == 1 and self.views else self._copied
         n = int(rows[0])
         rows0 = self.batch_size if self.pad else n
         if rows0 > n:
@@ -105,8 +95,7 @@ class BatchBuilder:
             rows[0] = rows0
         key_base = np.empty(len(self.pair), np.int64)
         value_base = np.empty(len(self.pair), np.int64)
-        nkeys, npairs, nvalues, nviewed = feature_bases(counts, self.pair, in_block, first.tables[0].sp_offsets,
-                                                        first_row, key_base, value_base)
+        nkeys, npairs, nvalues = feature_bases(counts, self.pair, key_base, value_base)
         r = rows.tolist()
         parts = [((nkeys,), _INT64), ((npairs, 2), _INT64), ((nvalues,), _FLOAT32)]
         parts += [((f1 - f0, r[t] + 1), _INT64) for t, (f0, f1) in self.table_bounds]
@@ -116,7 +105,7 @@ class BatchBuilder:
                   ((n + 1,), _INT64)]
         unique = self.unique and len(self.pair) > 0
         if unique:  # the unique-id thread's outputs share the batch's buffer: one lease a batch in all
-            parts += unique_parts(nkeys + nviewed, npairs, len(self.pair))
+            parts += unique_parts(nkeys, npairs, len(self.pair))
         arrays = self.pool.lease_parts(parts)
         if unique:
             unique_out, arrays = arrays[-3:], arrays[:-3]
@@ -130,20 +119,16 @@ class BatchBuilder:
         at = np.zeros(2 * nt + 1, np.int64)
         for (blk, r0, r1), (args, ranges, m) in zip(pieces, plans):
             copy_piece(*args, blk.labels, blk.timestamps, blk.sid_bytes, blk.sid_offsets, r0, r1, ranges, m,
-                       self.pair, in_block, key_base, value_base, self.dense_table, at, offsets, keys, pairs, values,
-                       dense_out, indicators_out, labels, timestamps, sid_bytes, sid_offsets)
+                       self.pair, key_base, value_base, self.dense_table, at, offsets, keys, pairs, values, dense_out,
+                       indicators_out, labels, timestamps, sid_bytes, sid_offsets)
         pad_batch(at, rows, offsets, dense_out, self.dense_table, indicators_out, labels, timestamps)
-        kb, vb, c, viewed = key_base.tolist(), value_base.tolist(), counts.tolist(), in_block.tolist()
+        kb, vb, c = key_base.tolist(), value_base.tolist(), counts.tolist()
         features = {}
         feats = [None] * len(c)  # the SparseFeatures in kernel order
         for name, is_sparse, i, t, row, is_pair in self.layout:
             if is_sparse:
-                if viewed[i]:
-                    ids, vals = first.sp_keys[kb[i]:kb[i] + c[i]], first.sp_values[kb[i]:kb[i] + c[i]]
-                else:
-                    ids = pairs[kb[i]:kb[i] + c[i]] if is_pair else keys[kb[i]:kb[i] + c[i]]
-                    vals = values[vb[i]:vb[i] + c[i]]
-                features[name] = feats[i] = SparseFeature(name, ids, vals, offsets[t][row])
+                ids = pairs[kb[i]:kb[i] + c[i]] if is_pair else keys[kb[i]:kb[i] + c[i]]
+                features[name] = feats[i] = SparseFeature(name, ids, values[vb[i]:vb[i] + c[i]], offsets[t][row])
             else:
                 features[name] = dense[i]
         batch = Batch(n, labels, timestamps, sid_bytes, sid_offsets, features, indicators,
@@ -152,20 +137,11 @@ class BatchBuilder:
         if self.keep_pieces:
             batch.pieces = list(pieces)
         if unique:
-            batch.unique_work = (feats, keys, pairs, first.sp_keys, self.pair, in_block, key_base, counts, offsets,
-                                 self.sparse_table, self.sparse_row, *unique_out)
+            batch.unique_work = (feats, keys, pairs, self.pair, key_base, counts, offsets, self.sparse_table,
+                                 self.sparse_row, *unique_out)
         if self.stats is not None:
             self.stats.stage("batch", t0, time.perf_counter(), size=n)
         return batch
-
-    def _in_block(self, blk):
-        """Which features a batch of one piece of ``blk`` views in it: ``viewable`` but for DSL outputs."""
-        from_dsl = blk.tables[0].from_dsl
-        if from_dsl is None:
-            return self.viewable
-        in_block = self.viewable.copy()
-        in_block[:self.table0_sparse] &= ~from_dsl
-        return in_block
 
     def scratch(self):
         """This thread's ``UniqueScratch``."""
@@ -223,21 +199,21 @@ class UniqueScratch:
         return self.slots, self.places, self.work_counts
 
 
-def add_unique_ids(feats, keys, pairs, block_keys, pair, in_block, key_base, counts, offsets, table_of, row_of, big,
-                   small, layout, scratch):
-    """Fill ``unique_ids``, ``inverse``, ``unique_rows`` and ``unique_row_offsets`` of the SparseFeatures ``feats``
-    of a batch, whose ids are ``counts[f]`` from ``key_base[f]`` in ``keys`` (``pairs`` when ``pair[f]``, the
-    block's ``block_keys`` when ``in_block[f]``) and whose row offsets are ``offsets[table_of[f]][row_of[f]]``, into
-    ``big``, ``small`` and ``layout`` (``unique_parts``; the batch builder leases them with the batch): one kernel
-    call for them all (each call into a kernel gives up the GIL, and the other pipeline threads hold it).
+def add_unique_ids(feats, keys, pairs, pair, key_base, counts, offsets, table_of, row_of, big, small, layout,
+                   scratch):
+    """Fill ``unique_ids``, ``inverse``, ``unique_rows`` and ``unique_row_offsets`` of the SparseFeatures
+    ``feats`` of a batch, whose ids are ``counts[f]`` from ``key_base[f]`` in ``keys`` (``pairs`` when
+    ``pair[f]``) and whose row offsets are ``offsets[table_of[f]][row_of[f]]``, into ``big``, ``small``
+    and ``layout`` (``unique_parts``; the batch builder leases them with the batch): one kernel call for
+    them all (each call into a kernel gives up the GIL, and the other pipeline threads hold it).
 
     ``big`` holds, as int64, every feature's unique ids and then their row offsets, ``small``, as int32,
     every inverse and then every feature's unique rows.
     """
     nf = len(feats)
     total = len(small) // 2
-    unique_ids_of_batch(keys, pairs, block_keys, pair, in_block, key_base, counts, offsets, table_of, row_of,
-                        *scratch.room(total), small, big, layout)
+    unique_ids_of_batch(keys, pairs, pair, key_base, counts, offsets, table_of, row_of, *scratch.room(total), small,
+                        big, layout)
     where = layout.tolist()
     at, words, nunique = where[:nf + 1], where[nf + 1:2 * nf + 2], where[2 * nf + 2:]
     nwords = words[nf]
