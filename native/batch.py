@@ -165,12 +165,35 @@ def feature_bases(counts, pair, key_base, value_base):
     return nk, npair, nv
 
 
+@helper
+def merge_adjacent(ranges, m):
+    """Merge each group's ranges ``ranges[t, :, g]`` (g < m) into the previous group's where they follow them
+    in every aux table, as consecutive groups with their own aux rows do; returns the ranges left.  The
+    rows a piece takes, and the indicators to them, are the same: the copies just run over fewer ranges
+    (a synthetic pb piece had ~90 groups, each with one aux row, and its aux features were copied a group
+    at a time)."""
+    tables = ranges.shape[0]
+    k = 0
+    for g in range(1, m):
+        follows = True
+        for t in range(1, tables):
+            if ranges[t, 0, g] != ranges[t, 1, k]:
+                follows = False
+        if not follows:
+            k += 1
+        for t in range(tables):
+            if not follows:
+                ranges[t, 0, k] = ranges[t, 0, g]
+            ranges[t, 1, k] = ranges[t, 1, g]
+    return k + 1 if m > 0 else 0
+
+
 @njit(cache=True)  # keeps the GIL as a ``brief`` helper does (microseconds a piece), but allocates its ranges
 def measure_piece(group_offsets, refers, sp_offsets, sid_offsets, r0, r1, counts, rows, sid_bytes):
     """Plan the piece of rows ``r0:r1`` of table 0 of a block, for a batch; returns ``(ranges, m)``.
 
     ``ranges[t, 0, g]:ranges[t, 1, g]`` (g < m) are the rows of table t the piece takes: one range
-    per group when there are aux tables (``refers[k]``, the row of table k + 1 each row of table k
+    per group (or run of groups, ``merge_adjacent``) when there are aux tables (``refers[k]``, the row of table k + 1 each row of table k
     refers to), else the one range ``r0:r1``.  Adds the piece's sizes: to ``counts`` the values of
     every sparse feature (tables in order, ``sp_offsets[t]`` theirs), to ``rows[t]`` the rows of
     table t and to ``sid_bytes[0]`` its sample id bytes.
@@ -186,6 +209,7 @@ def measure_piece(group_offsets, refers, sp_offsets, sid_offsets, r0, r1, counts
         m = group_ranges(group_offsets, r0, r1, ranges[0, 0], ranges[0, 1])
         for k in range(tables - 1):
             refer_ranges(refers[k], ranges[k, 0], ranges[k, 1], m, ranges[k + 1, 0], ranges[k + 1, 1])
+        m = merge_adjacent(ranges, m)
     f0 = 0
     for t in range(tables):
         offsets = sp_offsets[t]
