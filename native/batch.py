@@ -193,8 +193,8 @@ def measure_piece(group_offsets, refers, sp_offsets, sid_offsets, r0, r1, counts
     """Plan the piece of rows ``r0:r1`` of table 0 of a block, for a batch; returns ``(ranges, m)``.
 
     ``ranges[t, 0, g]:ranges[t, 1, g]`` (g < m) are the rows of table t the piece takes: one range
-    per group (or run of groups, ``merge_adjacent``) when there are aux tables (``refers[k]``, the row of table k + 1 each row of table k
-    refers to), else the one range ``r0:r1``.  Adds the piece's sizes: to ``counts`` the values of
+    per group (or run of groups, ``merge_adjacent``) when there are aux tables (``refers[k]``, the row
+    of table k + 1 each row of table k refers to), else the one range ``r0:r1``.  Adds the piece's sizes: to ``counts`` the values of
     every sparse feature (tables in order, ``sp_offsets[t]`` theirs), to ``rows[t]`` the rows of
     table t and to ``sid_bytes[0]`` its sample id bytes.
     """
