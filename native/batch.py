@@ -192,11 +192,11 @@ def merge_adjacent(ranges, m):
 def measure_piece(group_offsets, refers, sp_offsets, sid_offsets, r0, r1, counts, rows, sid_bytes):
     """Plan the piece of rows ``r0:r1`` of table 0 of a block, for a batch; returns ``(ranges, m)``.
 
-    ``ranges[t, 0, g]:ranges[t, 1, g]`` (g < m) are the rows of table t the piece takes: one range
-    per group (or run of groups, ``merge_adjacent``) when there are aux tables (``refers[k]``, the row
-    of table k + 1 each row of table k refers to), else the one range ``r0:r1``.  Adds the piece's sizes: to ``counts`` the values of
-    every sparse feature (tables in order, ``sp_offsets[t]`` theirs), to ``rows[t]`` the rows of
-    table t and to ``sid_bytes[0]`` its sample id bytes.
+    ``ranges[t, 0, g]:ranges[t, 1, g]`` (g < m) are the rows of table t the piece takes: one range per group (or
+    run of groups, ``merge_adjacent``) when there are aux tables (``refers[k]``, the row of table k + 1 each row
+    of table k refers to), else the one range ``r0:r1``.  Adds the piece's sizes: to ``counts`` the values of every
+    sparse feature (tables in order, ``sp_offsets[t]`` theirs), to ``rows[t]`` the rows of table t and to
+    ``sid_bytes[0]`` its sample id bytes.
     """
     tables = len(sp_offsets)
     if tables == 1:
