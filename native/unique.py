@@ -75,7 +75,7 @@ def unique_ids(hkeys, keys, offsets, slots, places, uniq_h, uniq_k, inverse, cou
         total += counts[u]
         unique_row_offsets[u + 1] = total
     # Each id's row counts the rows that start at or before it, marked where they start: one flat loop over
-    # the ids (a loop a row cost more than its ids in the one-id rows of most features: 0.92-0.96x the time).
+    # the ids (a loop a row cost more than its ids in the one-id rows of most features: 0.95-0.97x the time).
     starts = counts[:n + 1]
     starts[:] = 0
     for r in range(1, len(offsets) - 1):

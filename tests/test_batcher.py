@@ -2,6 +2,7 @@
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
+from ingest._native.batch import merge_adjacent
 from ingest.features import Schema, make_feature
 from ingest.pipeline.batcher import BatchBuilder, cut_batches
 from ingest.pipeline.block import Block, Table
@@ -146,3 +147,27 @@ def test_batches_match_the_twin(data, shape, batch_size, pad, split_group):
     for batch in batches:
         batch.validate()
         assert _plain(batch, layout) == _twin(batch.pieces, layout, label_count, batch_size, pad)
+
+
+@given(data=st.data(), tables=st.integers(2, 3), m=st.integers(1, 8))
+def test_merge_adjacent_matches_twin(data, tables, m):
+    """Runs of groups whose ranges follow each other in every aux table become one range (table 0's ranges,
+    consecutive groups, always follow each other); the rows they cover, in order, are unchanged."""
+    ends = [np.cumsum(data.draw(st.lists(st.integers(1, 3), min_size=m, max_size=m))) for _ in range(tables)]
+    ranges = np.zeros((tables, 2, m + 2), np.int64)
+    for t in range(tables):  # each group's rows, and now and then a gap or a row shared with the group before
+        shift = np.cumsum(data.draw(st.lists(st.integers(-1, 1), min_size=m, max_size=m))) if t else np.zeros(m)
+        ranges[t, 1, :m] = ends[t] + 5 + shift
+        ranges[t, 0, :m] = ranges[t, 1, :m] - np.diff(np.concatenate([[0], ends[t]]))
+    want = []  # the twin: (first group, last group) of each run
+    for g in range(m):
+        if want and all(ranges[t, 0, g] == ranges[t, 1, g - 1] for t in range(1, tables)):
+            want[-1] = (want[-1][0], g)
+        else:
+            want.append((g, g))
+    before = ranges.copy()
+    k = merge_adjacent(ranges, m)
+    assert k == len(want)
+    for j, (a, b) in enumerate(want):
+        assert ranges[:, 0, j].tolist() == before[:, 0, a].tolist()
+        assert ranges[:, 1, j].tolist() == before[:, 1, b].tolist()

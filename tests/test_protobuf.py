@@ -241,6 +241,32 @@ def test_canonical_fast_path_agrees_with_protobuf(tmp_path, feature):
     assert any(got[0]["sparse"].values()) == (name == "a")  # not vacuous: a declared feature delivers
 
 
+@given(ids=st.lists(st.integers(0, 10 ** 5), min_size=0, max_size=12), data=st.data(),
+       filled=st.integers(0, 1 << 20), consumed=st.integers(0, 3))
+def test_region_room_matches_twin(ids, data, filled, consumed):
+    """The regions of a chunk (``region_room``) and the count of what it decoded (``region_decoded``) against
+    numpy formulas: ids a byte seen so far, scaled to the chunk, a fifth more and the spare, at least the floor."""
+    n = len(ids)
+    # a value takes 4 bytes or more: the ids came from at least 4 bytes each
+    seen = data.draw(st.integers(4 * sum(ids), 1 << 30)) if sum(ids) else data.draw(st.sampled_from([0, 1 << 20]))
+    floor = np.array(data.draw(st.lists(st.integers(0, 1 << 16), min_size=n, max_size=n)), np.int64)
+    room = pf._Room(n)
+    room.ids[:], room.bytes, room.floor[:] = ids, seen, floor
+    first, cur, lim, keys, _, _ = room.columns(filled)
+    if seen:
+        want = (np.array(ids, np.int64) * (1.2 * filled / seen)).astype(np.int64) + room.SPARE
+    else:
+        want = np.full(n, filled // (4 * max(n, 1)) + room.SPARE, np.int64)
+    want = np.maximum(want, floor)
+    assert lim.tolist() == np.cumsum(want).tolist() and (lim - first).tolist() == want.tolist()
+    assert cur.tolist() == first.tolist() and len(keys) == int(want.sum())
+    wrote = [data.draw(st.integers(0, int(w))) for w in want]
+    cur += np.array(wrote, np.int64)
+    room.decoded(consumed)
+    assert room.ids.tolist() == [a + w for a, w in zip(ids, wrote)] and room.bytes == seen + consumed
+    assert room.floor.tolist() == ([0] * n if consumed else floor.tolist())
+
+
 def test_columns_outgrown_mid_unit_cut_blocks_short_and_lose_nothing(tmp_path):
     """Each sparse feature gets a region of a chunk's columns sized from the ids seen so far in the unit: a
     feature that first shows up late, or grows, outgrows it.  The block is then cut before that record,
