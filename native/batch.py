@@ -179,11 +179,12 @@ def merge_adjacent(ranges, m):
         for t in range(1, tables):
             if ranges[t, 0, g] != ranges[t, 1, k]:
                 follows = False
-        if not follows:
+                break
+        if not follows:  # a range of its own
             k += 1
-        for t in range(tables):
-            if not follows:
+            for t in range(tables):
                 ranges[t, 0, k] = ranges[t, 0, g]
+        for t in range(tables):
             ranges[t, 1, k] = ranges[t, 1, g]
     return k + 1 if m > 0 else 0
 
