@@ -73,9 +73,13 @@ def webhdfs_address(namenode_host):
     if url:
         parts = urllib.parse.urlsplit(url)
         return parts.hostname, parts.port or _WEBHDFS_PORT
-    site = os.path.join(os.environ.get("HADOOP_CONF_DIR", ""), "hdfs-site.xml")
-    if os.environ.get("HADOOP_CONF_DIR") and os.path.exists(site):
-        found = _site_http_address(site, os.stat(site).st_mtime_ns)
+    if os.environ.get("HADOOP_CONF_DIR"):
+        site = os.path.join(os.environ["HADOOP_CONF_DIR"], "hdfs-site.xml")
+        try:
+            mtime_ns = os.stat(site).st_mtime_ns
+        except FileNotFoundError:
+            mtime_ns = None
+        found = None if mtime_ns is None else _site_http_address(site, mtime_ns)
         if found is not None:
             host, port = found
             return (namenode_host if host in ("", "0.0.0.0") else host), port
