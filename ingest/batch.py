@@ -3,6 +3,7 @@ import numpy as np
 
 from ._native.batch import fixed_width_rows
 from .errors import IngestError
+from .optional import require
 
 __all__ = ["Batch", "SparseFeature", "InvalidBatchError"]
 
@@ -152,10 +153,7 @@ class Batch:
 
     def to_torch(self):
         """torch tensors of ``arrays()`` by the same names, sharing memory with the batch."""
-        try:
-            import torch
-        except ImportError as exc:
-            raise ImportError("to_torch() needs PyTorch: pip install 'ingest[torch]'") from exc
+        torch = require("torch", "torch", "torch")
         return {name: torch.from_numpy(arr) for name, arr in self.arrays().items()}
 
     def release(self):

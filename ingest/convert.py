@@ -16,7 +16,6 @@ import os
 import tempfile
 import uuid
 
-import fsspec
 import numpy as np
 
 from ._native.encode import encode_groups, identical_features, write_text_rows
@@ -24,11 +23,13 @@ from .discover import scan_features
 from .errors import ConfigError, DataError
 from .features import DenseLayout
 from .formats import FileType
+from .optional import require
 from .formats.protobuf import ProtobufFormat
 from .formats.text import TextFormat
 from .pipeline.block import Block
 from .sources import expand_paths, plan_units
 from .sources.compression import compressed_writer, infer_compression, strip_suffix
+from .sources.filesystems import url_to_fs
 from .sources.kafka import is_kafka
 
 __all__ = ["choose_aux", "convert", "format_of", "LEAD_BYTES"]
@@ -144,7 +145,7 @@ class _AtomicWriter:
 
     def __init__(self, url):
         self.url = url
-        self.fs, self.path = fsspec.core.url_to_fs(url)
+        self.fs, self.path = url_to_fs(url)
         parent, name = os.path.split(self.path)
         self.tmp = os.path.join(parent, f".{name}.{uuid.uuid4().hex[:8]}.tmp")
         if parent:
@@ -250,7 +251,7 @@ def _records_to_text(unit, schema, simple, write, first_group):
 # -- driver -----------------------------------------------------------------------------------------
 def _output_plan(inputs, output, dst):
     """``[(input files, output url)]``: one output file, or one per input file in a directory."""
-    fs, path = fsspec.core.url_to_fs(output)
+    fs, path = url_to_fs(output)
     is_dir = (output.endswith("/") or (fs.exists(path) and fs.isdir(path))
               or (len(inputs) > 1 and not os.path.splitext(path)[1]))
     if not is_dir:
@@ -325,7 +326,7 @@ def convert(inputs, output, *, src=None, dst=None, aux=None, threads=None, sched
     plan = _output_plan(files, output, dst)
     job = dict(src=src, dst=dst, aux=aux, features=features, threads=threads)
     if scheduler:
-        from dask.distributed import Client
+        Client = require("dask.distributed", "distributed", "dask").Client
         with Client(scheduler) as client:
             futures = client.map(lambda item: _convert_one(item[0], item[1], **job), plan, pure=False)
             results = client.gather(futures)

@@ -5,7 +5,6 @@ same alignment as byte-range work units) or whole length-prefixed records (pb, s
 ``message_bytes`` each, sent round-robin over the topic's partitions (or those named in
 the URL), so that ``kafka://`` readers see exactly the samples of the files.
 """
-import fsspec
 import numpy as np
 
 from .convert import format_of
@@ -15,6 +14,7 @@ from .formats.protobuf import DEFAULT_MAX_RECORD_BYTES, record_starts
 from .formats.text import group_start_at_or_after
 from .sources import expand_paths
 from .sources.compression import infer_compression
+from .sources.filesystems import open_url
 from .sources.kafka import parse_kafka_url
 
 __all__ = ["produce"]
@@ -58,7 +58,7 @@ def produce(inputs, url, file_type=None, message_bytes=1 << 20, log=print, **pro
     try:
         for path, size in files:
             ftype = format_of(path, file_type)
-            with fsspec.open(path, "rb") as f:
+            with open_url(path, "rb") as f:
                 cuts = _cuts(f, size, ftype, message_bytes)
                 for a, b in zip(cuts, cuts[1:]):
                     f.seek(a)

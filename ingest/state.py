@@ -13,10 +13,9 @@ import hashlib
 import json
 import os
 
-import fsspec
-
 from .errors import ConfigError, StateError
 from .pipeline.progress import Progress
+from .sources.filesystems import open_url, url_to_fs
 from .sources.kafka import is_kafka
 
 __all__ = ["FORMAT", "VERSION", "header", "encode", "decode", "check", "unit_digest", "write_atomic", "read"]
@@ -75,7 +74,7 @@ def check(obj, name, options, units):
 
 def write_atomic(url, data):
     """Write ``data`` to ``url`` (any fsspec URL) so that a reader of ``url`` sees the old or the new bytes."""
-    fs, path = fsspec.core.url_to_fs(url)
+    fs, path = url_to_fs(url)
     tmp = f"{path}.tmp-{os.getpid()}"
     with fs.open(tmp, "wb") as f:
         f.write(data)
@@ -93,7 +92,7 @@ def write_atomic(url, data):
 def read(url, missing_ok=False):
     """The bytes of a saved state; None when there is none and ``missing_ok``."""
     try:
-        with fsspec.open(url, "rb") as f:
+        with open_url(url, "rb") as f:
             return f.read()
     except FileNotFoundError as exc:
         if missing_ok:

@@ -12,7 +12,22 @@ from ingest import synthetic
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "samples"
-XDL = ROOT.parent / "shared" / "data" / "xdl"
+# XDL's own sample files (from its public repository) are not shipped: tests that read them find them here
+XDL = Path(os.environ.get("INGEST_XDL_DATA", ROOT.parent / "shared" / "data" / "xdl"))
+
+
+def xdl(name):
+    """The path of XDL's sample file ``name``; the test is skipped, saying what to set, where it is absent."""
+    path = XDL / name
+    if not path.exists():
+        pytest.skip(f"XDL's sample file {name} is not in {XDL}: set INGEST_XDL_DATA to the folder holding "
+                    f"XDL's sample files (sample.txt, sample2.txt, tdm.dat, tdm_serving_sample.dat, zlib_test_data)")
+    return path
+
+
+def sample_file(source):
+    """A parametrized input: a Path of the project's, or ``("xdl", name)`` for one of XDL's (``xdl()``)."""
+    return xdl(source[1]) if isinstance(source, tuple) else source
 
 settings.register_profile("default", max_examples=200, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -132,7 +147,8 @@ def services():
     services on 127.0.0.1.
 
     CI starts them (``scripts/services.sh start`` in ``.ci/run``) and exports the addresses;
-    otherwise this fixture starts them for the session and stops them after.
+    otherwise this fixture starts them for the session, exports their addresses to the environment (so that
+    the processes tests start use them too) and stops them when pytest exits.
     """
     names = ("KAFKA_BOOTSTRAP", "HDFS_URL", "WEBHDFS_URL", "HADOOP_CONF_DIR")
     if all(n in os.environ for n in names):
@@ -143,6 +159,16 @@ def services():
     done = subprocess.run([script, "start"], capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, f"scripts/services.sh start failed:\n{done.stderr[-3000:]}"
     found = dict(line.split("=", 1) for line in done.stdout.split() if "=" in line)
-    yield {n: found[n] for n in names}
-    if not was_running:
-        subprocess.run([script, "stop"], capture_output=True)
+    addresses = {n: found[n] for n in names}
+    saved = {n: os.environ.get(n) for n in names}
+    os.environ.update(addresses)
+    try:
+        yield addresses
+    finally:
+        for n, value in saved.items():
+            if value is None:
+                os.environ.pop(n, None)
+            else:
+                os.environ[n] = value
+        if not was_running:
+            subprocess.run([script, "stop"], capture_output=True)

@@ -2,7 +2,7 @@
 import json
 
 from ingest.cli import bench, main as ingest_main
-from conftest import SAMPLES, XDL
+from conftest import SAMPLES, xdl
 
 
 def test_bench_synthetic_json_counts_every_sample(capsys):
@@ -15,7 +15,7 @@ def test_bench_synthetic_json_counts_every_sample(capsys):
 
 
 def test_bench_features_auto_on_a_real_file(capsys):
-    assert ingest_main.main(["bench", str(XDL / "tdm.dat"), "--features", "auto", "--json"]) in (0, None)
+    assert ingest_main.main(["bench", str(xdl("tdm.dat")), "--features", "auto", "--json"]) in (0, None)
     out = json.loads(capsys.readouterr().out)
     assert out["samples"] == 5000
 

@@ -10,7 +10,7 @@ from ingest.cli import main as cli
 from ingest.convert import choose_aux, convert
 from ingest.discover import scan_text_features
 
-from conftest import SAMPLES, XDL, key_of, read_samples
+from conftest import SAMPLES, key_of, read_samples, sample_file, xdl
 from pbwire import frame
 
 quiet = {"log": lambda *_: None}
@@ -26,9 +26,10 @@ def _all_samples(path, file_type="txt"):
     return read_samples(reader)
 
 
-@pytest.mark.parametrize("source", [SAMPLES / "ads.txt", XDL / "tdm.dat", XDL / "sample.txt", XDL / "sample2.txt"])
+@pytest.mark.parametrize("source", [SAMPLES / "ads.txt", ("xdl", "tdm.dat"), ("xdl", "sample.txt"), ("xdl", "sample2.txt")])
 @pytest.mark.parametrize("via", ["pb", "spb"])
 def test_text_round_trip_reproduces_every_sample(tmp_path, source, via):
+    source = sample_file(source)
     mid = tmp_path / f"mid.{via}"
     back = tmp_path / "back.txt"
     convert([str(source)], str(mid), aux="auto" if via == "pb" else None, threads=2, **quiet)
@@ -42,7 +43,7 @@ def test_text_round_trip_reproduces_every_sample(tmp_path, source, via):
 
 def test_pb_groups_match_text_groups(tmp_path):
     """Groups survive text -> pb -> text: the group structure seen by the reader is the same."""
-    src = XDL / "tdm.dat"
+    src = xdl("tdm.dat")
     convert([str(src)], str(tmp_path / "t.pb"), aux="auto", **quiet)
     convert([str(tmp_path / "t.pb")], str(tmp_path / "t.txt"), **quiet)
     counts = [ingest.inspect(str(p), n=0)["groups"] for p in (src, tmp_path / "t.pb", tmp_path / "t.txt")]
@@ -88,11 +89,11 @@ def test_structured_compression_stores_aux_lines_once_per_distinct_content(tmp_p
 def test_pb_is_smaller_and_directory_output_has_one_file_per_input(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
-    inputs = [str(SAMPLES / "ads.txt"), str(XDL / "sample.txt")]
+    inputs = [str(SAMPLES / "ads.txt"), str(SAMPLES / "xdl_example.txt")]
     summary = convert(inputs, str(out) + "/", dst="pb", aux="auto", **quiet)
-    assert sorted(p.name for p in out.iterdir()) == ["ads.pb", "sample.pb"]
+    assert sorted(p.name for p in out.iterdir()) == ["ads.pb", "xdl_example.pb"]
     assert (out / "ads.pb").stat().st_size * 2 < (SAMPLES / "ads.txt").stat().st_size
-    assert summary["outputs"] == [str(out / "ads.pb"), str(out / "sample.pb")]
+    assert summary["outputs"] == [str(out / "ads.pb"), str(out / "xdl_example.pb")]
 
 
 @pytest.mark.parametrize("suffix", [".zst", ".lz4", ".gz"])
@@ -137,7 +138,7 @@ def test_cli_convert_and_inspect(tmp_path, capsys):
     assert info["format"] == "pb" and info["samples"] == 1000 and info["label_count"] == 2
     assert [f["name"] for f in info["tables"][1]] == ["uid", "age", "gender", "clk_hist", "cate_pref", "user_emb"]
     assert info["first"][0]["sample_id"] == "pv0_0" and "uid" in info["first"][0]
-    assert cli.main(["inspect", str(XDL / "sample.txt")]) == 0
+    assert cli.main(["inspect", str(xdl("sample.txt"))]) == 0
     text = capsys.readouterr().out
     assert "samples 4 in 2 groups, 2 labels" in text and "table 0: ufav3 (sparse)" in text
 
@@ -153,13 +154,13 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
 def test_dask_scheduler_writes_the_same_files(tmp_path):
     """--scheduler: a Dask cluster (here an in-process one) writes one output per input."""
     from distributed import LocalCluster
-    inputs = [str(SAMPLES / "ads.txt"), str(XDL / "sample.txt")]
+    inputs = [str(SAMPLES / "ads.txt"), str(SAMPLES / "xdl_example.txt")]
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
         summary = convert(inputs, str(tmp_path / "dask") + "/", dst="pb", aux=["uid"],
                           scheduler=cluster.scheduler_address, **quiet)
     convert(inputs, str(tmp_path / "local") + "/", dst="pb", aux=["uid"], **quiet)
-    assert [p.rsplit("/", 1)[1] for p in summary["outputs"]] == ["ads.pb", "sample.pb"]
-    for name in ("ads.pb", "sample.pb"):
+    assert [p.rsplit("/", 1)[1] for p in summary["outputs"]] == ["ads.pb", "xdl_example.pb"]
+    for name in ("ads.pb", "xdl_example.pb"):
         assert (tmp_path / "dask" / name).read_bytes() == (tmp_path / "local" / name).read_bytes()
 
 

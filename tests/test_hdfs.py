@@ -4,17 +4,17 @@ import socket
 import time
 import uuid
 
-import fsspec
 import pytest
 
 import ingest
 from ingest import synthetic
+from ingest.sources.filesystems import url_to_fs
 from ingest.errors import ConfigError, SourceError
 from ingest.sources import hdfs_client, use_hdfs_client
 from ingest.sources import hdfs as hdfs_module
 from ingest.sources.hdfs import webhdfs_address
 
-from conftest import SAMPLES, XDL, read_synthetic
+from conftest import SAMPLES, read_synthetic, xdl
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +27,7 @@ def hdfs(services, tmp_path_factory):
     synthetic.write(local / "parts" / "b.txt", 2000, seed=2)
     ingest.convert([str(local / "parts" / "a.txt")], str(local / "a.pb"), log=lambda *_: None)
     root = f"{url}/it-{uuid.uuid4().hex[:8]}"
-    fs, path = fsspec.core.url_to_fs(root)
+    fs, path = url_to_fs(root)
     fs.put(str(local), path, recursive=True)
     if not fs.exists(f"{path}/parts/a.txt"):  # fsspec puts a directory inside an existing one
         raise AssertionError(f"upload to {root} failed: {fs.ls(path)}")
@@ -70,7 +70,7 @@ def test_convert_writes_to_hdfs(hdfs):
     root, local = hdfs
     out = f"{root}/out/b.pb.zst"
     ingest.convert([f"{root}/parts/b.txt"], out, log=lambda *_: None)
-    fs, path = fsspec.core.url_to_fs(out)
+    fs, path = url_to_fs(out)
     assert [p.rsplit("/", 1)[-1] for p in fs.ls(path.rsplit("/", 1)[0], detail=False)] == ["b.pb.zst"]
     assert len(read_synthetic([out], "pb")) == 2000
 
@@ -93,11 +93,12 @@ def test_refused_connection_is_a_clear_error_not_a_hang():
 
 def test_xdl_sample_reads_the_same(hdfs):
     root, _ = hdfs
-    fs, path = fsspec.core.url_to_fs(root)
-    fs.put(str(XDL / "tdm.dat"), f"{path}/tdm.dat")
+    fs, path = url_to_fs(root)
+    tdm = xdl("tdm.dat")
+    fs.put(str(tdm), f"{path}/tdm.dat")
     fs.put(str(SAMPLES / "ads.txt"), f"{path}/ads.txt")
     for name in ("tdm.dat", "ads.txt"):
-        local = ingest.inspect(str((XDL if name == "tdm.dat" else SAMPLES) / name), 3)
+        local = ingest.inspect(str(tdm if name == "tdm.dat" else SAMPLES / name), 3)
         remote = ingest.inspect(f"{root}/{name}", 3)
         for key in ("bytes", "tables", "groups", "samples", "first"):
             assert remote[key] == local[key], key
@@ -116,7 +117,7 @@ def webhdfs(services, monkeypatch):
 def test_webhdfs_reads_and_writes_the_same(hdfs, webhdfs):
     """Without hdfs-native or libhdfs, the same hdfs:// URLs go through WebHDFS and give the same samples."""
     root, local = hdfs
-    fs, _ = fsspec.core.url_to_fs(root)
+    fs, _ = url_to_fs(root)
     assert type(fs).__name__ == "WebHdfsAsHdfs"
     want = read_synthetic([local / "parts"])
     assert read_synthetic([f"{root}/parts"]) == want
@@ -146,7 +147,7 @@ def test_the_hdfs_client_is_chosen_or_refused_clearly(monkeypatch):
     monkeypatch.setattr(hdfs_module, "_missing", lambda client: None if client == "webhdfs" else "absent")
     try:
         assert use_hdfs_client() == "webhdfs"
-        assert type(fsspec.filesystem("hdfs", host="nn1", port=9870)).__name__ == "WebHdfsAsHdfs"
+        assert hdfs_module.filesystem_class().__name__ == "WebHdfsAsHdfs"
     finally:
         monkeypatch.undo()
         assert use_hdfs_client() == "native"

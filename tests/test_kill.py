@@ -14,11 +14,11 @@ import time
 import uuid
 from collections import Counter
 
-import fsspec
 import pytest
 
 import ingest
 from ingest import synthetic
+from ingest.sources.filesystems import url_to_fs
 from conftest import ROOT, flatten
 
 TRIALS = int(os.environ.get("INGEST_KILL_TRIALS", "2"))
@@ -40,7 +40,7 @@ def data(tmp_path_factory):
 
 
 def _state_batches(url):
-    fs, path = fsspec.core.url_to_fs(url)
+    fs, path = url_to_fs(url)
     if not fs.exists(path):
         return 0
     with fs.open(path, "rb") as f:
@@ -102,7 +102,7 @@ def test_kill_local(data, file_type, threads):
 @pytest.fixture(scope="module")
 def hdfs_data(services, data):
     root = f"{services['HDFS_URL']}/kill-{uuid.uuid4().hex[:8]}"
-    fs, path = fsspec.core.url_to_fs(root)
+    fs, path = url_to_fs(root)
     fs.mkdir(path)
     for name in ("txt", "pb"):
         fs.put(str(data[name]), f"{path}/{data[name].name}")

@@ -9,14 +9,14 @@ import pytest
 import zstandard
 
 import ingest
-from conftest import SAMPLES, XDL, as_plain, flatten, key_of, make_reader, read_samples
+from conftest import SAMPLES, as_plain, flatten, key_of, make_reader, read_samples, sample_file, xdl
 
 import naive
 
 
 # -- golden batches of real files ------------------------------------------------------------------
 def test_xdl_sample_gives_golden_batches():
-    reader = make_reader([XDL / "sample.txt"], label_count=2, batch_size=3)
+    reader = make_reader([xdl("sample.txt")], label_count=2, batch_size=3)
     reader.feature(name="ufav3", type=ingest.features.sparse)  # serialized=False: (hkey, key) pairs
     reader.feature(name="a", type=ingest.features.dense, nvec=3)
     reader.feature(name="upv14", type=ingest.features.sparse, serialized=True)
@@ -47,7 +47,7 @@ def test_xdl_sample_gives_golden_batches():
 
 
 def test_tdm_reads_5000_samples_in_51_groups():
-    reader = make_reader([XDL / "tdm.dat"], sparse=["train_unit_id", "item_10"], batch_size=1024)
+    reader = make_reader([xdl("tdm.dat")], sparse=["train_unit_id", "item_10"], batch_size=1024)
     samples = read_samples(reader)
     stats = reader.stats()
     assert (stats["samples"], stats["groups"], stats["batches"]) == (5000, 51, 5)
@@ -60,10 +60,11 @@ def test_tdm_reads_5000_samples_in_51_groups():
     assert all(s["ts"] == 0 for s in samples)  # the timestamp field is empty in tdm.dat
 
 
-@pytest.mark.parametrize("path", [XDL / "sample.txt", XDL / "sample2.txt", XDL / "tdm.dat",
-                                  XDL / "tdm_serving_sample.dat", SAMPLES / "xdl_example.txt",
+@pytest.mark.parametrize("path", [("xdl", "sample.txt"), ("xdl", "sample2.txt"), ("xdl", "tdm.dat"),
+                                  ("xdl", "tdm_serving_sample.dat"), SAMPLES / "xdl_example.txt",
                                   SAMPLES / "edge_cases.txt", SAMPLES / "ads.txt"])
 def test_real_files_read_as_the_twin_reads_them(path):
+    path = sample_file(path)
     data = path.read_bytes()
     sparse, dense = set(), {}
     for line in data.split(b"\n"):
@@ -354,9 +355,18 @@ def test_compressed_files_read_like_the_plain_file(tmp_path):
     assert read_samples(make_reader([tmp_path / "forced.bin"], sparse=["s", "t"], z="gzip")) == want
 
 
+def test_a_zstd_file_of_several_frames_is_read_whole(tmp_path):
+    """Files compressed in parts (pzstd, or .zst files concatenated) hold several frames: every one is read."""
+    data = (SAMPLES / "edge_cases.txt").read_bytes()
+    cut = data.index(b"\n", len(data) // 2) + 1
+    (tmp_path / "e.txt.zst").write_bytes(zstandard.compress(data[:cut]) + zstandard.compress(data[cut:]))
+    want = read_samples(make_reader([SAMPLES / "edge_cases.txt"], sparse=["s", "t"]))
+    assert read_samples(make_reader([tmp_path / "e.txt.zst"], sparse=["s", "t"])) == want
+
+
 def test_xdl_zlib_stream_decompresses():
-    import fsspec
-    with fsspec.open(str(XDL / "zlib_test_data"), "rb", compression="zlib") as f:
+    from ingest.sources.compression import decompressed
+    with decompressed(open(xdl("zlib_test_data"), "rb"), "zlib") as f:
         assert f.read() == b"abcdefghijklmnopqrstuvwxyz1234567890" * 10
 
 
@@ -390,11 +400,11 @@ def test_options_are_fixed_after_startup():
 
 
 def test_batch_arrays_are_contiguous_and_shared_through_dlpack():
-    reader = make_reader([XDL / "sample.txt"], sparse=["upv14"], dense={"a": 3}, label_count=2)
+    reader = make_reader([SAMPLES / "xdl_example.txt"], sparse=["clk_14"], dense={"qscore": 2}, label_count=2)
     reader.startup()
     (batch,) = reader.read_all()
     arrays = batch.arrays()
-    assert set(arrays) == {"labels", "timestamps", "upv14.ids", "upv14.values", "upv14.offsets", "a"}
+    assert set(arrays) == {"labels", "timestamps", "clk_14.ids", "clk_14.values", "clk_14.offsets", "qscore"}
     for name, capsule in batch.to_dlpack().items():
         class _Holder:  # np.from_dlpack takes an object with __dlpack__
             def __dlpack__(self, stream=None, **_):
@@ -408,11 +418,11 @@ def test_batch_arrays_are_contiguous_and_shared_through_dlpack():
 
 
 def test_validate_catches_a_broken_batch():
-    reader = make_reader([XDL / "sample.txt"], sparse=["upv14"], label_count=2)
+    reader = make_reader([SAMPLES / "xdl_example.txt"], sparse=["clk_14"], label_count=2)
     reader.startup()
     (batch,) = reader.read_all()
-    batch["upv14"].offsets[2] = 100
-    with pytest.raises(ingest.InvalidBatchError, match="upv14"):
+    batch["clk_14"].offsets[2] = 100
+    with pytest.raises(ingest.InvalidBatchError, match="clk_14"):
         batch.validate()
 
 

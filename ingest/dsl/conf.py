@@ -1,8 +1,9 @@
 """XDL's feature configuration files: one ``Name=...;Type=Numeric|KV|ID;Expr=...`` per line."""
-import fsspec
+import io
 
 from ..errors import ConfigError, DslError
 from ..features import make_feature
+from ..sources.filesystems import open_url
 from .compiler import Call, Name, parse
 
 __all__ = ["load_feature_conf"]
@@ -22,7 +23,7 @@ def load_feature_conf(path):
     the features they read.
     """
     entries = {}
-    with fsspec.open(path, "rt", encoding="utf-8") as f:
+    with open_url(path, "rb") as raw, io.TextIOWrapper(raw, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             line = line.strip(_SPACES)
             if not line or line.startswith("#"):

@@ -1,7 +1,7 @@
 """Sources: listing inputs, cutting them into work units, sharding, opening them as byte streams.
 
-Any fsspec URL works for files (local paths, ``file://``, ``hdfs://``...; ``hdfs.py`` picks the HDFS
-client).  A work unit is a whole file, or a byte range of an uncompressed file; the format decides how a
+Any fsspec URL works for files (local paths, ``file://``, ``hdfs://``...), opened through
+``filesystems.url_to_fs`` (``hdfs.py`` picks the HDFS client).  A work unit is a whole file, or a byte range of an uncompressed file; the format decides how a
 range is aligned to record (for text: group) boundaries.
 """
 from .files import WorkUnit, expand_paths, open_unit, plan_units, read_into

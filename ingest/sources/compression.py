@@ -1,20 +1,21 @@
 """Compression codecs of sample files, chosen by extension or forced by ``reader.z()``.
 
-gzip and zstd come from fsspec's registry; ``zlib`` (XDL's zlib streams, RFC 1950, one
-or several concatenated) and ``lz4`` (LZ4 frames, through pyarrow: it decompresses about
-three times as fast as zstd, for inputs read more often than stored) are registered here.
-``compressed_writer`` wraps an output file for ``ingest convert``.
+``decompressed(f, codec)`` wraps an open binary file: gzip (the standard library), zstd (zstandard,
+every frame of a file of several), ``zlib`` (XDL's zlib streams, RFC 1950, one or several
+concatenated) and ``lz4`` (LZ4 frames, through pyarrow: it decompresses about three times as fast
+as zstd, for inputs read more often than stored).  They are ingest's own table: fsspec's global
+compression registry is left alone.  ``compressed_writer`` wraps an output file for ``ingest convert``.
 """
 import gzip
 import io
 import zlib
 
-import fsspec.compression
 import pyarrow as pa
+import zstandard
 
 from ..errors import ConfigError
 
-__all__ = ["CODECS", "infer_compression", "check_codec", "strip_suffix", "compressed_writer"]
+__all__ = ["CODECS", "infer_compression", "check_codec", "strip_suffix", "compressed_writer", "decompressed"]
 
 # codec name -> file-name suffixes
 CODECS = {"gzip": (".gz", ".gzip"), "zstd": (".zst", ".zstd"), "zlib": (".zlib",), "lz4": (".lz4",)}
@@ -23,7 +24,7 @@ CODECS = {"gzip": (".gz", ".gzip"), "zstd": (".zst", ".zstd"), "zlib": (".zlib",
 class _ZlibReader(io.RawIOBase):
     """Decompress a zlib stream (or several concatenated) read from ``fileobj``."""
 
-    def __init__(self, fileobj, mode="rb", **_):
+    def __init__(self, fileobj):
         self._f = fileobj
         self._d = zlib.decompressobj()
         self._pending = b""
@@ -57,13 +58,24 @@ class _ZlibReader(io.RawIOBase):
         super().close()
 
 
-def _lz4_reader(fileobj, mode="rb", **_):
+def _lz4_reader(fileobj):
     """An LZ4-frame stream decompressed by pyarrow (``readinto`` included)."""
     return pa.CompressedInputStream(pa.PythonFile(fileobj, mode="r"), "lz4")
 
 
-fsspec.compression.register_compression("zlib", _ZlibReader, "zlib", force=True)
-fsspec.compression.register_compression("lz4", _lz4_reader, "lz4", force=True)
+def _zstd_reader(fileobj):
+    # read_across_frames: a file of several frames (pzstd, or files concatenated) is read whole, not cut
+    # silently at the end of its first frame
+    return zstandard.ZstdDecompressor().stream_reader(fileobj, read_across_frames=True)
+
+
+_READERS = {"gzip": lambda f: gzip.GzipFile(fileobj=f, mode="rb"), "zstd": _zstd_reader, "zlib": _ZlibReader,
+            "lz4": _lz4_reader}
+
+
+def decompressed(fileobj, codec):
+    """A binary stream of the bytes of ``fileobj`` decompressed with ``codec`` (a name of CODECS)."""
+    return _READERS[codec](fileobj)
 
 
 class _Lz4Writer:
@@ -90,7 +102,6 @@ def compressed_writer(raw, codec):
     if codec == "gzip":
         return gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6)
     if codec == "zstd":
-        import zstandard
         return zstandard.ZstdCompressor(level=1).stream_writer(raw, closefd=False)
     if codec == "lz4":
         return _Lz4Writer(raw)

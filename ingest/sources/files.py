@@ -3,13 +3,10 @@ import io
 import os
 from dataclasses import dataclass
 
-import fsspec
-import fsspec.compression
-import fsspec.core
-
 from ..errors import ConfigError, SourceError
 from .ahead import Ahead
-from .compression import infer_compression
+from .compression import decompressed, infer_compression
+from .filesystems import url_to_fs
 from .hdfs import check_reachable
 from .kafka import KafkaStream, is_kafka
 
@@ -72,10 +69,7 @@ def expand_paths(paths):
     for path in paths:
         path = os.fspath(path)
         check_reachable(path)
-        try:
-            fs, root = fsspec.core.url_to_fs(path)
-        except (ImportError, ValueError) as exc:
-            raise SourceError(f"{path}: cannot open this kind of URL ({exc})", source=path) from exc
+        fs, root = url_to_fs(path)
         protocol = fs.protocol[0] if isinstance(fs.protocol, (tuple, list)) else fs.protocol
         try:
             if any(c in root for c in _GLOB_CHARS):
@@ -135,11 +129,12 @@ def open_unit(unit):
     if is_kafka(unit.url):
         return KafkaStream(unit)
     try:
-        f = fsspec.open(unit.url, "rb").open()
+        fs, path = url_to_fs(unit.url)
+        f = fs.open(path, "rb")
         if hasattr(f, "read_range_stream"):
             f = RangeStream(f, unit.url, unit.end)
         if unit.compression:
-            f = ReadAhead(fsspec.compression.compr[unit.compression](f, mode="rb"), unit.url, under=f)
+            f = ReadAhead(decompressed(f, unit.compression), unit.url, under=f)
     except (OSError, ValueError) as exc:
         raise SourceError(f"{unit.url}: cannot open: {exc}", source=unit.url) from exc
     if unit.whole and unit.stream_start:

@@ -1,12 +1,14 @@
 """Which client serves ``hdfs://`` URLs: hdfs-native, else pyarrow's (libhdfs), else WebHDFS.
 
 ``INGEST_HDFS_CLIENT`` (``native``, ``pyarrow``, ``webhdfs``; default ``auto``, the first of them that
-is installed) picks one for the process; ``use_hdfs_client()`` changes it.  The choice is registered
-as fsspec's ``hdfs`` protocol, so every place that opens a URL (discovery, reading, ``convert``,
-reader state) uses it, and URLs stay ``hdfs://namenode:port/path`` whichever client serves them.
-WebHDFS is the REST API on the NameNode's HTTP address: ``INGEST_WEBHDFS_URL`` when set, else
-``dfs.namenode.http-address`` of ``$HADOOP_CONF_DIR/hdfs-site.xml``, else the NameNode's host on 9870.
-``check_reachable`` probes the address the client in use connects to before a path is read.
+is installed) picks one for the process; ``use_hdfs_client()`` changes it.  ingest opens every URL
+through ``filesystems.url_to_fs``, which asks ``filesystem_class()`` here for ``hdfs://``: fsspec's own
+registry is left as it is, so another library's ``fsspec.open("hdfs://...")`` in the same process gets
+what it would get without ingest.  URLs stay ``hdfs://namenode:port/path`` whichever client serves them.
+A client's modules are imported when it is first used.  WebHDFS is the REST API on the NameNode's HTTP
+address: ``INGEST_WEBHDFS_URL`` when set, else ``dfs.namenode.http-address`` of
+``$HADOOP_CONF_DIR/hdfs-site.xml``, else the NameNode's host on 9870.  ``check_reachable`` probes the
+address the client in use connects to before a path is read.
 """
 import ctypes.util
 import functools
@@ -16,17 +18,14 @@ import socket
 import urllib.parse
 import xml.etree.ElementTree as ElementTree
 
-import fsspec
-from fsspec.implementations.webhdfs import WebHDFS
-
 from ..errors import ConfigError, SourceError
+from ..optional import require
 
-__all__ = ["CLIENTS", "check_reachable", "hdfs_client", "use_hdfs_client", "webhdfs_address"]
+__all__ = ["CLIENTS", "check_reachable", "filesystem_class", "hdfs_client", "use_hdfs_client", "webhdfs_address"]
 
 CLIENTS = ("native", "pyarrow", "webhdfs")
-_CLASSES = {"native": "hdfs_native.fsspec.HdfsFileSystem", "pyarrow": "fsspec.implementations.arrow.HadoopFileSystem"}
 _WEBHDFS_PORT = 9870  # Hadoop 3's default NameNode HTTP port
-_current = None
+_current = None  # the client chosen, once a URL or use_hdfs_client() asked
 
 
 def _libhdfs():
@@ -45,6 +44,8 @@ def _missing(client):
         return "hdfs-native is not installed (pip install 'ingest[hdfs]')"
     if client == "pyarrow" and _libhdfs() is None:
         return "libhdfs.so is not found (set ARROW_LIBHDFS_DIR or HADOOP_HOME, and CLASSPATH for its JVM)"
+    if client == "webhdfs" and importlib.util.find_spec("requests") is None:
+        return "requests is not installed (pip install 'ingest[webhdfs]')"
     return None
 
 
@@ -54,17 +55,33 @@ def use_hdfs_client(client="auto"):
     if client != "auto" and client not in CLIENTS:
         raise ConfigError(f"hdfs client {client!r}: expected auto or one of {', '.join(CLIENTS)}")
     if client == "auto":
-        client = next(c for c in CLIENTS if _missing(c) is None)
+        client = next((c for c in CLIENTS if _missing(c) is None), None)
+        if client is None:
+            raise ConfigError("no HDFS client is installed: pip install 'ingest[hdfs]' (hdfs-native), or set "
+                              "ARROW_LIBHDFS_DIR / HADOOP_HOME for pyarrow's libhdfs client, or pip install "
+                              "'ingest[webhdfs]' for WebHDFS")
     elif (why := _missing(client)) is not None:
         raise ConfigError(f"hdfs client {client!r}: {why}")
-    fsspec.register_implementation("hdfs", _CLASSES.get(client, WebHdfsAsHdfs), clobber=True)
     _current = client
     return client
 
 
 def hdfs_client():
-    """The client serving ``hdfs://`` URLs now."""
+    """The client serving ``hdfs://`` URLs (chosen by ``INGEST_HDFS_CLIENT`` on first use)."""
+    if _current is None:
+        use_hdfs_client(os.environ.get("INGEST_HDFS_CLIENT", "auto"))
     return _current
+
+
+def filesystem_class():
+    """The fsspec filesystem class of the client serving ``hdfs://`` URLs."""
+    client = hdfs_client()
+    if client == "native":
+        return require("hdfs_native.fsspec", "hdfs-native", "hdfs").HdfsFileSystem
+    if client == "pyarrow":
+        from fsspec.implementations.arrow import HadoopFileSystem
+        return HadoopFileSystem
+    return _webhdfs_as_hdfs()
 
 
 def webhdfs_address(namenode_host):
@@ -113,7 +130,7 @@ def check_reachable(path):
         return
     host, port = parts.hostname, parts.port or _HDFS_DEFAULT_PORT
     what = "the HDFS NameNode"
-    if parts.scheme == "hdfs" and _current == "webhdfs":
+    if parts.scheme == "hdfs" and hdfs_client() == "webhdfs":
         (host, port), what = webhdfs_address(host), "WebHDFS"
     elif parts.port is None:
         try:
@@ -126,24 +143,27 @@ def check_reachable(path):
         raise SourceError(f"{path}: cannot connect to {what} at {host}:{port} ({exc})", source=path) from exc
 
 
-class WebHdfsAsHdfs(WebHDFS):
-    """fsspec's WebHDFS serving ``hdfs://namenode:port/path``: the same paths over the NameNode's REST API."""
+@functools.cache
+def _webhdfs_as_hdfs():
+    """fsspec's WebHDFS serving ``hdfs://namenode:port/path``: the same paths over the NameNode's REST API
+    (a class made on first use: fsspec's WebHDFS module needs ``requests``)."""
+    webhdfs = require("fsspec.implementations.webhdfs", "requests", "webhdfs")
 
-    protocol = "hdfs"
+    class WebHdfsAsHdfs(webhdfs.WebHDFS):
+        protocol = "hdfs"
 
-    def __init__(self, host, port=None, namenode="", **kwargs):
-        super().__init__(host, port=port, **kwargs)
-        self.namenode = namenode  # host:port of the URLs, kept in the URLs this gives back
+        def __init__(self, host, port=None, namenode="", **kwargs):
+            super().__init__(host, port=port, **kwargs)
+            self.namenode = namenode  # host:port of the URLs, kept in the URLs this gives back
 
-    @staticmethod
-    def _get_kwargs_from_urls(urlpath):
-        parts = urllib.parse.urlsplit(urlpath)
-        host = parts.hostname or "localhost"
-        http_host, http_port = webhdfs_address(host)
-        return {"host": http_host, "port": http_port, "namenode": parts.netloc or host}
+        @staticmethod
+        def _get_kwargs_from_urls(urlpath):
+            parts = urllib.parse.urlsplit(urlpath)
+            host = parts.hostname or "localhost"
+            http_host, http_port = webhdfs_address(host)
+            return {"host": http_host, "port": http_port, "namenode": parts.netloc or host}
 
-    def unstrip_protocol(self, name):
-        return name if name.startswith("hdfs://") else f"hdfs://{self.namenode}{name}"
+        def unstrip_protocol(self, name):
+            return name if name.startswith("hdfs://") else f"hdfs://{self.namenode}{name}"
 
-
-use_hdfs_client(os.environ.get("INGEST_HDFS_CLIENT", "auto"))
+    return WebHdfsAsHdfs

@@ -1,0 +1,16 @@
+"""Optional dependencies: imported where their path is taken, a clear error where they are absent."""
+import importlib
+
+from .errors import ConfigError
+
+__all__ = ["require"]
+
+
+def require(module, package, extra):
+    """Import ``module``; when it is not installed, a ``ConfigError`` naming ``package`` and the extra of
+    ingest that installs it (``pip install 'ingest[extra]'``)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise ConfigError(f"this needs the package {package!r}, which is not installed: "
+                          f"pip install 'ingest[{extra}]' (or pip install {package})") from exc

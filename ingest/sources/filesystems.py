@@ -1,0 +1,37 @@
+"""The one way ingest turns a URL into a filesystem: fsspec's, except that ``hdfs://`` is served by the client
+``hdfs.py`` chose.  Nothing is registered in fsspec's global registry, so importing or running ingest changes
+nothing for another library of the same process that opens URLs with fsspec."""
+import fsspec.core
+
+from ..errors import SourceError
+from . import hdfs
+
+__all__ = ["url_to_fs", "open_url", "protocol_of"]
+
+
+def protocol_of(url):
+    """The URL scheme of ``url`` (``file`` for a plain path)."""
+    return fsspec.core.split_protocol(str(url))[0] or "file"
+
+
+def url_to_fs(url):
+    """``(filesystem, path)`` of ``url``, as ``fsspec.core.url_to_fs`` gives them but for ``hdfs://``."""
+    url = str(url)
+    if protocol_of(url) == "hdfs":
+        cls = hdfs.filesystem_class()
+        return cls(**cls._get_kwargs_from_urls(url)), cls._strip_protocol(url)
+    try:
+        return fsspec.core.url_to_fs(url)
+    except ValueError as exc:  # fsspec: "Protocol not known"
+        raise SourceError(f"{url}: unknown URL scheme {protocol_of(url)!r}; ingest reads local paths, file://, "
+                          f"hdfs://, kafka:// and any fsspec protocol whose package is installed "
+                          f"({', '.join(sorted(fsspec.available_protocols()))})", source=url) from None
+    except ImportError as exc:
+        raise SourceError(f"{url}: the {protocol_of(url)}:// filesystem of fsspec needs a package that is not "
+                          f"installed ({exc})", source=url) from exc
+
+
+def open_url(url, mode="rb", **kwargs):
+    """``url`` opened in ``mode`` (a file object; close it, or use it as a context manager)."""
+    fs, path = url_to_fs(url)
+    return fs.open(path, mode, **kwargs)
