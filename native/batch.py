@@ -270,13 +270,18 @@ def copy_piece(sp_offsets, from_dsl, src_dense, refers, src_keys, src_hkeys, src
                                          indicators[t], row, at[tables + t])
             at[tables + t] = packed
         f0 = f1
+    # element loops, not slice assignments: a slice assignment compiles numpy's shape-mismatch error message,
+    # seconds of a cold start
     k = r1 - r0
-    labels[row0:row0 + k] = src_labels[r0:r1]
-    timestamps[row0:row0 + k] = src_timestamps[r0:r1]
+    for r in range(k):
+        for c in range(labels.shape[1]):
+            labels[row0 + r, c] = src_labels[r0 + r, c]
+        timestamps[row0 + r] = src_timestamps[r0 + r]
     a = src_sid_offsets[r0]
     b = src_sid_offsets[r1]
     s = at[2 * tables]
-    sid_bytes[s:s + b - a] = src_sid_bytes[a:b]
+    for i in range(b - a):
+        sid_bytes[s + i] = src_sid_bytes[a + i]
     if row0 == 0:
         sid_offsets[0] = 0
     for r in range(k):

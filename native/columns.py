@@ -10,10 +10,10 @@ import numpy as np
 from numba import njit
 
 from .index import _u
-from .jit import brief
+from .jit import brief, inline
 
 
-@njit(nogil=True, cache=True, inline="always")
+@inline
 def _run_end(tok_feat, t, t1):
     """End of the run of tokens of one feature that starts at ``t``: the values of a feature entry come
     together, so rows are laid out a run at a time rather than a token at a time."""

@@ -10,6 +10,8 @@ appended to one CSR feature.  Inputs (leaves) are declared features read through
 import numpy as np
 from numba import njit
 
+from .jit import inline
+
 from .mix import mix64
 
 # opcodes: (op, dst, a, b, c)
@@ -47,7 +49,7 @@ _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _LOG_EPS = 1e-8
 
 
-@njit(nogil=True, cache=True, inline="always")
+@inline
 def _cross(a, b):
     x = mix64(np.uint64(a) + _GOLDEN) ^ np.uint64(b)
     return np.int64(mix64(x) >> np.uint64(1))

@@ -14,7 +14,7 @@ import numpy as np
 from numba import njit
 
 from .index import _u
-from .jit import helper
+from .jit import helper, inline
 from .names import lookup_name
 from .numbers import scan_float
 
@@ -113,7 +113,7 @@ def last_newline(buf, n):
     return -1
 
 
-@njit(nogil=True, cache=True, inline="always")
+@inline
 def _vlen(x):
     """Bytes of the varint of ``x`` (an int64, negative ones taking 10)."""
     u = np.uint64(x)
@@ -124,7 +124,7 @@ def _vlen(x):
     return n
 
 
-@njit(nogil=True, cache=True, inline="always")
+@inline
 def _put_varint(out, p, x):
     u = np.uint64(x)
     while u >= np.uint64(0x80):
@@ -135,7 +135,7 @@ def _put_varint(out, p, x):
     return p + 1
 
 
-@njit(nogil=True, cache=True, inline="always")
+@inline
 def _put_f32(out, p, v, bits):
     """Write float32 ``v`` little-endian; ``bits`` is ``(f, f.view(uint32))`` of one float32 (a cheap bit cast)."""
     bits[0][0] = v
@@ -147,14 +147,14 @@ def _put_f32(out, p, v, bits):
     return p + 4
 
 
-@njit(nogil=True, cache=True, inline="always")
+@inline
 def _put_bytes(out, p, src, a, b):
     for k in range(b - a):
         out[_u(p + k)] = src[_u(a + k)]
     return p + b - a
 
 
-@njit(nogil=True, cache=True, inline="always")
+@inline
 def _entry(body):
     """Size of a length-delimited field (one-byte tag) with a body of ``body`` bytes."""
     return 1 + _vlen(body) + body

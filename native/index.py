@@ -5,9 +5,10 @@ index; an unsigned index skips that, which made the byte loops of the text kerne
 twice as fast.  Kernels write ``buf[_u(i)]`` where ``i`` is known to be >= 0.
 """
 import numpy as np
-from numba import njit
+
+from .jit import inline
 
 
-@njit(nogil=True, cache=True, inline="always")
+@inline
 def _u(i):
     return np.uint64(i)

@@ -136,7 +136,9 @@ def gather(buf, starts, lens, i, within, out, n):
     the messages end.  Returns ``(i, within, n)`` after the copy."""
     while i < len(starts) and n < len(out):
         take = min(lens[i] - within, len(out) - n)
-        out[n:n + take] = buf[starts[i] + within:starts[i] + within + take]
+        src = starts[i] + within
+        for k in range(take):  # not a slice assignment: that compiles numpy's shape-mismatch error message
+            out[n + k] = buf[src + k]
         n += take
         within += take
         if within == lens[i]:

@@ -1,12 +1,13 @@
 """The splitmix64 finalizer, shared by the DSL's key crossing and the unique-id hash table."""
 import numpy as np
-from numba import njit
+
+from .jit import inline
 
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 
 
-@njit(nogil=True, cache=True, inline="always")
+@inline
 def mix64(x):
     """A bijection of 64-bit words in which every input bit flips every output bit with probability 1/2."""
     x ^= x >> np.uint64(30)

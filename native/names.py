@@ -4,10 +4,9 @@ Built once per reader in Python (``build_name_table``), probed per feature entry
 parse kernels (``lookup_name``) without creating a Python object.
 """
 import numpy as np
-from numba import njit
 
 from .index import _u
-from .jit import helper
+from .jit import helper, inline
 
 _FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 _FNV_PRIME = np.uint64(0x100000001B3)
@@ -36,7 +35,7 @@ def lookup_name(buf, i, end, slots, names, name_offsets):
         s = (s + np.uint64(1)) & mask
 
 
-@njit(nogil=True, cache=True, inline="always")
+@inline
 def is_name(buf, i, end, f, names, name_offsets):
     """Whether ``buf[i:end]`` is name ``f`` of the table."""
     a = name_offsets[f]

@@ -5,10 +5,9 @@ number; nothing outside the range is read.  They are the only place that turns t
 numbers, shared by every text kernel.
 """
 import numpy as np
-from numba import njit
 
 from .index import _u
-from .jit import helper
+from .jit import helper, inline
 
 OK = 0
 BAD = 1
@@ -165,7 +164,7 @@ _HIGH_NIBBLES = np.uint64(0xF0F0F0F0F0F0F0F0)
 _SIXES = np.uint64(0x0606060606060606)
 
 
-@njit(nogil=True, cache=True, inline="always")
+@inline
 def _load8(buf, k):
     """Bytes ``buf[k:k+8]`` as a little-endian uint64 (first byte lowest)."""
     v = np.uint64(0)
@@ -174,13 +173,13 @@ def _load8(buf, k):
     return v
 
 
-@njit(nogil=True, cache=True, inline="always")
+@inline
 def _all_digits(v):
     # every byte in 0x30..0x39: high nibble 3, and adding 6 does not carry out of the low nibble
     return ((v & _HIGH_NIBBLES) == _ZEROS8) and (((v + _SIXES) & _HIGH_NIBBLES) == _ZEROS8)
 
 
-@njit(nogil=True, cache=True, inline="always")
+@inline
 def _eight_digits_value(v):
     """Value of eight ASCII digits packed by ``_load8``: pairs, then quads, then all eight."""
     d = v - _ZEROS8
@@ -190,7 +189,7 @@ def _eight_digits_value(v):
     return np.int64(d)
 
 
-@njit(nogil=True, cache=True, inline="always")
+@inline
 def _accumulate_digits(buf, k, end, acc):
     """Append the decimal digits from ``k`` on to ``acc`` (wrapping past 18 digits: callers count
     digits and fall back to the careful scanners); returns ``(acc, first non-digit position)``."""
@@ -203,7 +202,7 @@ def _accumulate_digits(buf, k, end, acc):
     return acc, k
 
 
-@njit(nogil=True, cache=True, inline="always")
+@inline
 def scan_int64_prefix(buf, i, end):
     """Parse the longest ``[+-]digits`` prefix of ``buf[i:end]`` in one pass.
 
@@ -233,7 +232,7 @@ def scan_int64_prefix(buf, i, end):
     return (-acc if neg else acc), k, OK
 
 
-@njit(nogil=True, cache=True, inline="always")
+@inline
 def scan_float_until(buf, i, end, delim1, delim2):
     """Parse the float that runs from ``i`` to the first ``delim1``/``delim2`` or ``end``.
 

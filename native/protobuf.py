@@ -21,7 +21,7 @@ import numpy as np
 from numba import njit
 
 from .index import _u
-from .jit import helper
+from .jit import helper, inline
 from .names import is_name, lookup_name
 from .numbers import OK, _load8, scan_int64
 
@@ -88,7 +88,7 @@ _LOW_SEVENS = np.uint64(0x7F7F7F7F7F7F7F7F)
 _BYTE_INDEX = np.uint64(0x0001020304050607)  # (1 << 8k) * this >> 56 == k
 
 
-@njit(nogil=True, cache=True, inline="always")
+@inline
 def _varint(buf, p, end):
     """``(value, next p)``; next p is -1 when the varint runs past ``end`` or over 10 bytes.
 
@@ -128,20 +128,20 @@ def _varint(buf, p, end):
     return x, -1
 
 
-@njit(nogil=True, cache=True, inline="always")
+@inline
 def _tag(buf, p, end):
     """``(field number, wire type, next p)`` of the tag at ``p``; next p is -1 when malformed."""
     tag, p = _varint(buf, p, end)
     return np.int64(tag >> np.uint64(3)), np.int64(tag & np.uint64(7)), p
 
 
-@njit(nogil=True, cache=True, inline="always")
+@inline
 def _u32(buf, p):
     return (np.uint32(buf[_u(p)]) | (np.uint32(buf[_u(p + 1)]) << np.uint32(8))
             | (np.uint32(buf[_u(p + 2)]) << np.uint32(16)) | (np.uint32(buf[_u(p + 3)]) << np.uint32(24)))
 
 
-@njit(nogil=True, cache=True, inline="always")
+@inline
 def _f32(buf, p, bits):
     """The little-endian float32 at ``buf[p:p+4]``; ``bits`` is ``(f, f.view(uint32))`` of one float32.
 
@@ -152,7 +152,7 @@ def _f32(buf, p, bits):
     return bits[0][0]
 
 
-@njit(nogil=True, cache=True, inline="always")
+@inline
 def _len_field(buf, p, end):
     """``(start, stop)`` of a length-delimited value at ``p``; start is -1 when malformed."""
     n, p = _varint(buf, p, end)
@@ -199,7 +199,7 @@ def _skip(buf, p, end, wt, field):
 _GUESSES = 64  # Feature entries of a line whose names are remembered (``_declared``)
 
 
-@njit(nogil=True, cache=True, inline="always")
+@inline
 def _declared(buf, na, nb, slots, names, name_off, guess, k, nth):
     """``lookup_name`` of a line's ``nth`` Feature entry (counted from 1) in table ``k``.
 
@@ -760,7 +760,10 @@ def decode_chunk(buf, end, final, simple, max_record, stop_on_error, label_count
     bits = (one, one.view(np.uint32))
     val_bits = values.view(np.uint32)
     guess = np.full((ntables, _GUESSES), -1, np.int64)
-    vec = np.empty(max(1, dn_feat[:, 0].max() if len(dn_feat) else 1), np.float32)
+    widest = 1
+    for d in range(len(dn_feat)):
+        widest = max(widest, dn_feat[d, 0])
+    vec = np.empty(widest, np.float32)
     dn_seen = np.zeros(len(dn_feat), np.bool_)
     spans = np.empty((refer.shape[1], 3), np.int64)
     lines0 = np.zeros(ntables, np.int64)
@@ -801,7 +804,8 @@ def decode_chunk(buf, end, final, simple, max_record, stop_on_error, label_count
         any_h = st[S_ANY_HKEY]
         for k in range(ntables):
             saved[k] = tab_rows[k]
-        saved_cur[:] = cur
+        for f in range(len(cur)):  # loops, not slice copies: those compile numpy's shape-mismatch error message
+            saved_cur[f] = cur[f]
         groups0 = st[S_NGROUPS]
         err = _decode_record(buf, a, b, simple, label_count, slots, names, name_off, feat, dn_feat, dn_elem_col, keys,
                              hkeys, val_bits, first, cur, lim, ends, tab_feats, tab_feat_off, refer, tab_rows, dense,
@@ -812,7 +816,8 @@ def decode_chunk(buf, end, final, simple, max_record, stop_on_error, label_count
             st[S_ANY_HKEY] = any_h
             for k in range(ntables):
                 tab_rows[k] = saved[k]
-            cur[:] = saved_cur
+            for f in range(len(cur)):
+                cur[f] = saved_cur[f]
             if err == REGION_FULL:
                 return FULL, pos, records, nerr
             if err > 0:

@@ -6,16 +6,15 @@ it occurs in (``unique_rows[unique_row_offsets[u]:unique_row_offsets[u + 1]]``, 
 order: XDL's sidx/sseg).  A 128-bit id is the pair (hkey, key).
 """
 import numpy as np
-from numba import njit
 
-from .jit import brief, helper
+from .jit import brief, helper, inline
 from .mix import mix64
 
 _SPREAD = np.uint64(0x94D049BB133111EB)
 _INT64, _INT32 = np.dtype(np.int64), np.dtype(np.int32)  # made once: unique_parts runs every batch
 
 
-@njit(nogil=True, cache=True, inline="always")
+@inline
 def _hash(h, k):
     return mix64(np.uint64(k) ^ (np.uint64(h) * _SPREAD))
 
