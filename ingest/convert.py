@@ -20,13 +20,14 @@ import numpy as np
 
 from ._native.encode import encode_groups, identical_features, write_text_rows
 from .discover import scan_features
+from . import warmup
 from .errors import ConfigError, DataError
-from .features import DenseLayout
+from .features import DenseLayout, Schema, make_feature
 from .formats import FileType
-from .optional import require
 from .formats.protobuf import ProtobufFormat
 from .formats.text import TextFormat
-from .pipeline.block import Block
+from .optional import require
+from .pipeline.block import Block, placeholder_block
 from .sources import expand_paths, plan_units
 from .sources.compression import compressed_writer, infer_compression, strip_suffix
 from .sources.filesystems import url_to_fs
@@ -61,24 +62,38 @@ def choose_aux(url, features, lead_bytes=LEAD_BYTES):
     and never differs inside one.  Returns the names, sparse then dense, in input order.
     """
     schema = features.schema()
-    fmt = TextFormat(schema)
     unit = plan_units(expand_paths([url])[:1], splittable=False)[0]
-    nsp, ndn = len(schema.sparse), len(schema.dense)
-    differs = np.zeros(nsp + ndn, np.bool_)
-    present = np.zeros(nsp + ndn, np.bool_)
+    identical = _Identical(schema)
     read = 0
-    layout = DenseLayout(schema.dense)
-    for blk in fmt.read_unit(unit):
-        table = blk.tables[0]
-        dense = np.hstack(table.dense) if ndn else np.zeros((blk.nrows, 0), np.float32)
-        identical_features(blk.group_offsets, table.sp_offsets, blk.sp_keys, blk.sp_values, dense,
-                           layout.first_col, layout.width, differs, present)
+    for blk in TextFormat(schema).read_unit(unit):
+        identical.add(blk)
         read += blk.nbytes
         if read >= lead_bytes:
             break
-    keep = present & ~differs
-    names = [s.name for s in schema.sparse] + [s.name for s in schema.dense]
-    return [n for n, k in zip(names, keep) if k]
+    return identical.names()
+
+
+class _Identical:
+    """Which features have values in a multi-sample group and never differ inside one, over the text Blocks
+    it is shown."""
+
+    def __init__(self, schema):
+        self.schema = schema
+        self.layout = DenseLayout(schema.dense)
+        self.differs = np.zeros(len(schema.sparse) + len(schema.dense), np.bool_)
+        self.present = np.zeros_like(self.differs)
+
+    def add(self, blk):
+        table = blk.tables[0]
+        dense = np.hstack(table.dense) if table.dense else np.zeros((blk.nrows, 0), np.float32)
+        identical_features(blk.group_offsets, table.sp_offsets, blk.sp_keys, blk.sp_values, dense,
+                           self.layout.first_col, self.layout.width, self.differs, self.present)
+
+    def names(self):
+        """The features identical in every group so far, sparse then dense, in input order."""
+        keep = self.present & ~self.differs
+        names = [s.name for s in self.schema.sparse] + [s.name for s in self.schema.dense]
+        return [n for n, k in zip(names, keep) if k]
 
 
 # -- writing ------------------------------------------------------------------------------------
@@ -201,24 +216,23 @@ def _text_to_records(units, schema, aux, simple, threads, write, on_skip=None):
 
 
 # -- pb/spb -> text -------------------------------------------------------------------------------
-def _records_to_text(unit, schema, simple, write, first_group):
-    """Write the samples of a pb/spb unit as text lines; returns the groups written.
+class _TextWriter:
+    """Writes decoded pb/spb Blocks as text lines, aux lines expanded back into every sample."""
 
-    Group ids are group numbers counted from ``first_group`` (empty for one-sample groups).
-    """
-    fmt = ProtobufFormat(schema, simple=simple)
-    names = _blob([s.name.encode() for s in schema.sparse])
-    dn_names = _blob([s.name.encode() for s in schema.dense])
-    layout = DenseLayout(schema.dense)
-    # each feature's position among its table's features of its kind (names are unique)
-    place = {s.name: j for t in range(schema.tables) for specs in (schema.sparse_in(t), schema.dense_in(t))
-             for j, s in enumerate(specs)}
-    out = np.empty(1 << 22, np.uint8)
-    group = first_group
-    for blk in fmt.read_unit(unit):
-        if blk.sp_hkeys is not None and blk.sp_hkeys.any():
-            raise DataError("a 128-bit id (hkey != 0) has no text form;", source=unit.url, offset=blk.start,
-                            text="", expected="64-bit ids (hkey 0) for text output", kind="HKEY")
+    def __init__(self, schema):
+        self.schema = schema
+        self.names = _blob([s.name.encode() for s in schema.sparse])
+        self.dn_names = _blob([s.name.encode() for s in schema.dense])
+        self.layout = DenseLayout(schema.dense)
+        # each feature's position among its table's features of its kind (names are unique)
+        self.place = {s.name: j for t in range(schema.tables) for specs in (schema.sparse_in(t), schema.dense_in(t))
+                      for j, s in enumerate(specs)}
+        self.out = np.empty(1 << 22, np.uint8)
+
+    def write(self, blk, first_group, write):
+        """Write the samples of ``blk``, group ids numbered from ``first_group`` (empty for one-sample groups);
+        returns the groups written."""
+        schema, place = self.schema, self.place
         n = blk.nrows
         rows = [np.arange(n, dtype=np.int64)]
         for t in range(schema.tables - 1):
@@ -232,20 +246,92 @@ def _records_to_text(unit, schema, simple, write, first_group):
         dense = (np.hstack([blk.tables[s.table].dense[place[s.name]][rows[s.table]] for s in schema.dense])
                  if schema.dense else np.zeros((n, 0), np.float32))
         sizes = np.diff(blk.group_offsets)
-        numbers = np.where(sizes > 1, group + np.arange(len(sizes)), -1)
+        numbers = np.where(sizes > 1, first_group + np.arange(len(sizes)), -1)
         gid = np.repeat(numbers, sizes).astype(np.int64)
-        group += len(sizes)
         r = 0
         while r < n:
             r2, pos = write_text_rows(r, n, blk.sid_bytes, blk.sid_offsets, gid, starts, ends, blk.sp_keys,
-                                      blk.sp_values, *names, dense, *dn_names, layout.first_col, layout.width,
-                                      blk.labels, blk.timestamps, out, 0)
+                                      blk.sp_values, *self.names, dense, *self.dn_names, self.layout.first_col,
+                                      self.layout.width, blk.labels, blk.timestamps, self.out, 0)
             if r2 == r:
-                out = np.empty(2 * len(out), np.uint8)  # one line longer than the buffer
+                self.out = np.empty(2 * len(self.out), np.uint8)  # one line longer than the buffer
                 continue
-            write(out[:pos])
+            write(self.out[:pos])
             r = r2
+        return len(sizes)
+
+
+def _records_to_text(unit, schema, simple, write, first_group):
+    """Write the samples of a pb/spb unit as text lines; returns the groups written."""
+    writer = _TextWriter(schema)
+    group = first_group
+    for blk in ProtobufFormat(schema, simple=simple).read_unit(unit):
+        if blk.sp_hkeys is not None and blk.sp_hkeys.any():
+            raise DataError("a 128-bit id (hkey != 0) has no text form;", source=unit.url, offset=blk.start,
+                            text="", expected="64-bit ids (hkey 0) for text output", kind="HKEY")
+        group += writer.write(blk, group, write)
     return group - first_group
+
+
+# -- compiling ahead ----------------------------------------------------------------------------------
+# The kernels that write one format and read the other compile side by side (``warmup.compile_ahead``): their
+# arrays have the same types whatever the features, so a small schema of every kind stands in for the input's.
+_WARM_TEXT = Schema([make_feature("s", "sparse"), make_feature("d", "dense", nvec=2)], 1)
+_WARM_PB = Schema([*_WARM_TEXT.specs, make_feature("u", "sparse", table=1)], 1)
+
+
+def _warm_text_writer():
+    _TextWriter(_WARM_PB).write(placeholder_block(_WARM_PB), 0, lambda _: None)
+
+
+def warm_decoder(payload):
+    """Compile the pb/spb decoder (``payload["simple"]``: spb) on one record written by protobuf's own module."""
+    from .sample_pb2 import SampleGroup, SampleSimple
+    simple = payload["simple"]
+    if simple:
+        record = SampleSimple(sample_id="a", label={"values": [1.0]}, feature_line={"features": [
+            {"type": 1, "name": "s", "values": [{"key": 1}]}]})
+    else:
+        record = SampleGroup(sample_ids=["a"], labels=[{"values": [1.0]}], feature_tables=[
+            {"feature_lines": [{"features": [{"type": 1, "name": "s", "values": [{"key": 1, "value": 2.0}]},
+                                             {"type": 2, "name": "d", "values": [{"vector": [1.0, 2.0]}]}],
+                                "refer": 0}]},
+            {"feature_lines": [{"features": [{"type": 1, "name": "u", "values": [{"key": 3}]}]}]}])
+    data = record.SerializeToString()
+    with tempfile.TemporaryDirectory(prefix="ingest-warm-") as tmp:
+        path = os.path.join(tmp, "one.pb")
+        with open(path, "wb") as f:
+            f.write(len(data).to_bytes(4, "little") + data)
+        schema = _WARM_TEXT if simple else _WARM_PB
+        for _ in ProtobufFormat(schema, simple=simple).read_unit(plan_units([(path, len(data) + 4)])[0]):
+            pass
+
+
+def warm_encoder(payload):
+    """Compile the pb/spb encoder and ``--aux auto``'s comparison (``payload["simple"]``: spb)."""
+    blk = placeholder_block(_WARM_TEXT)
+    _Encoder(_WARM_TEXT, {"d"}, payload["simple"]).encode(blk)
+    _Identical(_WARM_TEXT).add(blk)
+
+
+def _compile_side_by_side(src, dst):
+    """Announce the kernels a conversion compiles and, when both sides are cold, have a second process compile
+    the one that comes later (text -> pb: the encoder; pb -> text: the decoder, while this one compiles the
+    text writer); returns what to wait for before converting."""
+    reading = "text" if src is FileType.txt else "pb"
+    writing = "write-pb" if dst is not FileType.txt else "write-text"
+    groups = [f"scan-{reading}", reading, writing]
+    cold = warmup.cold(groups)
+    if reading not in cold or writing not in cold:
+        warmup.notice(groups)
+        return lambda: None
+    warmup.notice(groups, parallel=[writing if src is FileType.txt else reading])
+    simple = FileType.spb in (src, dst)
+    if src is FileType.txt:
+        return warmup.compile_ahead("ingest.convert:warm_encoder", {"simple": simple}).wait
+    ahead = warmup.compile_ahead("ingest.convert:warm_decoder", {"simple": simple})
+    _warm_text_writer()
+    return ahead.wait
 
 
 # -- driver -----------------------------------------------------------------------------------------
@@ -303,6 +389,7 @@ def convert(inputs, output, *, src=None, dst=None, aux=None, threads=None, sched
         raise ConfigError("--aux applies to text -> pb only")
     threads = threads or os.cpu_count() or 1
     summary = {"from": src.value, "to": dst.value, "inputs": [u for u, _ in files], "aux": []}
+    kernels_ready = _compile_side_by_side(src, dst)
     features = scan_features(files, src, threads)
     if features.label_count != features.max_labels:
         raise DataError(f"samples have {features.label_count} to {features.max_labels} labels;", source=files[0][0],
@@ -324,6 +411,7 @@ def convert(inputs, output, *, src=None, dst=None, aux=None, threads=None, sched
         if dst is FileType.pb:
             log(f"aux features (table 1): {', '.join(aux) if aux else '(none)'}")
     plan = _output_plan(files, output, dst)
+    kernels_ready()
     job = dict(src=src, dst=dst, aux=aux, features=features, threads=threads)
     if scheduler:
         Client = require("dask.distributed", "distributed", "dask").Client

@@ -3,7 +3,7 @@ import dataclasses
 import warnings
 import weakref
 
-from . import formats
+from . import formats, warmup
 from . import state as state_format
 from .dsl.compiler import check, compile_feature, home_table, parse, single_valued
 from .dsl.stage import DslStage
@@ -351,10 +351,12 @@ class DataReader:
                               f"of its own; this reader has {len(kafka)} partitions and threads({self._threads})")
         if self._progress is not None and self._kafka.group_id is not None and kafka:
             self._kafka_group = KafkaGroup(parse_kafka_url(kafka[0])[0], self._kafka)
+        dsl = _dsl_stage(schema)
         builder = BatchBuilder(schema, self._batch_size, self._pad, unique=self._unique, stats=self._stats,
-                               track=self._progress is not None, keep_pieces=rounds is not None)
+                               track=self._progress is not None, keep_pieces=rounds is not None,
+                               kernels_ready=self._compile_kernels(schema, dsl is not None))
         ops = OpStage(schema.raw, self._ops) if self._ops else None  # checks built-in ops against the schema
-        self._pipeline = Pipeline(mine, self._epochs, fmt, builder, ops=ops, dsl=_dsl_stage(schema), rounds=rounds,
+        self._pipeline = Pipeline(mine, self._epochs, fmt, builder, ops=ops, dsl=dsl, rounds=rounds,
                                   threads=self._threads, deterministic=self._deterministic,
                                   split_group=self._split_group,
                                   drop_last=self._drop_last, on_skip=on_skip, stats=self._stats,
@@ -369,6 +371,20 @@ class DataReader:
             self._member.start(self._pipeline)
         self._finalizer = weakref.finalize(self, _close, self._pipeline, self._member)
         return self
+
+    def _compile_kernels(self, schema, with_dsl):
+        """Say which kernels this run compiles (only when the on-disk cache lacks them), and when the parse
+        kernels are among them, have a second process compile the batch kernels meanwhile; returns what the
+        batch builder calls before its first batch (None when there is nothing to wait for)."""
+        groups = ["text" if self._file_type is formats.FileType.txt else "pb", "batch"]
+        groups += (["unique"] if self._unique else []) + (["dsl"] if with_dsl else [])
+        parallel = warmup.ahead(warmup.cold(groups))
+        warmup.notice(groups, parallel)
+        if not parallel:
+            return None
+        payload = {"specs": [dataclasses.asdict(s) for s in schema.specs], "label_count": schema.label_count,
+                   "batch_size": self._batch_size, "pad": self._pad, "unique": self._unique}
+        return warmup.compile_ahead("ingest.pipeline.batcher:warm", payload).wait
 
     def _join_group(self):
         """A GroupMember when the reader joins its Kafka consumer group (``group_id`` with topic URLs), else None;

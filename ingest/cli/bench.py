@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from .. import synthetic
+from .. import synthetic, warmup
 from ..discover import scan_features
 from ..dsl import load_feature_conf
 from ..errors import ConfigError, IngestError
@@ -206,6 +206,10 @@ def _reader(name, paths, args, declare):
 
 
 def _bench(args, paths):
+    parse = "text" if args.format == FileType.txt.value else "pb"
+    groups = ([f"scan-{parse}"] if "auto" in (args.features, args.label_count) else []) + [parse, "batch"]
+    groups += (["unique"] if args.unique_ids else []) + (["dsl"] if args.dsl else [])
+    warmup.notice(groups, parallel=warmup.ahead(warmup.cold(groups)))
     declare = _declarer(args, paths[0])
     # whole groups (--no-split-group) may not fit in a warm-up batch of 8: keep the batch size then
     warm_batch_size = WARM_UP_BATCH_SIZE if args.split_group else args.batch_size

@@ -3,6 +3,7 @@ import argparse
 import functools
 import sys
 
+from .. import __version__
 from . import bench, tools
 
 __all__ = ["build_parser", "main"]
@@ -11,6 +12,7 @@ __all__ = ["build_parser", "main"]
 def build_parser():
     """The argument parser of ``ingest`` and its subcommands."""
     parser = argparse.ArgumentParser(prog="ingest", description=__doc__.replace("``", ""))
+    parser.add_argument("--version", action="version", version=f"ingest {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     bench_parser = commands.add_parser(
         "bench", help="throughput of a reader over sample files (same as ingest-bench)",

@@ -6,9 +6,11 @@ import numpy as np
 
 from .._native.batch import copy_piece, feature_bases, measure_piece, pad_batch
 from .._native.unique import table_size, unique_ids_of_batch, unique_parts
+from .block import placeholder_block
 from .pool import BufferPool
 from ..batch import Batch, SparseFeature
 from ..errors import GroupTooLargeError
+from ..features import Schema, make_feature
 from .progress import Marks
 
 __all__ = ["BatchBuilder", "cut_batches", "FLUSH"]
@@ -34,7 +36,8 @@ class BatchBuilder:
     """
 
     def __init__(self, schema, batch_size, pad, unique=False, stats=None, pool=None, track=False,
-                 keep_pieces=False):
+                 keep_pieces=False, kernels_ready=None):
+        self.kernels_ready = kernels_ready  # called once before the first build (warmup.CompileAhead.wait)
         self.keep_pieces = keep_pieces  # the batch keeps its pieces (keep_sample, pause: its groups are released)
         self.track = track  # record the position each batch delivers up to (reader state)
         self.pool = pool if pool is not None else BufferPool()
@@ -76,6 +79,8 @@ class BatchBuilder:
         pooled buffer holds them all, ``copy_piece`` fills them (the Python around the kernels was
         half of a batch's build, and every call into a kernel is a point where the GIL changes hands).
         """
+        if self.kernels_ready is not None:
+            self.kernels_ready()
         t0 = time.perf_counter()
         nt = self.tables
         counts = np.zeros(len(self.pair), np.int64)
@@ -159,6 +164,14 @@ class BatchBuilder:
             if self.stats is not None:
                 self.stats.stage("unique", t0, time.perf_counter())
         return batch
+
+
+def warm(payload):
+    """Compile the batch kernels of a schema (``warmup.compile_ahead``) by building a batch of a placeholder
+    Block.  ``payload``: ``{"specs": [FeatureSpec fields], "label_count", "batch_size", "pad", "unique"}``."""
+    schema = Schema([make_feature(**spec) for spec in payload["specs"]], payload["label_count"]).raw
+    builder = BatchBuilder(schema, payload["batch_size"], payload["pad"], unique=payload["unique"])
+    builder.build([(placeholder_block(schema), 0, 1)])
 
 
 def _block_args(blk):

@@ -3,7 +3,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["Block", "Table", "empty_aux_tables"]
+__all__ = ["Block", "Table", "empty_aux_tables", "placeholder_block"]
 
 
 @dataclass(eq=False)
@@ -138,3 +138,17 @@ def empty_aux_tables(schema, group_offsets, end):
     if schema.tables > 1:
         refer0 = np.repeat(np.arange(groups, dtype=np.int64), np.diff(group_offsets))
     return refer0, tables
+
+
+def placeholder_block(schema):
+    """A Block of one sample (one row in every table of ``schema``, empty sparse rows), whose arrays have the
+    types the formats give theirs: what a kernel warmer (``ingest.warmup``) runs a kernel on to compile it."""
+    tables = []
+    for t in range(schema.tables):
+        refer = np.zeros(1, np.int64) if t < schema.tables - 1 else None
+        dense = tuple(np.zeros((1, s.width), np.float32) for s in schema.dense_in(t))
+        tables.append(Table(1, np.zeros((len(schema.sparse_in(t)), 2), np.int64), dense, refer))
+    return Block(tables=tuple(tables), group_offsets=np.array([0, 1], np.int64), sp_keys=np.zeros(0, np.int64),
+                 sp_hkeys=None, sp_values=np.zeros(0, np.float32),
+                 labels=np.zeros((1, schema.label_count), np.float32), timestamps=np.zeros(1, np.int64),
+                 sid_bytes=np.zeros(0, np.uint8), sid_offsets=np.zeros(2, np.int64))

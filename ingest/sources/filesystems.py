@@ -22,7 +22,7 @@ def url_to_fs(url):
         return cls(**cls._get_kwargs_from_urls(url)), cls._strip_protocol(url)
     try:
         return fsspec.core.url_to_fs(url)
-    except ValueError as exc:  # fsspec: "Protocol not known"
+    except ValueError:  # fsspec: "Protocol not known"
         raise SourceError(f"{url}: unknown URL scheme {protocol_of(url)!r}; ingest reads local paths, file://, "
                           f"hdfs://, kafka:// and any fsspec protocol whose package is installed "
                           f"({', '.join(sorted(fsspec.available_protocols()))})", source=url) from None
