@@ -12,6 +12,7 @@ flight, so memory does not grow with the input.  Outputs are written under a tem
 name and renamed when complete.
 """
 import concurrent.futures
+import contextlib
 import os
 import tempfile
 import uuid
@@ -21,7 +22,7 @@ import numpy as np
 from ._native.encode import encode_groups, identical_features, write_text_rows
 from .discover import scan_features
 from . import warmup
-from .errors import ConfigError, DataError
+from .errors import ConfigError, DataError, SourceError
 from .features import DenseLayout, Schema, make_feature
 from .formats import FileType
 from .formats.protobuf import ProtobufFormat
@@ -30,16 +31,18 @@ from .optional import require
 from .pipeline.block import Block, placeholder_block
 from .sources import expand_paths, plan_units
 from .sources.compression import compressed_writer, infer_compression, strip_suffix
-from .sources.filesystems import url_to_fs
+from .sources.filesystems import check_writable, url_to_fs
 from .sources.kafka import is_kafka
 
 __all__ = ["choose_aux", "convert", "format_of", "LEAD_BYTES"]
 
 LEAD_BYTES = 4 << 20   # leading sample read by --aux auto
+SCHEDULER_TIMEOUT = 8  # seconds to wait for a Dask scheduler to answer
 
 
-def format_of(url, given=None):
-    """The sample format of a path: ``given``, else its extension (after a compression suffix)."""
+def format_of(url, given=None, flag="--from/--to"):
+    """The sample format of a path: ``given``, else its extension (after a compression suffix); ``flag`` is the
+    option that gives it, for the error."""
     if given is not None:
         try:
             return FileType(given)
@@ -51,7 +54,7 @@ def format_of(url, given=None):
             return ftype
     if name.endswith((".dat", ".csv", ".text")):
         return FileType.txt
-    raise ConfigError(f"{url}: cannot tell the sample format from the name; give --from/--to txt|pb|spb")
+    raise ConfigError(f"{url}: cannot tell the sample format from the name; give {flag} txt|pb|spb")
 
 
 # -- text -> pb: the aux choice ----------------------------------------------------------------
@@ -191,13 +194,18 @@ class _AtomicWriter:
             pass
 
 
-def _text_to_records(units, schema, aux, simple, threads, write, on_skip=None):
-    """Parse and encode text units on ``threads`` threads; ``write`` gets the records in input order."""
-    fmt = TextFormat(schema, on_skip=on_skip)
+def _text_to_records(units, schema, aux, simple, threads, write, progress=None):
+    """Parse and encode text units on ``threads`` threads; ``write`` gets the records in input order,
+    ``progress.update`` the bytes of each unit converted."""
+    fmt = TextFormat(schema)
     encoder = _Encoder(schema, set(aux), simple)
 
     def work(unit):
-        return [part for blk in fmt.read_unit(unit) for part in encoder.encode(blk)], unit
+        parts, nbytes = [], 0
+        for blk in fmt.read_unit(unit):
+            parts += encoder.encode(blk)
+            nbytes += blk.nbytes
+        return parts, nbytes
 
     with concurrent.futures.ThreadPoolExecutor(threads) as pool:
         pending = []
@@ -207,9 +215,11 @@ def _text_to_records(units, schema, aux, simple, threads, write, on_skip=None):
             if len(pending) >= 2 * threads:
                 break
         while pending:
-            parts, unit = pending.pop(0).result()
+            parts, nbytes = pending.pop(0).result()
             for part in parts:
                 write(part)
+            if progress is not None:
+                progress.update(nbytes)
             nxt = next(it, None)
             if nxt is not None:
                 pending.append(pool.submit(work, nxt))
@@ -261,7 +271,7 @@ class _TextWriter:
         return len(sizes)
 
 
-def _records_to_text(unit, schema, simple, write, first_group):
+def _records_to_text(unit, schema, simple, write, first_group, progress=None):
     """Write the samples of a pb/spb unit as text lines; returns the groups written."""
     writer = _TextWriter(schema)
     group = first_group
@@ -270,6 +280,8 @@ def _records_to_text(unit, schema, simple, write, first_group):
             raise DataError("a 128-bit id (hkey != 0) has no text form;", source=unit.url, offset=blk.start,
                             text="", expected="64-bit ids (hkey 0) for text output", kind="HKEY")
         group += writer.write(blk, group, write)
+        if progress is not None:
+            progress.update(blk.nbytes)
     return group - first_group
 
 
@@ -350,7 +362,8 @@ def _output_plan(inputs, output, dst):
     return plan
 
 
-def convert(inputs, output, *, src=None, dst=None, aux=None, threads=None, scheduler=None, log=print):
+def convert(inputs, output, *, src=None, dst=None, aux=None, threads=None, scheduler=None, log=print,
+            progress=None):
     """Convert sample files; returns a summary dict (inputs, outputs, aux features, bytes).
 
     Parameters
@@ -369,6 +382,9 @@ def convert(inputs, output, *, src=None, dst=None, aux=None, threads=None, sched
         Parse/encode threads (default: the CPU count).
     scheduler : str or None
         Address of a Dask scheduler: the output files are written by its workers.
+    progress : object with ``update(n)`` and ``total``, or None
+        Told of the input bytes converted as they are (a tqdm bar; not with a scheduler).  ``total`` is set to
+        the input bytes when no input is compressed.
     """
     if is_kafka(output):  # staged in a local file, then sent whole groups or records per message
         from .produce import produce  # produce imports this module
@@ -387,56 +403,72 @@ def convert(inputs, output, *, src=None, dst=None, aux=None, threads=None, sched
         raise ConfigError(f"--from and --to are both {src.value}: nothing to convert")
     if aux and dst is not FileType.pb:
         raise ConfigError("--aux applies to text -> pb only")
-    threads = threads or os.cpu_count() or 1
-    summary = {"from": src.value, "to": dst.value, "inputs": [u for u, _ in files], "aux": []}
-    kernels_ready = _compile_side_by_side(src, dst)
-    features = scan_features(files, src, threads)
-    if features.label_count != features.max_labels:
-        raise DataError(f"samples have {features.label_count} to {features.max_labels} labels;", source=files[0][0],
-                        offset=0, text="", kind="TOO_FEW_LABELS",
-                        expected="the same number of labels in every sample: a converted file has one label count, "
-                                 "so extra labels would be lost")
-    if src is FileType.txt:
-        if aux == "auto":
-            aux = choose_aux(files[0][0], features)
-        elif aux:
-            known = {name for name, *_ in features.declarations()}
-            missing = [a for a in aux if a not in known]
-            if missing:
-                raise ConfigError(f"--aux {','.join(missing)}: no such feature in the input; it has "
-                                  f"{', '.join(sorted(known))}")
-        aux = list(aux or [])
-        summary["aux"] = aux
-        summary["features"] = {"declared": features.declarations(), "label_count": features.label_count}
-        if dst is FileType.pb:
-            log(f"aux features (table 1): {', '.join(aux) if aux else '(none)'}")
     plan = _output_plan(files, output, dst)
-    kernels_ready()
-    job = dict(src=src, dst=dst, aux=aux, features=features, threads=threads)
-    if scheduler:
-        Client = require("dask.distributed", "distributed", "dask").Client
-        with Client(scheduler) as client:
+    for _, out in plan:  # before anything is read
+        check_writable(out, "output")
+    with _dask_client(scheduler) if scheduler else contextlib.nullcontext() as client:
+        threads = threads or os.cpu_count() or 1
+        summary = {"from": src.value, "to": dst.value, "inputs": [u for u, _ in files], "aux": []}
+        kernels_ready = _compile_side_by_side(src, dst)
+        features = scan_features(plan_units(files, splittable=False), src, threads)
+        if features.label_count != features.max_labels:
+            raise DataError(f"samples have {features.label_count} to {features.max_labels} labels;",
+                            source=files[0][0], offset=0, text="", kind="TOO_FEW_LABELS",
+                            expected="the same number of labels in every sample: a converted file has one label "
+                                     "count, so extra labels would be lost")
+        if src is FileType.txt:
+            if aux == "auto":
+                aux = choose_aux(files[0][0], features)
+            elif aux:
+                known = {name for name, *_ in features.declarations()}
+                missing = [a for a in aux if a not in known]
+                if missing:
+                    raise ConfigError(f"--aux {','.join(missing)}: no such feature in the input; it has "
+                                      f"{', '.join(sorted(known))}")
+            aux = list(aux or [])
+            summary["aux"] = aux
+            summary["features"] = {"declared": features.declarations(), "label_count": features.label_count}
+            if dst is FileType.pb:
+                log(f"aux features (table 1): {', '.join(aux) if aux else '(none)'}")
+        kernels_ready()
+        job = dict(src=src, dst=dst, aux=aux, features=features, threads=threads)
+        if client is not None:
             futures = client.map(lambda item: _convert_one(item[0], item[1], **job), plan, pure=False)
             results = client.gather(futures)
-    else:
-        results = [_convert_one(ins, out, **job) for ins, out in plan]
+        else:
+            if progress is not None and not any(infer_compression(url) for url, _ in files):
+                progress.total = sum(size or 0 for _, size in files)
+            results = [_convert_one(ins, out, **job, progress=progress) for ins, out in plan]
     summary["outputs"] = [r[0] for r in results]
     summary["bytes_out"] = sum(r[1] for r in results)
     summary["bytes_in"] = sum(s or 0 for _, s in files)
     return summary
 
 
-def _convert_one(files, output, *, src, dst, aux, features, threads):
+def _dask_client(address):
+    """A Dask client of the scheduler at ``address``; a ``SourceError`` when none answers within
+    ``SCHEDULER_TIMEOUT`` seconds."""
+    client_class = require("dask.distributed", "distributed", "dask").Client
+    try:
+        return client_class(address, timeout=SCHEDULER_TIMEOUT)
+    except (OSError, ValueError) as exc:
+        raise SourceError(f"--scheduler {address}: no Dask scheduler answered within {SCHEDULER_TIMEOUT} s "
+                          f"({' '.join(str(exc).split())})", source=address) from exc
+
+
+def _convert_one(files, output, *, src, dst, aux, features, threads, progress=None):
     """Write one output file from ``files``; returns ``(url, bytes written before compression)``."""
     writer = _AtomicWriter(output)
     try:
         if src is FileType.txt:
             units = plan_units(files, splittable=True, task_num=threads)
-            _text_to_records(units, features.schema(), aux, dst is FileType.spb, threads, writer.write)
+            _text_to_records(units, features.schema(), aux, dst is FileType.spb, threads, writer.write,
+                             progress=progress)
         elif dst is FileType.txt:
             group = 0
             for unit in plan_units(files, splittable=False):
-                group += _records_to_text(unit, features.schema(), src is FileType.spb, writer.write, group)
+                group += _records_to_text(unit, features.schema(), src is FileType.spb, writer.write, group,
+                                          progress)
         else:
             raise ConfigError(f"{src.value} -> {dst.value}: convert through text (txt)")
         writer.commit()

@@ -17,9 +17,10 @@ from .errors import DataError
 from .features import Schema, make_feature
 from .formats import FileType
 from .formats.base import grown, refill
-from .sources import open_unit, plan_units
+from .formats.protobuf import framing_problem
+from .sources import open_unit
 
-__all__ = ["FoundFeatures", "scan_text_features", "scan_record_features", "scan_features"]
+__all__ = ["FoundFeatures", "scan_text_features", "scan_record_features", "scan_features", "names_in"]
 
 _SCAN_CHUNK = 8 << 20
 MAX_FEATURES = 10_000  # distinct names in one input: beyond this it is not sample text
@@ -106,9 +107,8 @@ def _scan_unit(unit, limit):
     return sparse, dense, labels_seen
 
 
-def scan_text_features(files, threads=1, limit=None):
-    """``FoundFeatures`` of text files (``(url, size)`` pairs), scanned in parallel threads."""
-    units = plan_units(files, splittable=False)
+def scan_text_features(units, threads=1, limit=None):
+    """``FoundFeatures`` of text work units (whole files, Kafka partitions), scanned in parallel threads."""
     with concurrent.futures.ThreadPoolExecutor(max(1, threads)) as pool:
         found = list(pool.map(lambda u: _scan_unit(u, limit), units))
     sparse, dense = [], {}
@@ -135,6 +135,11 @@ def _scan_records_unit(unit, simple, limit):
     known = [build_name_table([]), np.empty(0, np.int64), np.empty(0, np.int64)]
 
     def scan(buf, filled, at_end, base):
+        if base == 0 and (problem := framing_problem(buf[:min(filled, 16)], unit.size, simple)):
+            message = "SampleSimple" if simple else "SampleGroup"
+            raise DataError(f"does not look like length-prefixed {message} records: {problem};", source=unit.url,
+                            offset=0, text=bytes(buf[:min(filled, 8)]).hex(" "), kind="NOT_RECORDS",
+                            expected=f"a {'spb' if simple else 'pb'} file (is it text? then the format is txt)")
         pos = 0
         while True:
             pos = scan_record_names(buf, pos, filled, simple, *known[0], known[1], known[2], labels_seen, found)
@@ -155,9 +160,8 @@ def _scan_records_unit(unit, simple, limit):
     return features, labels_seen
 
 
-def scan_record_features(files, simple, threads=1, limit=None):
-    """``FoundFeatures`` of pb/spb files (``(url, size)`` pairs), scanned in parallel threads."""
-    units = plan_units(files, splittable=False)
+def scan_record_features(units, simple, threads=1, limit=None):
+    """``FoundFeatures`` of pb/spb work units (whole files, Kafka partitions), scanned in parallel threads."""
     with concurrent.futures.ThreadPoolExecutor(max(1, threads)) as pool:
         found = list(pool.map(lambda u: _scan_records_unit(u, simple, limit), units))
     sparse, dense, where = [], {}, {}
@@ -177,8 +181,17 @@ def scan_record_features(files, simple, threads=1, limit=None):
     return FoundFeatures(sparse, dense, max(lo, 0) if hi >= 0 else 0, max(hi, 0))
 
 
-def scan_features(files, file_type, threads=1, limit=None):
-    """``FoundFeatures`` of files of one format (first ``limit`` bytes of each when given)."""
+def scan_features(units, file_type, threads=1, limit=None):
+    """``FoundFeatures`` of work units of one format (first ``limit`` bytes of each when given)."""
     if FileType(file_type) is FileType.txt:
-        return scan_text_features(files, threads, limit)
-    return scan_record_features(files, FileType(file_type) is FileType.spb, threads, limit)
+        return scan_text_features(units, threads, limit)
+    return scan_record_features(units, FileType(file_type) is FileType.spb, threads, limit)
+
+
+def names_in(unit, file_type, limit=4 << 20):
+    """The feature names in the first ``limit`` bytes of one work unit (a file or a Kafka partition)."""
+    if FileType(file_type) is FileType.txt:
+        sparse, dense, _ = _scan_unit(unit, limit)
+        return sparse + list(dense)
+    features, _ = _scan_records_unit(unit, FileType(file_type) is FileType.spb, limit)
+    return [name for _, name, _, _ in features]

@@ -3,6 +3,7 @@
 __all__ = [
     "IngestError", "ConfigError", "SourceError", "DataError", "TextParseError",
     "GroupTooLargeError", "ReaderClosedError", "DslError", "DslLimitError", "StateError", "OpError",
+    "UnseenFeatureWarning",
 ]
 
 
@@ -154,3 +155,7 @@ class OpError(IngestError):
         self.sample_id = sample_id
         super().__init__(f"{source}, byte {offset}: op {op}: {reason}; in group {group} of the chunk at byte "
                          f"{block_offset} (first sample id {sample_id!r})")
+
+
+class UnseenFeatureWarning(UserWarning):
+    """A declared feature that an epoch of input never held (a misspelt name, or a feature of another table)."""

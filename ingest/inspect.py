@@ -1,23 +1,26 @@
 """``ingest inspect``: tables, features, counts and the first samples of any sample file."""
+from . import warmup
 from .convert import format_of
 from .discover import scan_features
 from .reader import DataReader
-from .sources import expand_paths
+from .sources.plan import plan_paths
 
 __all__ = ["inspect"]
 
 
-def inspect(path, n=3, file_type=None):
-    """Summary of a sample file (or directory, glob, URL) as a dict.
+def inspect(path, n=3, file_type=None, progress=None):
+    """Summary of a sample file (or directory, glob, URL, ``kafka://`` topic) as a dict.
 
-    ``format``, ``files``, ``bytes``, ``label_count``, ``tables`` (per table its features
+    ``format``, ``files`` (files or partitions), ``bytes``, ``label_count``, ``tables`` (per table its features
     with type and dense width), ``groups``, ``samples`` and ``first`` (the first ``n``
     samples: id, labels, timestamp and every feature's ids/values or vector, aux features
-    resolved through ``refer``).
+    resolved through ``refer``).  ``progress.update(nbytes)`` is called as the input is read, when given.
     """
-    files = expand_paths([path])
-    ftype = format_of(files[0][0], file_type)
-    features = scan_features(files, ftype)
+    units = plan_paths([path], splittable=False)
+    ftype = format_of(units[0].url, file_type, flag="--format")
+    parse = "text" if ftype.value == "txt" else "pb"
+    warmup.notice([f"scan-{parse}", parse, "batch"], parallel=warmup.ahead(warmup.cold([parse, "batch"])))
+    features = scan_features(units, ftype)
     declared = features.declarations()
     reader = DataReader("inspect", paths=[path], file_type=ftype).label_count(features.label_count)
     for name, kind, table, nvec in declared:
@@ -25,14 +28,19 @@ def inspect(path, n=3, file_type=None):
     first = []
     with reader:
         reader.startup()
+        read = 0
         for batch in reader:
+            if progress is not None:
+                done = reader.stats()["bytes"]
+                progress.update(done - read)
+                read = done
             rows = min(n - len(first), batch.size)
             for r in range(rows):
                 first.append(_sample(batch, r))
         stats = reader.stats()
     tables = max([t for _, _, t, _ in declared] + [0]) + 1
     return {
-        "path": path, "format": ftype.value, "files": len(files), "bytes": sum(s or 0 for _, s in files),
+        "path": path, "format": ftype.value, "files": len(units), "bytes": sum(u.size or 0 for u in units),
         "label_count": features.label_count, "groups": stats["groups"], "samples": stats["samples"],
         "tables": [[{"name": name, "type": kind, **({"nvec": nvec} if nvec else {})}
                     for name, kind, t, nvec in declared if t == k] for k in range(tables)],

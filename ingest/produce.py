@@ -36,10 +36,11 @@ def _cuts(f, size, ftype, message_bytes):
     return cuts + [size]
 
 
-def produce(inputs, url, file_type=None, message_bytes=1 << 20, log=print, **producer_config):
+def produce(inputs, url, file_type=None, message_bytes=1 << 20, log=print, progress=None, **producer_config):
     """Send the samples of ``inputs`` (uncompressed sample files) to the topic of ``url``.
 
-    Returns ``{"messages": ..., "bytes": ..., "partitions": [...]}``.
+    Returns ``{"messages": ..., "bytes": ..., "partitions": [...]}``.  ``progress.update(n)`` (a tqdm bar) is told
+    of the bytes sent, and its ``total`` set to the input bytes, when given.
     """
     from kafka import KafkaProducer
     from kafka.errors import KafkaError
@@ -55,6 +56,8 @@ def produce(inputs, url, file_type=None, message_bytes=1 << 20, log=print, **pro
     except KafkaError as exc:
         raise SourceError(f"{url}: cannot produce: {exc}", source=url) from exc
     sent = nbytes = 0
+    if progress is not None:
+        progress.total = sum(size or 0 for _, size in files)
     try:
         for path, size in files:
             ftype = format_of(path, file_type)
@@ -68,6 +71,8 @@ def produce(inputs, url, file_type=None, message_bytes=1 << 20, log=print, **pro
                     producer.send(topic, value=value, partition=partitions[sent % len(partitions)])
                     sent += 1
                     nbytes += len(value)
+                    if progress is not None:
+                        progress.update(b - a)
             log(f"{path}: {len(cuts) - 1} messages")
         producer.flush()
     except KafkaError as exc:

@@ -1,5 +1,6 @@
 """DataReader: options, lifecycle and iteration (FORMATS.md section 5)."""
 import dataclasses
+import difflib
 import warnings
 import weakref
 
@@ -7,18 +8,21 @@ from . import formats, warmup
 from . import state as state_format
 from .dsl.compiler import check, compile_feature, home_table, parse, single_valued
 from .dsl.stage import DslStage
-from .errors import ConfigError, DslError, ReaderClosedError
+from .discover import names_in
+from .errors import ConfigError, DslError, IngestError, ReaderClosedError, SourceError, UnseenFeatureWarning
 from .features import FeatureType, Schema, make_feature
 from .ops import OpStage, as_op
 from .pipeline.batcher import BatchBuilder
+from .pipeline.coverage import Coverage
 from .pipeline.progress import Progress
 from .pipeline.rounds import Rounds
 from .pipeline.runner import Pipeline
 from .pipeline.stats import Stats
 from .pipeline.timeline import Timeline
-from .sources import expand_paths, plan_units
+from .sources.plan import plan_paths
 from .sources.compression import check_codec
-from .sources.kafka import KafkaGroup, KafkaOptions, is_kafka, kafka_positions, kafka_units, parse_kafka_url
+from .sources.filesystems import check_writable
+from .sources.kafka import KafkaGroup, KafkaOptions, is_kafka, kafka_positions, parse_kafka_url
 from .sources.kafka_fetch import Cluster
 from .sources.kafka_group import GroupMember
 
@@ -128,6 +132,7 @@ class DataReader:
         self._pipeline = None
         self._started = False
         self._finalizer = None
+        self._coverage = None
 
     # -- options -----------------------------------------------------------------------------
     def _option(self):
@@ -295,6 +300,7 @@ class DataReader:
         """Record a Chrome trace of the run (a track per thread, an event per chunk, op and batch), written
         to ``path`` when the input is exhausted or the reader shuts down."""
         self._option()
+        check_writable(str(path), "timeline")
         self._timeline_path = str(path)
         return self
 
@@ -356,12 +362,15 @@ class DataReader:
                                track=self._progress is not None, keep_pieces=rounds is not None,
                                kernels_ready=self._compile_kernels(schema, dsl is not None))
         ops = OpStage(schema.raw, self._ops) if self._ops else None  # checks built-in ops against the schema
+        # with units that come and go (a consumer group) or never end (live Kafka) no epoch ends
+        live = bool(kafka) and self._kafka.until == "forever"
+        self._coverage = Coverage(schema.raw, len(mine)) if self._member is None and not live else None
         self._pipeline = Pipeline(mine, self._epochs, fmt, builder, ops=ops, dsl=dsl, rounds=rounds,
                                   threads=self._threads, deterministic=self._deterministic,
                                   split_group=self._split_group,
                                   drop_last=self._drop_last, on_skip=on_skip, stats=self._stats,
                                   prefetch=self._prefetch, shuffle=self._shuffle, progress=self._progress,
-                                  unit_source=self._member, live=bool(kafka) and self._kafka.until == "forever")
+                                  unit_source=self._member, live=live, coverage=self._coverage)
         self._started = True
         if self._timeline_path is not None:
             self._stats.timeline = Timeline()
@@ -434,24 +443,8 @@ class DataReader:
 
     def _plan_units(self, fmt):
         """Work units of every path in order: files (or byte ranges) and Kafka partitions."""
-        paths = [self._paths] if isinstance(self._paths, str) else self._paths
-        units, files = [], []
-
-        def flush():
-            if files:
-                planned = plan_units(expand_paths(files), compression=self._compression, splittable=fmt.splittable,
-                                     task_num=self._task[1], unit_bytes=self._unit_bytes)
-                units.extend(dataclasses.replace(u, index=len(units) + i) for i, u in enumerate(planned))
-                files.clear()
-
-        for path in paths:
-            if is_kafka(path):
-                flush()
-                units.extend(kafka_units(path, self._kafka, len(units)))
-            else:
-                files.append(path)
-        flush()
-        return units
+        return plan_paths(self._paths, splittable=fmt.splittable, compression=self._compression,
+                          task_num=self._task[1], unit_bytes=self._unit_bytes, kafka=self._kafka)
 
     def __iter__(self):
         return self
@@ -463,8 +456,9 @@ class DataReader:
         if self._save_every is not None and self._progress.batches - self._saved_at >= self._save_every[0]:
             self._save()
         try:
-            return self._pipeline.next_batch()
+            batch = self._pipeline.next_batch()
         except StopIteration:
+            self._report_unseen()
             if self._save_every is not None:
                 self._save()
             if self._member is not None:  # every partition caught up: commit and leave the group
@@ -472,6 +466,9 @@ class DataReader:
             self._report_skipped()
             self._write_timeline()
             raise
+        if self._coverage is not None:
+            self._report_unseen()
+        return batch
 
     # -- state -----------------------------------------------------------------------------
     def _state_options(self):
@@ -556,18 +553,44 @@ class DataReader:
             warnings.warn(f"reader {self.name!r}: skipped {stats['errors_skipped']} bad lines or records; "
                           f"first: {stats['first_errors'][0]}", RuntimeWarning, stacklevel=3)
 
+    def _report_unseen(self):
+        """A warning for each declared feature an epoch that ended never held, with the closest name of an
+        undeclared feature in the input (from the first 4 MiB of the first work unit)."""
+        ended = self._coverage.ended() if self._coverage is not None else []
+        if not ended:
+            return
+        try:
+            present = names_in(self._units[0], self._file_type)
+        except IngestError:
+            present = []
+        for epoch, names, samples in ended:
+            for name in names:
+                close = difflib.get_close_matches(name, [p for p in present if p not in self.schema.by_name], n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                warnings.warn(f"reader {self.name!r}: feature {name!r} was declared but never seen in {samples:,} "
+                              f"samples (epoch {epoch}){hint}", UnseenFeatureWarning, stacklevel=3)
+
     def stats(self):
         """Counters (bytes, samples, groups, blocks, batches, units, errors_skipped) and seconds per stage.
 
         Stages: ``read`` (reading and decompressing, or waiting for the read-ahead thread), ``parse``,
         ``ops`` (DSL), ``batch`` and ``unique``, summed over the parse workers (``batch`` on the batcher thread
         and ``unique`` on the unique-id thread where batches follow one block stream: README, ``threads(n)``);
-        ``wait``, the time the consumer waited for a batch; and ``wall`` since ``startup()``."""
-        return self._stats.snapshot()
+        ``wait``, the time the consumer waited for a batch; and ``wall`` since ``startup()``.
+        ``features_never_seen``: declared features no epoch that ended so far held (a warning names each)."""
+        out = self._stats.snapshot()
+        never = self._coverage.never_seen if self._coverage is not None else None
+        out["features_never_seen"] = list(never or [])
+        return out
 
     def _write_timeline(self):
         if self._stats.timeline is not None:
-            self._stats.timeline.write(self._timeline_path)
+            timeline, self._stats.timeline = self._stats.timeline, None  # written once
+            try:
+                timeline.write(self._timeline_path)
+            except OSError as exc:
+                raise SourceError(f"timeline {self._timeline_path}: cannot write: {exc}",
+                                  source=self._timeline_path) from exc
 
     def shutdown(self):
         """Stop the threads (also when the consumer stopped early); the reader cannot be restarted."""

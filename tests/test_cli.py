@@ -1,6 +1,9 @@
 """The command line: ingest-bench on synthetic and real files, and its one-line errors."""
 import json
 
+import pytest
+
+import ingest
 from ingest.cli import bench, main as ingest_main
 from conftest import SAMPLES, xdl
 
@@ -59,3 +62,110 @@ def test_bench_report_shows_stages(capsys):
     assert bench.main(["--synthetic", "2000", "--no-progress"]) in (0, None)
     report = capsys.readouterr().out
     assert "stages" in report and "parse" in report and "wait" in report
+
+
+# -- errors a new user can act on -------------------------------------------------------------------------------
+def test_a_declared_feature_never_seen_is_warned_at_each_epoch_end_with_the_closest_names():
+    reader = ingest.DataReader("typo", [str(SAMPLES / "ads.txt")]).label_count(2).epochs(2)
+    reader.feature("itme", "sparse").feature("cate", "sparse").feature("user_emb2", "dense", nvec=8)
+    with pytest.warns(ingest.UnseenFeatureWarning) as caught:
+        assert sum(b.size for b in reader.startup()) == 2000
+    messages = [str(w.message) for w in caught]
+    assert messages == [
+        "reader 'typo': feature 'itme' was declared but never seen in 1,000 samples (epoch 0); did you mean 'item'?",
+        "reader 'typo': feature 'user_emb2' was declared but never seen in 1,000 samples (epoch 0); "
+        "did you mean 'user_emb'?",
+        "reader 'typo': feature 'itme' was declared but never seen in 1,000 samples (epoch 1); did you mean 'item'?",
+        "reader 'typo': feature 'user_emb2' was declared but never seen in 1,000 samples (epoch 1); "
+        "did you mean 'user_emb'?"]
+    assert reader.stats()["features_never_seen"] == ["itme", "user_emb2"]
+
+
+def test_bench_warns_in_one_line_of_a_feature_file_name_never_seen(tmp_path, capsys):
+    features = tmp_path / "features.txt"
+    features.write_text("item sparse\nbrnad sparse\n")
+    assert bench.main([str(SAMPLES / "ads.txt"), "--features", str(features), "--json"]) == 0
+    warned = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert warned == ["ingest-bench: warning: reader 'ingest-bench': feature 'brnad' was declared but never seen "
+                      "in 1,000 samples (epoch 0); did you mean 'brand'?"]
+
+
+@pytest.mark.parametrize("content", [(SAMPLES / "ads.txt").read_bytes()[:5000], bytes(range(256)) * 20])
+def test_text_or_random_bytes_read_as_pb_are_said_not_to_be_records(tmp_path, capsys, content):
+    path = tmp_path / "not.pb"
+    path.write_bytes(content)
+    assert bench.main([str(path)]) == 2
+    assert ingest_main.main(["inspect", str(path)]) == 2
+    for line in capsys.readouterr().err.strip().splitlines():
+        assert "does not look like length-prefixed SampleGroup records" in line and str(path) in line
+        assert "read as a record length give" in line or "not a field of SampleGroup" in line
+
+
+def test_an_unknown_url_scheme_lists_the_supported_ones(capsys):
+    assert ingest_main.main(["inspect", "nosuch://host/x.txt"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown URL scheme 'nosuch'" in err and "hdfs://, kafka://" in err and "s3" in err
+
+
+def test_convert_of_a_malformed_text_file_points_at_the_line(tmp_path, capsys):
+    bad = tmp_path / "bad.txt"
+    good = (SAMPLES / "ads.txt").read_bytes()[:2000].rsplit(b"\n", 1)[0] + b"\n"
+    bad_line = b"x|g|item@1;cate@oops|1|1,0\n"
+    bad.write_bytes(good + bad_line)
+    assert ingest_main.main(["convert", str(bad), str(tmp_path / "bad.pb")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    at, line = bad_line.index(b"oops"), good.count(b"\n") + 1
+    assert err.startswith(f"ingest convert: {bad}:{line}, byte {len(good) + at}, column {at + 1}, ")
+    assert "key is not an integer 'oops'" in err
+    assert not (tmp_path / "bad.pb").exists()
+
+
+def test_outputs_that_cannot_be_written_are_refused_before_anything_is_read(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    args = [str(SAMPLES / "ads.txt")]
+    assert ingest_main.main(["convert", *args, str(blocker / "out.pb")]) == 2
+    assert bench.main([*args, "--timeline", str(blocker / "t.json")]) == 2
+    assert bench.main([*args, f"--json={blocker / 'r.json'}"]) == 2
+    errors = capsys.readouterr().err.strip().splitlines()
+    assert len(errors) == 3 and all(f"{blocker} is a file, not a folder" in e for e in errors)
+    assert "aux features" not in " ".join(errors)  # refused before the input was scanned
+
+
+def test_bench_json_goes_to_stdout_or_to_a_file(tmp_path, capsys):
+    assert bench.main(["--json", str(SAMPLES / "ads.txt")]) == 0  # a bare --json leaves the input an input
+    assert json.loads(capsys.readouterr().out)["samples"] == 1000
+    assert bench.main([str(SAMPLES / "ads.txt"), f"--json={tmp_path / 'r.json'}"]) == 0
+    assert json.loads((tmp_path / "r.json").read_text())["samples"] == 1000
+
+
+def test_an_unreachable_scheduler_is_an_error_within_10_s(tmp_path, capsys):
+    import socket
+    import time
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    t0 = time.monotonic()
+    args = ["convert", str(SAMPLES / "ads.txt"), str(tmp_path / "a.pb"), "--scheduler", f"tcp://127.0.0.1:{port}"]
+    assert ingest_main.main(args) == 2
+    assert time.monotonic() - t0 < 10
+    assert f"--scheduler tcp://127.0.0.1:{port}: no Dask scheduler answered" in capsys.readouterr().err
+
+
+def test_the_dsl_caret_is_on_its_own_line_under_the_expression(tmp_path, capsys):
+    conf = tmp_path / "x.conf"
+    conf.write_text("Name=x;Type=KV;Expr=cartesian(cate, foo(age))\n")
+    assert bench.main([str(SAMPLES / "ads.txt"), "--dsl", str(conf)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[-3].startswith("ingest-bench: feature 'x': unknown function 'foo'")
+    assert err[-2].strip() == "cartesian(cate, foo(age))"
+    assert err[-1].index("^") == err[-2].index("foo")
+
+
+def test_no_progress_bar_off_a_terminal_and_a_version(capsys):
+    assert bench.main([str(SAMPLES / "ads.txt"), "--epochs", "1"]) == 0
+    assert ingest_main.main(["inspect", str(SAMPLES / "ads.txt"), "-n", "0"]) == 0
+    assert "samples/s" not in capsys.readouterr().err  # stderr is not a terminal here
+    with pytest.raises(SystemExit) as done:
+        ingest_main.main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out.strip() == f"ingest {ingest.__version__}"

@@ -9,6 +9,7 @@ from ingest import sample_pb2 as pb
 from ingest.cli import main as cli
 from ingest.convert import choose_aux, convert
 from ingest.discover import scan_text_features
+from ingest.sources.plan import plan_paths
 
 from conftest import SAMPLES, key_of, read_samples, sample_file, xdl
 from pbwire import frame
@@ -52,7 +53,7 @@ def test_pb_groups_match_text_groups(tmp_path):
 
 def test_aux_auto_picks_the_user_features(tmp_path):
     src = SAMPLES / "ads.txt"
-    features = scan_text_features([(str(src), src.stat().st_size)])
+    features = scan_text_features(plan_paths([str(src)], splittable=False))
     assert choose_aux(str(src), features) == ["uid", "age", "gender", "clk_hist", "cate_pref", "user_emb"]
 
 

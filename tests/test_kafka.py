@@ -594,3 +594,20 @@ def test_a_lease_cut_before_reading_ends_where_it_began():
     plain.unit = partition_unit(0, "b:9092", tp, 102, None, KafkaOptions())
     plain.end = 102
     assert plain.resume_at_end is None
+
+
+def test_bench_and_inspect_read_a_topic_as_they_read_files(source, capsys):
+    """kafka:// URLs are sources like any other in the commands: features found, every sample read."""
+    from ingest.cli import bench, main as ingest_main
+    bootstrap, text_topic, pb_topic, text, pb = source
+    for topic, fmt in ((text_topic, "txt"), (pb_topic, "pb")):
+        url = f"kafka://{bootstrap}/{topic}"
+        assert bench.main([url, "--format", fmt, "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["samples"] == 3000
+        assert ingest_main.main(["inspect", url, "--format", fmt, "-n", "1", "--json"]) == 0
+        info = json.loads(capsys.readouterr().out)
+        local = ingest.inspect(str(text if fmt == "txt" else pb), 1)
+        assert info["files"] == PARTITIONS and info["samples"] == 3000
+        assert info["tables"] == local["tables"] and info["label_count"] == local["label_count"]
+    assert ingest_main.main(["inspect", f"kafka://{bootstrap}/{text_topic}"]) == 2
+    assert "cannot tell the sample format from the name; give --format" in capsys.readouterr().err

@@ -469,13 +469,13 @@ def test_discovery_refuses_binary_input(tmp_path):
     scan of binary 'names')."""
     from ingest.discover import scan_features
     from ingest.formats import FileType
-    from ingest.sources import expand_paths
+    from ingest.sources.plan import plan_paths
     from ingest import synthetic
     src = tmp_path / "a.txt"
     synthetic.write(src, 3000, seed=2)
     ingest.convert([str(src)], str(tmp_path / "a.pb"), log=lambda *_: None)
     with pytest.raises(ingest.DataError, match="control bytes") as info:
-        scan_features(expand_paths([str(tmp_path / "a.pb")]), FileType.txt, 1)
+        scan_features(plan_paths([str(tmp_path / "a.pb")], splittable=False), FileType.txt, 1)
     assert info.value.source.endswith("a.pb")
     at = info.value.offset  # where the bad name is in the file
     assert (tmp_path / "a.pb").read_bytes()[at:at + 40].decode("utf-8", "replace").startswith(info.value.text[:2])

@@ -27,9 +27,11 @@ from ..errors import ConfigError, IngestError
 from ..convert import format_of
 from ..formats import FileType
 from ..reader import DataReader
-from ..sources import expand_paths
+from ..sources.plan import plan_paths
+from ..sources.filesystems import check_writable
+from .report import fail, one_line_warnings, progress_bar
 
-__all__ = ["add_arguments", "build_parser", "main", "run", "warm_up", "measure", "per_core",
+__all__ = ["add_arguments", "build_parser", "main", "run", "warm_up", "measure", "per_core", "json_flag_alone",
            "peak_rss_mb", "infer_features", "read_feature_file"]
 
 AUTO_BYTES = 4 << 20
@@ -42,11 +44,11 @@ def infer_features(paths, file_type):
 
     Returns ``(features, label_count)`` with features as ``(name, type, table, nvec)``.
     """
-    files = expand_paths(paths)[:1]
-    found = scan_features(files, file_type, limit=AUTO_BYTES)
+    first = plan_paths(paths[:1], splittable=False)[:1]
+    found = scan_features(first, file_type, limit=AUTO_BYTES)
     features = found.declarations()
     if not features and found.label_count == 0:
-        raise ConfigError(f"{files[0][0]}: no feature or label in the first {AUTO_BYTES >> 20} MiB; "
+        raise ConfigError(f"{first[0].url}: no feature or label in the first {AUTO_BYTES >> 20} MiB; "
                           f"declare the features with --features FILE")
     return features, found.label_count
 
@@ -112,26 +114,6 @@ def warm_up(reader):
     return time.perf_counter() - t0
 
 
-class Progress:
-    """A one-line progress report on stderr, redrawn at most every ``interval`` seconds."""
-
-    def __init__(self, stream=sys.stderr, interval=0.5):
-        self.stream = stream
-        self.interval = interval
-        self.t0 = self.last = time.perf_counter()
-
-    def __call__(self, samples, reader, final=False):
-        now = time.perf_counter()
-        if not final and now - self.last < self.interval:
-            return
-        self.last = now
-        mb = reader.stats()["bytes"] / 1e6
-        rate = samples / max(now - self.t0, 1e-9)
-        self.stream.write(f"\r{samples:>14,} samples  {mb:>10,.1f} MB  {rate:>12,.0f} samples/s"
-                          + ("\n" if final else ""))
-        self.stream.flush()
-
-
 def measure(reader, progress=None):
     """Read every batch of ``reader`` (not started yet) and time it.
 
@@ -144,8 +126,8 @@ def measure(reader, progress=None):
         (None with fewer than two batches), ``first_batch_ms`` (from ``startup()``),
         ``cpu_seconds`` (CPU time of the whole process, every thread, over the run: on a
         shared VM it is steadier than wall time, which counts time stolen by neighbours),
-        ``samples_per_cpu_s`` and ``stats`` (``reader.stats()``).  ``progress(samples, reader,
-        final=False)`` is called after each batch when given.
+        ``samples_per_cpu_s`` and ``stats`` (``reader.stats()``).  ``progress.update(samples)`` is called
+        after each batch when given (a ``report.progress_bar``).
     """
     stamps = []
     samples = 0
@@ -157,10 +139,8 @@ def measure(reader, progress=None):
             stamps.append(time.perf_counter())
             samples += batch.size
             if progress is not None:
-                progress(samples, reader)
+                progress.update(batch.size)
         seconds = time.perf_counter() - t0
-        if progress is not None:
-            progress(samples, reader, final=True)
         cpu_seconds = time.process_time() - c0
         stats = reader.stats()
     finally:
@@ -218,8 +198,11 @@ def _bench(args, paths):
     reader = _reader("ingest-bench", paths, args, declare)
     if args.timeline is not None:
         reader.timeline(args.timeline)
-    show = args.progress if args.progress is not None else (sys.stderr.isatty() and not args.json)
-    timed = measure(reader, Progress() if show else None)
+    bar = progress_bar(unit=" samples", desc="reading", enabled=args.progress)
+    try:
+        timed = measure(reader, bar)
+    finally:
+        bar.close()
     stats = timed.pop("stats")
     return {**timed, **per_core(timed, args.threads), "batch_size": args.batch_size,
             "compile_seconds": compile_seconds, "peak_rss_mb": peak_rss_mb(), "stats": stats}
@@ -269,7 +252,10 @@ def run(args, prog="ingest-bench"):
     try:
         if bool(args.inputs) == (args.synthetic is not None):
             raise ConfigError("expected INPUT files or --synthetic N (one of the two)")
+        if args.json not in (None, "-"):
+            check_writable(args.json, "--json")
         with contextlib.ExitStack() as stack:
+            stack.enter_context(one_line_warnings(prog))
             paths = args.inputs
             if args.synthetic is not None:
                 if args.format not in (None, FileType.txt.value):
@@ -283,9 +269,14 @@ def run(args, prog="ingest-bench"):
                 args.format = args.format or _format_of_name(paths[0])
             result = _bench(args, paths)
     except IngestError as exc:
-        print(f"{prog}: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 2
-    print(json.dumps(result) if args.json else format_report(result))
+        return fail(prog, exc)
+    if args.json is None:
+        print(format_report(result))
+    elif args.json == "-":
+        print(json.dumps(result))
+    else:
+        with open(args.json, "w") as f:
+            json.dump(result, f)
     return 0
 
 
@@ -347,11 +338,17 @@ def add_arguments(parser):
                              "thread, an event per chunk read and parsed, op run and batch built")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                         help="a progress line on stderr (default: when stderr is a terminal and not --json)")
-    parser.add_argument("--json", action="store_true",
+    parser.add_argument("--json", nargs="?", const="-", metavar="FILE",
                         help="print one JSON object (samples, bytes, batches, seconds, samples_per_s, "
                              "mb_per_s, batches_per_s, p50_ms, p99_ms, threads, batch_size, compile_seconds, "
-                             "peak_rss_mb, stats, ...) instead of text")
+                             "peak_rss_mb, stats, ...) instead of text; --json=FILE writes it to FILE")
     return parser
+
+
+def json_flag_alone(argv):
+    """``argv`` with a bare ``--json`` as ``--json=-``: only ``--json=FILE`` names a file, so that the input
+    after a bare ``--json`` stays an input."""
+    return ["--json=-" if a == "--json" else a for a in argv]
 
 
 def build_parser(prog="ingest-bench"):
@@ -363,7 +360,7 @@ def build_parser(prog="ingest-bench"):
 
 def main(argv=None):
     """Entry point of ``ingest-bench``; returns the exit code."""
-    return run(build_parser().parse_args(argv))
+    return run(build_parser().parse_args(json_flag_alone(sys.argv[1:] if argv is None else argv)))
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ from ..convert import convert
 from ..errors import IngestError
 from ..inspect import inspect
 from ..produce import produce
+from .report import fail, one_line_warnings, progress_bar
 
 __all__ = ["add_convert", "add_inspect", "add_produce"]
 
@@ -20,9 +21,8 @@ unless given.  OUTPUT is one file, or a directory that receives one file per inp
 """
 
 
-def _one_line_error(prog, exc):
-    print(f"{prog}: {' '.join(str(exc).split())}", file=sys.stderr)
-    return 2
+def _log(msg):
+    print(msg, file=sys.stderr)
 
 
 def _run_convert(args):
@@ -30,10 +30,11 @@ def _run_convert(args):
     if args.aux:
         aux = "auto" if args.aux == "auto" else [a for a in args.aux.split(",") if a]
     try:
-        summary = convert(args.inputs, args.output, src=args.src, dst=args.dst, aux=aux, threads=args.threads,
-                          scheduler=args.scheduler, log=lambda msg: print(msg, file=sys.stderr))
+        with one_line_warnings("ingest convert"), progress_bar(desc="converting") as bar:
+            summary = convert(args.inputs, args.output, src=args.src, dst=args.dst, aux=aux, threads=args.threads,
+                              scheduler=args.scheduler, log=_log, progress=bar)
     except IngestError as exc:
-        return _one_line_error("ingest convert", exc)
+        return fail("ingest convert", exc)
     if args.json:
         print(json.dumps(summary))
     else:
@@ -60,9 +61,10 @@ def add_convert(commands):
 
 def _run_inspect(args):
     try:
-        info = inspect(args.file, args.n, args.format)
+        with one_line_warnings("ingest inspect"), progress_bar(desc="reading") as bar:
+            info = inspect(args.file, args.n, args.format, progress=bar)
     except IngestError as exc:
-        return _one_line_error("ingest inspect", exc)
+        return fail("ingest inspect", exc)
     if args.json:
         print(json.dumps(info))
         return 0
@@ -88,10 +90,10 @@ def add_inspect(commands):
 
 def _run_produce(args):
     try:
-        summary = produce(args.inputs, args.topic, args.format, args.message_bytes,
-                          log=lambda msg: print(msg, file=sys.stderr))
+        with progress_bar(desc="sending") as bar:
+            summary = produce(args.inputs, args.topic, args.format, args.message_bytes, log=_log, progress=bar)
     except IngestError as exc:
-        return _one_line_error("ingest produce", exc)
+        return fail("ingest produce", exc)
     print(json.dumps(summary) if args.json else
           f"{summary['messages']:,} messages, {summary['bytes']:,} bytes to partitions {summary['partitions']}")
     return 0

@@ -20,7 +20,7 @@ from ..sources import open_unit
 from ..sources.files import skip
 from .base import UnitFormat, grown, refill, source_at, whole_so_far
 
-__all__ = ["ProtobufFormat", "ProtobufDecodeError", "DEFAULT_MAX_RECORD_BYTES", "record_starts"]
+__all__ = ["ProtobufFormat", "ProtobufDecodeError", "DEFAULT_MAX_RECORD_BYTES", "record_starts", "framing_problem"]
 
 DEFAULT_MAX_RECORD_BYTES = 64 << 20
 
@@ -134,6 +134,33 @@ def record_starts(f, size, max_record, chunk_bytes=4 << 20):
         filled -= consumed
         base += consumed
     return np.concatenate(out) if out else np.empty(0, np.int64)
+
+
+def framing_problem(head, size, simple, max_record=DEFAULT_MAX_RECORD_BYTES):
+    """Why bytes starting with ``head`` (a file of ``size`` bytes, None when unknown) are not length-prefixed
+    ``SampleGroup`` (``SampleSimple`` when ``simple``) records, judged by the first record; None when they may be.
+
+    A text file read as pb has a first "length" of four text bytes (hundreds of MB or more), random bytes a length
+    beyond the file or a first field that no record has.
+    """
+    message = "SampleSimple" if simple else "SampleGroup"
+    if len(head) == 0:  # an empty file holds no record, which is not wrong
+        return None
+    if len(head) < 4:
+        return f"it has {len(head)} bytes, fewer than the 4-byte length of a record"
+    length = int.from_bytes(bytes(head[:4]), "little")
+    if length > max_record or (size is not None and length > size - 4):
+        room = f"the {size - 4:,} bytes after it" if size is not None and length <= max_record \
+            else f"max_record_bytes={max_record:,}"
+        return (f"its first 4 bytes {bytes(head[:4])!r} read as a record length give {length:,} bytes, more than "
+                f"{room}")
+    if length and len(head) > 4:
+        tag = head[4]
+        field, wire = tag >> 3, tag & 7
+        if not 1 <= field <= (3 if simple else 5) or wire != 2:
+            return (f"its first record starts with the tag byte 0x{tag:02x} (field {field}, wire type {wire}), "
+                    f"not a field of {message} (fields 1 to {3 if simple else 5}, length-delimited)")
+    return None
 
 
 class _RecordStarts:

@@ -116,12 +116,15 @@ class Pipeline:
     unit_source : object with ``next_unit(stop)`` or None
         Units that come while reading (a Kafka consumer group's partitions) instead of ``units``, in
         arrival order; ``flush()`` delivers what they left in the partial batch.
+    coverage : Coverage or None
+        Shown every block read (after the ops, before the DSL) and every unit completed.
     """
 
     def __init__(self, units, epochs, fmt, builder, *, threads, deterministic, split_group, drop_last, on_skip,
                  stats, ops=None, dsl=None, rounds=None, prefetch=4, queue_blocks=4, shuffle=None, progress=None,
-                 unit_source=None, live=False):
+                 unit_source=None, live=False, coverage=None):
         self.units = units
+        self.coverage = coverage
         self.unit_source = unit_source
         self.epochs = epochs
         self.shuffle = shuffle
@@ -244,11 +247,13 @@ class Pipeline:
                     blk.unit = key
                     self._read_parse(t0, unit, blk.nbytes, blk.nrows)
                     for part in self._admitted(blk, q):
-                        part, skip = self._prepared(part, skip)
+                        part, skip = self._prepared(part, skip, epoch)
                         yield part
                     t0 = time.perf_counter()
                 self._read_parse(t0, unit, 0, 0)
             self.stats.add(units=1)
+            if self.coverage is not None:
+                self.coverage.unit_done(epoch)
             yield _UnitDone(key)
         if self.rounds is not None:
             self.rounds.out_of_input()
@@ -333,9 +338,9 @@ class Pipeline:
             yield take_rows(blk, head)
             blk = take_rows(blk, ~head)
 
-    def _prepared(self, blk, skip=0):
-        """Run the ops and the DSL on a block.  Returns (the block, the rows of ``skip`` left for the next
-        block: all of them when the ops left this one empty)."""
+    def _prepared(self, blk, skip=0, epoch=None):
+        """Run the ops and the DSL on a block (read in ``epoch``, None for a recirculated one).  Returns (the
+        block, the rows of ``skip`` left for the next block: all of them when the ops left this one empty)."""
         t0 = time.perf_counter()
         if self.ops is not None:
             groups = len(blk.group_offsets) - 1
@@ -345,6 +350,8 @@ class Pipeline:
         if skip and blk.nrows:  # rows the ops keep, as delivered before the restore
             blk.skip, skip = skip, 0
         parsed = blk
+        if epoch is not None and self.coverage is not None:
+            self.coverage.add(epoch, blk)
         if self.dsl is not None:
             blk = self.dsl(blk)
         if self.ops is not None or self.dsl is not None:

@@ -1,12 +1,15 @@
 """The one way ingest turns a URL into a filesystem: fsspec's, except that ``hdfs://`` is served by the client
 ``hdfs.py`` chose.  Nothing is registered in fsspec's global registry, so importing or running ingest changes
 nothing for another library of the same process that opens URLs with fsspec."""
+import os
+import tempfile
+
 import fsspec.core
 
-from ..errors import SourceError
+from ..errors import ConfigError, SourceError
 from . import hdfs
 
-__all__ = ["url_to_fs", "open_url", "protocol_of"]
+__all__ = ["url_to_fs", "open_url", "protocol_of", "check_writable"]
 
 
 def protocol_of(url):
@@ -35,3 +38,27 @@ def open_url(url, mode="rb", **kwargs):
     """``url`` opened in ``mode`` (a file object; close it, or use it as a context manager)."""
     fs, path = url_to_fs(url)
     return fs.open(path, mode, **kwargs)
+
+
+def check_writable(url, what):
+    """A ``ConfigError`` now, rather than after a long run, when the local file ``url`` cannot be written (``what``
+    names it: ``"--timeline"``...): a folder, a path under a file, or a place where no file can be made (tried
+    with a temporary file).  URLs of other stores are left to the store, which answers when written."""
+    if protocol_of(url) != "file":
+        return
+    path = os.path.abspath(fsspec.core.strip_protocol(str(url)))
+    if os.path.isdir(path):
+        raise ConfigError(f"{what} {url}: is a directory, expected a file to write")
+    folder = os.path.dirname(path)
+    while not os.path.exists(folder):  # folders that do not exist yet are made
+        folder = os.path.dirname(folder)
+    if not os.path.isdir(folder):
+        raise ConfigError(f"{what} {url}: cannot write there, {folder} is a file, not a folder")
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+        if os.path.exists(path):
+            with open(path, "ab"):
+                pass
+    except OSError as exc:
+        raise ConfigError(f"{what} {url}: cannot write there ({exc.strerror or exc})") from None

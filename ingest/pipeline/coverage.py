@@ -1,0 +1,74 @@
+"""Declared features the input never holds (a typo, or the wrong table): found per epoch, reported when it ends.
+
+A sparse feature is seen in a block when one of its rows has a value, a dense one when one of its values is not
+zero (an absent dense feature is a zero row).  Once every feature has been seen in an epoch, a block costs one
+check; until then, one look at each unseen feature's offsets or values.
+"""
+import threading
+from collections import Counter
+
+import numpy as np
+
+__all__ = ["Coverage"]
+
+
+class Coverage:
+    """Which declared features of ``schema`` (its parsed ones) the blocks of each epoch hold.
+
+    ``unit_done(epoch)`` after the last block of each unit; an epoch ends when ``units`` of them are done, and
+    ``ended()`` hands out, once, ``(epoch, names never seen, samples)`` of each ended epoch that missed some.
+    """
+
+    def __init__(self, schema, units):
+        self.units = units
+        # per table, the positions (in self.names) of its sparse features and of its dense ones, in block order
+        self.names = []
+        self.tables = []
+        for t in range(schema.tables):
+            sparse = [self._number(s.name) for s in schema.sparse_in(t)]
+            dense = [self._number(s.name) for s in schema.dense_in(t)]
+            self.tables.append((sparse, dense))
+        self._lock = threading.Lock()
+        self._seen = {}
+        self._samples = Counter()
+        self._done = Counter()
+        self._ended = []
+        self.never_seen = None  # names missed by every epoch ended so far
+
+    def _number(self, name):
+        self.names.append(name)
+        return len(self.names) - 1
+
+    def add(self, epoch, blk):
+        with self._lock:
+            seen = self._seen.get(epoch)
+            if seen is None:
+                seen = self._seen[epoch] = np.zeros(len(self.names), np.bool_)
+            self._samples[epoch] += blk.nrows
+        if seen.all():
+            return
+        for (sparse, dense), table in zip(self.tables, blk.tables):
+            offsets = table.sp_offsets
+            for row, f in enumerate(sparse):
+                if not seen[f] and offsets[row, -1] > offsets[row, 0]:
+                    seen[f] = True
+            for d, f in enumerate(dense):
+                if not seen[f] and table.dense[d].any():
+                    seen[f] = True
+
+    def unit_done(self, epoch):
+        with self._lock:
+            self._done[epoch] += 1
+            if self._done[epoch] != self.units:
+                return
+            seen = self._seen.pop(epoch, np.zeros(len(self.names), np.bool_))
+            missed = [n for n, s in zip(self.names, seen) if not s]
+            self.never_seen = missed if self.never_seen is None else [n for n in self.never_seen if n in missed]
+            if missed:
+                self._ended.append((epoch, missed, self._samples[epoch]))
+
+    def ended(self):
+        """``[(epoch, names, samples)]`` of the epochs that ended since the last call missing some features."""
+        with self._lock:
+            out, self._ended = self._ended, []
+        return out
