@@ -1,4 +1,4 @@
-"""The batch handed to the trainer (FORMATS.md section 3)."""
+"""The batch handed to the trainer (docs/formats.md, the batch)."""
 import numpy as np
 
 from ._native.batch import fixed_width_rows
@@ -166,7 +166,7 @@ class Batch:
         self.indicators = []
 
     def validate(self):
-        """Check every invariant of FORMATS.md section 3; raise ``InvalidBatchError`` on the first broken one."""
+        """Check every invariant of docs/formats.md, the batch; raise ``InvalidBatchError`` on the first broken one."""
         def check(ok, what):
             if not ok:
                 raise InvalidBatchError(f"batch invariant broken: {what}")

@@ -1,4 +1,4 @@
-"""Conversion between sample formats (``ingest convert``, FORMATS.md section 9).
+"""Conversion between sample formats (``ingest convert``, docs/formats.md, command line).
 
 text -> pb writes each sample group as one ``SampleGroup`` with structured compression:
 the aux features (named, or chosen automatically from a leading sample) go to table 1,

@@ -20,7 +20,7 @@ dense = FeatureType.dense
 
 @dataclass(frozen=True)
 class FeatureSpec:
-    """One declared feature (FORMATS.md section 5, ``feature(...)``)."""
+    """One declared feature (docs/formats.md, reader options, ``feature(...)``)."""
 
     name: str
     type: FeatureType
@@ -86,7 +86,7 @@ class Schema:
     """The declared features of a reader, in declaration order, and the label width.
 
     ``tables`` is one more than the highest declared ``table``: table 0 holds one row per
-    sample, tables 1.. are the aux tables of structured compression (FORMATS.md section 2).
+    sample, tables 1.. are the aux tables of structured compression (docs/formats.md, protobuf samples).
     """
 
     def __init__(self, specs, label_count, tables=None):

@@ -1,4 +1,4 @@
-"""DataReader: options, lifecycle and iteration (FORMATS.md section 5)."""
+"""DataReader: options, lifecycle and iteration (docs/formats.md, reader options)."""
 import dataclasses
 import difflib
 import warnings
@@ -172,7 +172,7 @@ class DataReader:
         return self
 
     def feature(self, name, type, table=0, nvec=None, serialized=False, dsl=None, cutoff=0, mask=None):
-        """Declare a feature to emit (FORMATS.md section 5); undeclared features are skipped."""
+        """Declare a feature to emit (docs/formats.md, reader options); undeclared features are skipped."""
         self._option()
         spec = make_feature(name, type, table, nvec, serialized, dsl, cutoff, mask)
         if any(s.name == spec.name for s in self._specs):

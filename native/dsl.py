@@ -1,4 +1,4 @@
-"""The feature-DSL interpreter (FORMATS.md section 4): a plan of opcodes run per row of a table.
+"""The feature-DSL interpreter (docs/formats.md, the DSL): a plan of opcodes run per row of a table.
 
 ``ingest.dsl`` compiles an expression into ``ops`` (one row per operation: opcode,
 destination register, operands) over numbered registers.  ``run_plan`` evaluates it for

@@ -1,4 +1,4 @@
-"""Kernels of the protobuf sample formats (FORMATS.md section 2): wire-format decoding.
+"""Kernels of the protobuf sample formats (docs/formats.md, protobuf samples): wire-format decoding.
 
 ``decode_chunk`` walks length-prefixed records (``SampleGroup`` for ``pb``, ``SampleSimple``
 for ``spb``) straight from the bytes, with no protobuf object: per table it records the

@@ -1,4 +1,4 @@
-"""Kernels of the text sample format (FORMATS.md section 1).
+"""Kernels of the text sample format (docs/formats.md, text samples).
 
 ``parse_text_chunk`` reads whole lines of one chunk of one work unit into scratch arrays:
 a token stream of the declared sparse features in input order, dense rows, labels,

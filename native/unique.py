@@ -1,4 +1,4 @@
-"""Per-batch unique ids of one sparse feature (FORMATS.md section 3): an open-addressing hash table.
+"""Per-batch unique ids of one sparse feature (docs/formats.md, the batch): an open-addressing hash table.
 
 ``unique_ids`` fills, for the ``N`` ids of a feature in a batch, the distinct ids in order of
 first occurrence, ``inverse`` (``unique[inverse] == ids``), and for each distinct id the rows

@@ -1,4 +1,4 @@
-"""``ingest``: the command line of ``ingest``, one subcommand per tool (FORMATS.md section 9)."""
+"""``ingest``: the command line of ``ingest``, one subcommand per tool (docs/formats.md, command line)."""
 import argparse
 import functools
 import sys

@@ -1,4 +1,4 @@
-"""``ingest convert``, ``ingest inspect`` and ``ingest produce`` (FORMATS.md section 9)."""
+"""``ingest convert``, ``ingest inspect`` and ``ingest produce`` (docs/formats.md, command line)."""
 import argparse
 import json
 import sys

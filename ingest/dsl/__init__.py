@@ -1,4 +1,4 @@
-"""The feature DSL (FORMATS.md section 4): expressions over declared features, computed per row.
+"""The feature DSL (docs/formats.md, the DSL): expressions over declared features, computed per row.
 
 ``reader.feature(name, type, dsl="cartesian(item, clk_hist)")`` checks the expression at
 once (``DslError``, with a caret under the offending column) and the reader computes the

@@ -1,4 +1,4 @@
-"""Parse, check and compile feature-DSL expressions (FORMATS.md section 4) into op plans.
+"""Parse, check and compile feature-DSL expressions (docs/formats.md, the DSL) into op plans.
 
 An expression is parsed once with lark (LALR, ``grammar.lark``), checked against the
 features declared before it (every problem a ``DslError`` with a caret under the

@@ -1,4 +1,4 @@
-"""Cutting the block stream into batches (FORMATS.md section 3 batching rules)."""
+"""Cutting the block stream into batches (docs/formats.md, the batch)."""
 import threading
 import time
 
@@ -31,7 +31,7 @@ class BatchBuilder:
     """Builds one Batch from pieces ``(block, r0, r1)`` of consecutive rows of table 0.
 
     For data with aux tables each piece also takes, per group, the contiguous range of
-    aux rows its rows refer to (FORMATS.md section 3), and ``batch.indicators[k]`` maps
+    aux rows its rows refer to (docs/formats.md, the batch), and ``batch.indicators[k]`` maps
     every row of table k to its row of table k + 1 in the batch.
     """
 
