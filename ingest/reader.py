@@ -12,6 +12,7 @@ from .discover import names_in
 from .errors import ConfigError, DslError, IngestError, ReaderClosedError, SourceError, UnseenFeatureWarning
 from .features import FeatureType, Schema, make_feature
 from .ops import OpStage, as_op
+from .options import ReaderOptions
 from .pipeline.batcher import BatchBuilder
 from .pipeline.coverage import Coverage
 from .pipeline.progress import Progress
@@ -95,44 +96,41 @@ class DataReader:
 
     def __init__(self, name, paths=None, file_type=formats.FileType.txt, enable_state=False):
         self.name = name
-        self._paths = list(paths) if paths is not None and not isinstance(paths, str) else paths
-        self._file_type = formats.file_type(file_type)
-        self._enable_state = bool(enable_state)
-        self._restored = None
+        paths = list(paths) if paths is not None and not isinstance(paths, str) else paths
+        self._options = ReaderOptions(paths=paths, file_type=formats.file_type(file_type),
+                                      enable_state=bool(enable_state))
+        self._runtime()
+
+    def _runtime(self):
+        """What a run keeps besides the options: made at startup(), never pickled."""
+        self._stats = Stats()
         self._progress = None
-        self._save_every = None
         self._saved_at = 0
-        self._shuffle = None
         self._kafka_group = None  # fixed assignment with group_id: commits
         self._member = None       # group_id on topic URLs: this reader's membership of the group
         self._state_header = None
-        self._ops = []
-        self._keep = False
-        self._pause = None
-        self._epochs = 1
-        self._batch_size = 1024
-        self._label_count = 1
-        self._threads = 1
-        self._specs = []
-        self._split_group = True
-        self._pad = True
-        self._drop_last = False
-        self._task = (0, 1)
-        self._policy = "raise"
-        self._max_group_size = 8192
-        self._max_record_bytes = None
-        self._compression = None
-        self._deterministic = False
-        self._prefetch = 4
-        self._unique = False
-        self._timeline_path = None
-        self._kafka = KafkaOptions()
-        self._unit_bytes = None
-        self._stats = Stats()
         self._pipeline = None
         self._started = False
         self._finalizer = None
         self._coverage = None
+        self._units = None
+
+    def __getstate__(self):
+        """A reader pickles before ``startup()``: its name and options (threads, queues and sockets are made at
+        ``startup()``), so that it can be handed to worker processes."""
+        if self._started:
+            raise ConfigError(f"reader {self.name!r}: a started reader cannot be pickled; pickle it before startup()")
+        return {"name": self.name, "options": self._options}
+
+    def __setstate__(self, state):
+        self.name = state["name"]
+        self._options = state["options"]
+        self._runtime()
+
+    def _set(self, **changes):
+        self._option()
+        self._options = dataclasses.replace(self._options, **changes)
+        return self
 
     # -- options -----------------------------------------------------------------------------
     def _option(self):
@@ -145,42 +143,32 @@ class DataReader:
         self._option()
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
             raise ConfigError(f"shuffle(seed={seed!r}): expected an int >= 0 or None")
-        self._shuffle = seed
-        return self
+        return self._set(shuffle=seed)
 
     def epochs(self, n):
         """Passes over the input; 0 repeats forever."""
-        self._option()
-        self._epochs = _positive_int("epochs", n, 0)
-        return self
+        return self._set(epochs=_positive_int("epochs", n, 0))
 
     def batch_size(self, n):
-        self._option()
-        self._batch_size = _positive_int("batch_size", n)
-        return self
+        return self._set(batch_size=_positive_int("batch_size", n))
 
     def label_count(self, n):
         """Label columns: lines with fewer labels are errors, extra labels are checked and dropped."""
-        self._option()
-        self._label_count = _positive_int("label_count", n, 0)
-        return self
+        return self._set(label_count=_positive_int("label_count", n, 0))
 
     def threads(self, n):
         """Parallel parse workers (the parse kernels release the GIL)."""
-        self._option()
-        self._threads = _positive_int("threads", n)
-        return self
+        return self._set(threads=_positive_int("threads", n))
 
     def feature(self, name, type, table=0, nvec=None, serialized=False, dsl=None, cutoff=0, mask=None):
         """Declare a feature to emit (docs/formats.md, reader options); undeclared features are skipped."""
         self._option()
         spec = make_feature(name, type, table, nvec, serialized, dsl, cutoff, mask)
-        if any(s.name == spec.name for s in self._specs):
+        if any(s.name == spec.name for s in self._options.specs):
             raise ConfigError(f"feature {name!r} is declared twice")
         if spec.dsl is not None:
-            _check_dsl(spec, {s.name: s for s in self._specs})
-        self._specs.append(spec)
-        return self
+            _check_dsl(spec, {s.name: s for s in self._options.specs})
+        return self._set(specs=self._options.specs + (spec,))
 
     def features(self, specs):
         """Declare several features (FeatureSpecs, e.g. from ``ingest.load_feature_conf``), in order."""
@@ -192,41 +180,29 @@ class DataReader:
         """Run ``op`` on every sample group before batching (docs/ops.md): a callable or an object with
         ``run(group) -> bool`` seeing a ``SampleGroup``, or a built-in op (``ingest.ops.FilterOP``,
         ``DenseToSparseOP``, ``DebugOP``).  Ops run in the order added, before the DSL features."""
-        self._option()
-        self._ops.append(as_op(op))
-        return self
+        return self._set(ops=self._options.ops + (as_op(op),))
 
     def keep_sample(self, on=True):
         """XDL's iterative loop: a group the consumer is done with (next iteration or ``batch.release()``)
         goes back through the ops, pass after pass, until an op drops it (docs/ops.md)."""
-        self._option()
-        self._keep = bool(on)
-        return self
+        return self._set(keep=bool(on))
 
     def pause(self, n, wait_exactly=False):
         """Read in rounds of ``n`` sample groups: reading stops once ``n`` groups are live (admitted and not
         yet done with, or with ``keep_sample`` not yet dropped by an op) and goes on when every one has
         left (``wait_exactly=True``) or as soon as fewer than ``n`` are live.  A partial batch is delivered
         as soon as nothing else could complete it."""
-        self._option()
-        self._pause = (_positive_int("pause", n), bool(wait_exactly))
-        return self
+        return self._set(pause=(_positive_int("pause", n), bool(wait_exactly)))
 
     def split_group(self, on=True):
-        self._option()
-        self._split_group = bool(on)
-        return self
+        return self._set(split_group=bool(on))
 
     def pad(self, on=True):
         """Pad every short batch to ``batch_size`` rows (empty sparse rows, zero dense rows and labels)."""
-        self._option()
-        self._pad = bool(on)
-        return self
+        return self._set(pad=bool(on))
 
     def drop_last(self, on=True):
-        self._option()
-        self._drop_last = bool(on)
-        return self
+        return self._set(drop_last=bool(on))
 
     def shard(self, task_index, task_num):
         """Read only this worker's share: work units ``task_index, task_index + task_num, ...``."""
@@ -234,48 +210,36 @@ class DataReader:
         _positive_int("task_num", task_num)
         if isinstance(task_index, bool) or not isinstance(task_index, int) or not 0 <= task_index < task_num:
             raise ConfigError(f"task_index={task_index!r}: expected an int in [0, {task_num})")
-        self._task = (task_index, task_num)
-        return self
+        return self._set(task=(task_index, task_num))
 
     def on_error(self, policy):
         """``"raise"`` (default) stops at the first bad line; ``"skip"`` skips and counts it."""
         self._option()
         if policy not in _POLICIES:
             raise ConfigError(f"on_error={policy!r}: expected one of {_POLICIES}")
-        self._policy = policy
-        return self
+        return self._set(policy=policy)
 
     def max_group_size(self, n):
         """Text: most samples in one group; the next line starts a new group (default 8192).
 
         A pb group is one record, whatever its size."""
-        self._option()
-        self._max_group_size = _positive_int("max_group_size", n)
-        return self
+        return self._set(max_group_size=_positive_int("max_group_size", n))
 
     def max_record_bytes(self, n):
         """pb/spb: longest record accepted (default 64 MiB); a longer length prefix is an error."""
-        self._option()
-        self._max_record_bytes = _positive_int("max_record_bytes", n)
-        return self
+        return self._set(max_record_bytes=_positive_int("max_record_bytes", n))
 
     def z(self, codec):
         """Force a compression codec for every path (``gzip``, ``zstd``, ``zlib``; None infers)."""
-        self._option()
-        self._compression = check_codec(codec)
-        return self
+        return self._set(compression=check_codec(codec))
 
     def deterministic(self, on=True):
         """Deliver samples in input order whatever the thread timing (slower with several threads)."""
-        self._option()
-        self._deterministic = bool(on)
-        return self
+        return self._set(deterministic=bool(on))
 
     def unique_ids(self, on=True):
         """Per batch and sparse feature: ``unique_ids``, ``inverse``, ``unique_rows``, ``unique_row_offsets``."""
-        self._option()
-        self._unique = bool(on)
-        return self
+        return self._set(unique=bool(on))
 
     def kafka(self, group_id=None, start="earliest", until="caught_up", client="direct", **consumer_config):
         """Kafka settings for ``kafka://`` paths: where partitions start (``"earliest"``, ``"latest"`` or a
@@ -292,87 +256,81 @@ class DataReader:
         ``client="direct"`` fetches over ingest's own sockets (PLAINTEXT, read_uncommitted);
         ``"kafka-python"`` through kafka-python's consumer, for TLS, SASL or ``read_committed`` (fixed
         assignments only)."""
-        self._option()
-        self._kafka = KafkaOptions(group_id, start, until, client, **consumer_config)
-        return self
+        return self._set(kafka=KafkaOptions(group_id, start, until, client, **consumer_config))
 
     def timeline(self, path):
         """Record a Chrome trace of the run (a track per thread, an event per chunk, op and batch), written
         to ``path`` when the input is exhausted or the reader shuts down."""
         self._option()
         check_writable(str(path), "timeline")
-        self._timeline_path = str(path)
-        return self
+        return self._set(timeline_path=str(path))
 
     def prefetch(self, n):
         """Batches built ahead of the consumer (default 4)."""
-        self._option()
-        self._prefetch = _positive_int("prefetch", n)
-        return self
+        return self._set(prefetch=_positive_int("prefetch", n))
 
     def unit_bytes(self, n):
         """Size of the byte ranges large uncompressed files are cut into (default: automatic)."""
-        self._option()
-        self._unit_bytes = _positive_int("unit_bytes", n, 1024)
-        return self
+        return self._set(unit_bytes=_positive_int("unit_bytes", n, 1024))
 
     # -- lifecycle -----------------------------------------------------------------------------
     @property
     def schema(self):
-        return Schema(self._specs, self._label_count)
+        return Schema(self._options.specs, self._options.label_count)
 
     def startup(self):
         """List the inputs, plan the work units of this shard and start the threads."""
+        o = self._options
         self._option()
-        if self._paths is None:
+        if o.paths is None:
             raise ConfigError(f"reader {self.name!r}: paths=None, expected files, directories, globs or URLs")
-        if not self._specs and self._label_count == 0:
+        if not o.specs and o.label_count == 0:
             raise ConfigError(f"reader {self.name!r}: nothing to read, declare a feature or label_count >= 1")
-        on_skip = self._stats.skipped if self._policy == "skip" else None
+        on_skip = self._stats.skipped if o.policy == "skip" else None
         schema = self.schema
         options = {"on_skip": on_skip}
-        if self._file_type is formats.FileType.txt:
-            if self._max_record_bytes is not None:
+        if o.file_type is formats.FileType.txt:
+            if o.max_record_bytes is not None:
                 raise ConfigError("max_record_bytes applies to pb and spb files, not txt")
-            options["max_group_size"] = self._max_group_size
-        elif self._max_record_bytes is not None:
-            options["max_record_bytes"] = self._max_record_bytes
-        fmt = formats.make_format(self._file_type, schema.raw, **options)
+            options["max_group_size"] = o.max_group_size
+        elif o.max_record_bytes is not None:
+            options["max_record_bytes"] = o.max_record_bytes
+        fmt = formats.make_format(o.file_type, schema.raw, **options)
         self._member = self._join_group()
         if self._member is not None:  # units come as the group assigns partitions
             mine = []
             self._progress = Progress([])
         else:
-            mine = self._plan_units(fmt)[self._task[0]::self._task[1]]
+            mine = self._plan_units(fmt)[o.task[0]::o.task[1]]
         self._units = mine
-        if self._restored is not None:
-            self._progress = state_format.check(self._restored, self.name, self._state_options(), mine)
-        elif self._enable_state:
+        if o.restored is not None:
+            self._progress = state_format.check(o.restored, self.name, self._state_options(), mine)
+        elif o.enable_state:
             self._progress = Progress([u.index for u in mine])
         rounds = self._rounds()
         kafka = [u.url for u in mine if is_kafka(u.url)]
-        if self._kafka.until == "forever" and len(kafka) > self._threads:
+        if o.kafka.until == "forever" and len(kafka) > o.threads:
             # a live partition holds its parse worker for good: with fewer workers, some would never be read
             raise ConfigError(f"reader {self.name!r}: kafka(until='forever') reads each partition on a parse thread "
-                              f"of its own; this reader has {len(kafka)} partitions and threads({self._threads})")
-        if self._progress is not None and self._kafka.group_id is not None and kafka:
-            self._kafka_group = KafkaGroup(parse_kafka_url(kafka[0])[0], self._kafka)
+                              f"of its own; this reader has {len(kafka)} partitions and threads({o.threads})")
+        if self._progress is not None and o.kafka.group_id is not None and kafka:
+            self._kafka_group = KafkaGroup(parse_kafka_url(kafka[0])[0], o.kafka)
         dsl = _dsl_stage(schema)
-        builder = BatchBuilder(schema, self._batch_size, self._pad, unique=self._unique, stats=self._stats,
+        builder = BatchBuilder(schema, o.batch_size, o.pad, unique=o.unique, stats=self._stats,
                                track=self._progress is not None, keep_pieces=rounds is not None,
                                kernels_ready=self._compile_kernels(schema, dsl is not None))
-        ops = OpStage(schema.raw, self._ops) if self._ops else None  # checks built-in ops against the schema
+        ops = OpStage(schema.raw, o.ops) if o.ops else None  # checks built-in ops against the schema
         # with units that come and go (a consumer group) or never end (live Kafka) no epoch ends
-        live = bool(kafka) and self._kafka.until == "forever"
+        live = bool(kafka) and o.kafka.until == "forever"
         self._coverage = Coverage(schema.raw, len(mine)) if self._member is None and not live else None
-        self._pipeline = Pipeline(mine, self._epochs, fmt, builder, ops=ops, dsl=dsl, rounds=rounds,
-                                  threads=self._threads, deterministic=self._deterministic,
-                                  split_group=self._split_group,
-                                  drop_last=self._drop_last, on_skip=on_skip, stats=self._stats,
-                                  prefetch=self._prefetch, shuffle=self._shuffle, progress=self._progress,
+        self._pipeline = Pipeline(mine, o.epochs, fmt, builder, ops=ops, dsl=dsl, rounds=rounds,
+                                  threads=o.threads, deterministic=o.deterministic,
+                                  split_group=o.split_group,
+                                  drop_last=o.drop_last, on_skip=on_skip, stats=self._stats,
+                                  prefetch=o.prefetch, shuffle=o.shuffle, progress=self._progress,
                                   unit_source=self._member, live=live, coverage=self._coverage)
         self._started = True
-        if self._timeline_path is not None:
+        if o.timeline_path is not None:
             self._stats.timeline = Timeline()
         self._stats.start_clock()
         self._pipeline.start()
@@ -385,22 +343,24 @@ class DataReader:
         """Say which kernels this run compiles (only when the on-disk cache lacks them), and when the parse
         kernels are among them, have a second process compile the batch kernels meanwhile; returns what the
         batch builder calls before its first batch (None when there is nothing to wait for)."""
-        groups = ["text" if self._file_type is formats.FileType.txt else "pb", "batch"]
-        groups += (["unique"] if self._unique else []) + (["dsl"] if with_dsl else [])
+        o = self._options
+        groups = ["text" if o.file_type is formats.FileType.txt else "pb", "batch"]
+        groups += (["unique"] if o.unique else []) + (["dsl"] if with_dsl else [])
         parallel = warmup.ahead(warmup.cold(groups))
         warmup.notice(groups, parallel)
         if not parallel:
             return None
         payload = {"specs": [dataclasses.asdict(s) for s in schema.specs], "label_count": schema.label_count,
-                   "batch_size": self._batch_size, "pad": self._pad, "unique": self._unique}
+                   "batch_size": o.batch_size, "pad": o.pad, "unique": o.unique}
         return warmup.compile_ahead("ingest.pipeline.batcher:warm", payload).wait
 
     def _join_group(self):
         """A GroupMember when the reader joins its Kafka consumer group (``group_id`` with topic URLs), else None;
         refuses what cannot be combined with membership."""
-        paths = [self._paths] if isinstance(self._paths, str) else self._paths
+        o = self._options
+        paths = [o.paths] if isinstance(o.paths, str) else o.paths
         topics = [parse_kafka_url(p) for p in paths if is_kafka(p)]
-        if self._kafka.group_id is None or not topics or all(parts is not None for _, _, parts in topics):
+        if o.kafka.group_id is None or not topics or all(parts is not None for _, _, parts in topics):
             return None
         why = None
         if any(parts is not None for _, _, parts in topics):
@@ -409,42 +369,44 @@ class DataReader:
             why = "it reads files too"
         elif len({tuple(brokers) for brokers, _, _ in topics}) > 1:
             why = "its topics are on different brokers"
-        elif self._task[1] > 1:
+        elif o.task[1] > 1:
             why = "shard() shares partitions out too; name the partitions in the URL for a fixed assignment"
-        elif self._enable_state:
+        elif o.enable_state:
             why = ("enable_state / restore / save_state_every keep positions of a fixed assignment; a member's "
                    "positions are the group's commits (reader.commit())")
-        elif self._deterministic or self._keep or self._pause is not None or self._epochs != 1 \
-                or self._shuffle is not None:
+        elif o.deterministic or o.keep or o.pause is not None or o.epochs != 1 \
+                or o.shuffle is not None:
             why = "deterministic, keep_sample, pause, epochs and shuffle need a fixed set of units"
-        elif self._kafka.client != "direct":
+        elif o.kafka.client != "direct":
             why = "a member commits over ingest's own PLAINTEXT connections: it needs client='direct'"
         if why is not None:
-            raise ConfigError(f"reader {self.name!r}: kafka(group_id={self._kafka.group_id!r}) on topic URLs joins "
+            raise ConfigError(f"reader {self.name!r}: kafka(group_id={o.kafka.group_id!r}) on topic URLs joins "
                               f"the consumer group, but {why}")
         brokers = topics[0][0]
-        return GroupMember(brokers, sorted({topic for _, topic, _ in topics}), self._kafka,
-                           Cluster(brokers, self._kafka.config))
+        return GroupMember(brokers, sorted({topic for _, topic, _ in topics}), o.kafka,
+                           Cluster(brokers, o.kafka.config))
 
     def _rounds(self):
         """The Rounds of ``keep_sample`` / ``pause``, or None; checks what they cannot be combined with."""
-        if not self._keep and self._pause is None:
+        o = self._options
+        if not o.keep and o.pause is None:
             return None
-        if self._keep and not self._ops:
+        if o.keep and not o.ops:
             raise ConfigError(f"reader {self.name!r}: keep_sample(True) needs an op that drops groups (add_op); "
                               f"without one no group would ever leave")
-        if self._keep and self._progress is not None:
+        if o.keep and self._progress is not None:
             raise ConfigError(f"reader {self.name!r}: keep_sample(True) with enable_state=True is not available: "
                               f"the state would have to hold every live group")
-        if self._deterministic:
+        if o.deterministic:
             raise ConfigError(f"reader {self.name!r}: keep_sample / pause with deterministic=True is not available")
-        limit, exactly = self._pause if self._pause is not None else (None, False)
-        return Rounds(self._keep, limit, exactly, self._threads)
+        limit, exactly = o.pause if o.pause is not None else (None, False)
+        return Rounds(o.keep, limit, exactly, o.threads)
 
     def _plan_units(self, fmt):
         """Work units of every path in order: files (or byte ranges) and Kafka partitions."""
-        return plan_paths(self._paths, splittable=fmt.splittable, compression=self._compression,
-                          task_num=self._task[1], unit_bytes=self._unit_bytes, kafka=self._kafka)
+        o = self._options
+        return plan_paths(o.paths, splittable=fmt.splittable, compression=o.compression, task_num=o.task[1],
+                          unit_bytes=o.unit_bytes, kafka=o.kafka)
 
     def __iter__(self):
         return self
@@ -453,13 +415,14 @@ class DataReader:
         if self._pipeline is None:
             raise ReaderClosedError(f"reader {self.name!r}: call startup() before iterating")
         # the consumer is back for more: what it was handed so far is done with
-        if self._save_every is not None and self._progress.batches - self._saved_at >= self._save_every[0]:
+        every = self._options.save_every
+        if every is not None and self._progress.batches - self._saved_at >= every[0]:
             self._save()
         try:
             batch = self._pipeline.next_batch()
         except StopIteration:
             self._report_unseen()
-            if self._save_every is not None:
+            if self._options.save_every is not None:
                 self._save()
             if self._member is not None:  # every partition caught up: commit and leave the group
                 self._member.close()
@@ -473,12 +436,13 @@ class DataReader:
     # -- state -----------------------------------------------------------------------------
     def _state_options(self):
         """What fixes the sequence of samples: a state resumes only a reader with the same."""
-        options = {"file_type": self._file_type.name, "shard": list(self._task), "epochs": self._epochs,
-                   "split_group": self._split_group, "shuffle": self._shuffle}
-        if self._file_type is formats.FileType.txt:
-            options["max_group_size"] = self._max_group_size
-        if any(is_kafka(p) for p in ([self._paths] if isinstance(self._paths, str) else self._paths)):
-            options["kafka_start"] = self._kafka.start
+        o = self._options
+        options = {"file_type": o.file_type.name, "shard": list(o.task), "epochs": o.epochs,
+                   "split_group": o.split_group, "shuffle": o.shuffle}
+        if o.file_type is formats.FileType.txt:
+            options["max_group_size"] = o.max_group_size
+        if any(is_kafka(p) for p in ([o.paths] if isinstance(o.paths, str) else o.paths)):
+            options["kafka_start"] = o.kafka.start
         return options
 
     def state(self):
@@ -517,19 +481,13 @@ class DataReader:
     def restore(self, state):
         """Continue from ``state`` (bytes of ``state()``) at ``startup()``: no sample delivered before it
         is delivered again, none after it is lost.  Paths and options must be the same."""
-        self._option()
-        self._restored = state_format.decode(state)
-        self._enable_state = True
-        return self
+        return self._set(restored=state_format.decode(state), enable_state=True)
 
     def save_state_every(self, n_batches, url):
         """Write ``state()`` to ``url`` (any fsspec URL, replaced atomically) every ``n_batches`` batches,
         when the consumer asks for the next one (so the state covers the batches it has finished
         with), and at the end of the input."""
-        self._option()
-        self._save_every = (_positive_int("n_batches", n_batches), str(url))
-        self._enable_state = True
-        return self
+        return self._set(save_every=(_positive_int("n_batches", n_batches), str(url)), enable_state=True)
 
     def restore_from(self, url, missing_ok=False):
         """``restore()`` from a state saved at ``url``; with ``missing_ok`` a missing file starts afresh."""
@@ -540,7 +498,7 @@ class DataReader:
         return self.restore(data)
 
     def _save(self):
-        state_format.write_atomic(self._save_every[1], self.state())
+        state_format.write_atomic(self._options.save_every[1], self.state())
         self._saved_at = self._progress.batches
 
     def read_all(self):
@@ -560,7 +518,7 @@ class DataReader:
         if not ended:
             return
         try:
-            present = names_in(self._units[0], self._file_type)
+            present = names_in(self._units[0], self._options.file_type)
         except IngestError:
             present = []
         for epoch, names, samples in ended:
@@ -587,10 +545,10 @@ class DataReader:
         if self._stats.timeline is not None:
             timeline, self._stats.timeline = self._stats.timeline, None  # written once
             try:
-                timeline.write(self._timeline_path)
+                timeline.write(self._options.timeline_path)
             except OSError as exc:
-                raise SourceError(f"timeline {self._timeline_path}: cannot write: {exc}",
-                                  source=self._timeline_path) from exc
+                raise SourceError(f"timeline {self._options.timeline_path}: cannot write: {exc}",
+                                  source=self._options.timeline_path) from exc
 
     def shutdown(self):
         """Stop the threads (also when the consumer stopped early); the reader cannot be restarted."""

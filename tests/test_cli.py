@@ -96,7 +96,9 @@ def test_text_or_random_bytes_read_as_pb_are_said_not_to_be_records(tmp_path, ca
     path.write_bytes(content)
     assert bench.main([str(path)]) == 2
     assert ingest_main.main(["inspect", str(path)]) == 2
-    for line in capsys.readouterr().err.strip().splitlines():
+    errors = [line for line in capsys.readouterr().err.splitlines() if "compiling kernels" not in line]
+    assert len(errors) == 2
+    for line in errors:
         assert "does not look like length-prefixed SampleGroup records" in line and str(path) in line
         assert "read as a record length give" in line or "not a field of SampleGroup" in line
 

@@ -479,3 +479,14 @@ def test_discovery_refuses_binary_input(tmp_path):
     assert info.value.source.endswith("a.pb")
     at = info.value.offset  # where the bad name is in the file
     assert (tmp_path / "a.pb").read_bytes()[at:at + 40].decode("utf-8", "replace").startswith(info.value.text[:2])
+
+
+def test_a_reader_pickles_its_options_before_startup_and_reads_the_same_after(synthetic_file):
+    import pickle
+    reader = _all_features(ingest.DataReader("p", paths=[str(synthetic_file)])).batch_size(100).threads(2)
+    reader.shard(1, 2).unit_bytes(100_000).unique_ids(True).kafka(start="latest")
+    copy = pickle.loads(pickle.dumps(reader))
+    assert copy.name == "p" and copy._options == reader._options
+    assert sorted(map(key_of, read_samples(copy))) == sorted(map(key_of, read_samples(reader)))
+    with pytest.raises(ingest.ConfigError, match="a started reader cannot be pickled"):
+        pickle.dumps(reader)

@@ -53,6 +53,11 @@ class KafkaOptions:
         self.client = client
         self.config = consumer_config
 
+    def __eq__(self, other):
+        return isinstance(other, KafkaOptions) and vars(self) == vars(other)
+
+    __hash__ = None
+
 
 def parse_kafka_url(url):
     """``(brokers, topic, partitions or None)`` of a kafka:// URL."""

@@ -1,0 +1,41 @@
+"""The options of a DataReader: one frozen value, replaced by each option method, pickled with the reader."""
+from dataclasses import dataclass, field
+
+from .formats import FileType
+from .sources.kafka import KafkaOptions
+
+__all__ = ["ReaderOptions"]
+
+
+@dataclass(frozen=True)
+class ReaderOptions:
+    """Everything a ``DataReader`` was told before ``startup()`` (docs/formats.md, reader options)."""
+
+    paths: object = None
+    file_type: FileType = FileType.txt
+    enable_state: bool = False
+    restored: object = None        # the decoded state of restore()
+    save_every: object = None      # (batches, url) of save_state_every()
+    shuffle: object = None         # seed
+    ops: tuple = ()
+    keep: bool = False
+    pause: object = None           # (groups, wait_exactly)
+    epochs: int = 1
+    batch_size: int = 1024
+    label_count: int = 1
+    threads: int = 1
+    specs: tuple = ()
+    split_group: bool = True
+    pad: bool = True
+    drop_last: bool = False
+    task: tuple = (0, 1)
+    policy: str = "raise"
+    max_group_size: int = 8192
+    max_record_bytes: object = None
+    compression: object = None
+    deterministic: bool = False
+    prefetch: int = 4
+    unique: bool = False
+    timeline_path: object = None
+    kafka: KafkaOptions = field(default_factory=KafkaOptions)
+    unit_bytes: object = None
