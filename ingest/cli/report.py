@@ -5,7 +5,7 @@ import warnings
 
 from tqdm import tqdm
 
-from ..errors import DslError
+from ..errors import DslError, UnseenFeatureWarning
 
 __all__ = ["fail", "one_line_warnings", "progress_bar"]
 
@@ -28,6 +28,7 @@ def one_line_warnings(prog):
 
     with warnings.catch_warnings():
         warnings.showwarning = show
+        warnings.simplefilter("always", UnseenFeatureWarning)  # one per epoch that missed a feature
         yield
 
 

@@ -64,7 +64,7 @@ class Coverage:
             seen = self._seen.pop(epoch, np.zeros(len(self.names), np.bool_))
             missed = [n for n, s in zip(self.names, seen) if not s]
             self.never_seen = missed if self.never_seen is None else [n for n in self.never_seen if n in missed]
-            if missed:
+            if missed and self._samples[epoch]:  # an epoch of no samples says nothing of its features
                 self._ended.append((epoch, missed, self._samples[epoch]))
 
     def ended(self):
