@@ -60,6 +60,12 @@ def _nothing():
     pass
 
 
+def _torch_module():
+    require("torch", "torch", "torch")
+    from . import torch as ingest_torch
+    return ingest_torch
+
+
 class Batch:
     """One batch: ``n`` samples (``len(batch)``), padded to ``batch_size`` rows when asked.
 
@@ -147,14 +153,33 @@ class Batch:
             out[f"indicators.{k}"] = ind
         return out
 
+    @property
+    def sparse_names(self):
+        """The names of the sparse features, in declaration order."""
+        return [name for name, feat in self._features.items() if isinstance(feat, SparseFeature)]
+
+    def rows_of_samples(self):
+        """Per table, int64 ``[rows]``: the row of that table each row of table 0 (each sample, padding included)
+        reads, through the indicators."""
+        rows = [np.arange(self.rows, dtype=np.int64)]
+        for ind in self.indicators:
+            rows.append(ind[rows[-1]].astype(np.int64))
+        return rows
+
     def to_dlpack(self):
-        """DLPack capsules of ``arrays()`` by the same names; no copy."""
-        return {name: arr.__dlpack__() for name, arr in self.arrays().items()}
+        """``arrays()``: numpy arrays, which implement the DLPack protocol (``__dlpack__``,
+        ``__dlpack_device__``), so ``np.from_dlpack``, ``torch.from_dlpack`` and ``jax.dlpack.from_dlpack`` take
+        them without a copy."""
+        return self.arrays()
 
     def to_torch(self):
         """torch tensors of ``arrays()`` by the same names, sharing memory with the batch."""
         torch = require("torch", "torch", "torch")
         return {name: torch.from_numpy(arr) for name, arr in self.arrays().items()}
+
+    def to_kjt(self, table=0, expand=False):
+        """The sparse features of a table as a TorchRec ``KeyedJaggedTensor`` (``ingest.torch.to_kjt``)."""
+        return _torch_module().to_kjt(self, table, expand)
 
     def release(self):
         """Drop the batch's arrays so that their buffers return to the reader's pool (arrays taken from
