@@ -15,10 +15,11 @@ import numpy as np
 from ingest import synthetic
 from ingest.cli.bench import measure
 
-__all__ = ["OUT", "arguments", "synthetic_file", "synthetic_inputs", "machine", "save_report", "measured_on",
+__all__ = ["OUT", "RESULTS", "arguments", "synthetic_file", "synthetic_inputs", "machine", "save_report", "measured_on",
            "markdown_table", "alternated_runs"]
 
-OUT = Path(__file__).resolve().parent / "out"  # git-ignored
+OUT = Path(__file__).resolve().parent / "out"  # input files, git-ignored
+RESULTS = Path(__file__).resolve().parent / "results"  # what each benchmark measured last, kept in git
 
 
 def arguments(doc, samples=120_000, runs=5):
@@ -71,10 +72,10 @@ def machine():
 
 def save_report(name, **fields):
     """The report of benchmark ``name`` (the date, the machine and ``fields``), written to
-    ``benchmarks/out/<name>.json``."""
+    ``benchmarks/results/<name>.json``."""
     report = {"date": datetime.date.today().isoformat(), "machine": machine(), **fields}
-    OUT.mkdir(exist_ok=True)
-    (OUT / f"{name}.json").write_text(json.dumps(report, indent=2) + "\n")
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"{name}.json").write_text(json.dumps(report, indent=2) + "\n")
     return report
 
 

@@ -6,7 +6,7 @@ revisions run in alternation: each round starts one subprocess per revision (``g
 each subprocess reads the synthetic samples in every configuration once untimed (numba compiles or
 loads its cache), then once timed: text twice over (2 epochs), pb six times over.  Prints the medians
 of samples/s, the 2-thread to 1-thread ratio and the cost of unique ids (medians of per-round ratios);
-writes ``benchmarks/out/bench_ab.json``.
+writes ``benchmarks/results/bench_ab.json``.
 
     python benchmarks/bench_ab.py --old main --new exp/cores-pipeline [--rounds 4] [--samples 120000] [--formats pb]
 """

@@ -12,12 +12,12 @@ the same file read without and with four DSL features (issue 4's bar: two ``cart
 The pb file is the text converted with ``--aux auto`` (the user features in table 1), so the
 aggregation runs once per aux line; in the text file every feature is in table 0.  One
 warm-up run each, then ``--runs`` rounds alternating plain and DSL readers; medians, and the
-median of the per-round ratios.  Writes ``benchmarks/out/bench_dsl.json``.
+median of the per-round ratios.  Writes ``benchmarks/results/bench_dsl.json``.
 
     python benchmarks/bench_dsl.py [--samples 120000] [--runs 5]
 """
 
-from _common import (OUT, alternated_runs, arguments, markdown_table, measured_on, save_report,
+from _common import (RESULTS, alternated_runs, arguments, markdown_table, measured_on, save_report,
                      synthetic_inputs)
 from bench_pb import reader_for
 
@@ -56,7 +56,7 @@ def main(argv=None):
                      f"{1 - dsl['ratio']:.1%}", f"{1 - dsl['cpu_ratio']:.1%}"])
     print(markdown_table(["input", "samples/s without", "samples/s with 4 crosses", "cost (wall)",
                           "cost (CPU)"], rows))
-    print(f"JSON: {OUT / 'bench_dsl.json'}")
+    print(f"JSON: {RESULTS / 'bench_dsl.json'}")
 
 
 if __name__ == "__main__":

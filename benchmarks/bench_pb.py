@@ -8,7 +8,7 @@ with the same features (the aux ones declared ``table=1`` for pb), 1 thread,
 file back to back; medians, and the median of the per-round ratios to text, by wall time
 and by CPU time of the process (all its threads): the VM loses time to its neighbours, which
 wall time counts and CPU time does not.  Prints markdown tables and writes
-``benchmarks/out/bench_pb.json``.
+``benchmarks/results/bench_pb.json``.
 
     python benchmarks/bench_pb.py [--samples 120000] [--runs 5]
 """
@@ -19,7 +19,7 @@ import ingest
 from ingest import synthetic
 from ingest.convert import convert
 
-from _common import OUT, alternated_runs, arguments, markdown_table, measured_on, save_report, synthetic_file
+from _common import OUT, RESULTS, alternated_runs, arguments, markdown_table, measured_on, save_report, synthetic_file
 
 BATCH_SIZE = 1024
 SEED = 0
@@ -70,7 +70,7 @@ def main(argv=None):
          f"{r['mb_per_s']:.1f}", f"{r['ratio']:.2f}x", f"{r['samples_per_cpu_s']:,.0f}", f"{r['cpu_ratio']:.2f}x"]
         for name, r in read.items()]))
     print(f"convert text -> pb.zst, 1 thread: {report['convert_mb_per_s']:.1f} MB/s of text ({convert_s:.2f} s)")
-    print(f"JSON: {OUT / 'bench_pb.json'}")
+    print(f"JSON: {RESULTS / 'bench_pb.json'}")
 
 
 if __name__ == "__main__":

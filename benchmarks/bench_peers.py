@@ -23,7 +23,7 @@ that its runs last about a second, as TensorFlow's do; samples/s are comparable 
 warm-up round, then ``--runs`` rounds, each one pass of every reader of every
 configuration back to back (the VM's speed moves over minutes: runs of the readers compared are
 seconds apart); medians, and ratios as the medians of per-round ratios.  Prints a table with
-ratios of ingest to its peer and of 2 threads to 1, writes ``benchmarks/out/bench_peers.json``.
+ratios of ingest to its peer and of 2 threads to 1, writes ``benchmarks/results/bench_peers.json``.
 Needs ``pip install 'ingest[tf]'``.
 
     python benchmarks/bench_peers.py [--samples 120000] [--runs 3]
@@ -40,7 +40,7 @@ import ingest
 from ingest import synthetic
 from ingest.cli.bench import measure
 
-from _common import OUT, arguments, markdown_table, measured_on, save_report, synthetic_inputs
+from _common import OUT, RESULTS, arguments, markdown_table, measured_on, save_report, synthetic_inputs
 
 BATCH_SIZE = 1024
 THREADS = (1, 2)
@@ -256,7 +256,7 @@ def main(argv=None):
     for unique in (False, True):
         scaling = ", ".join(f"{k} {ratio(((unique, 2), k), ((unique, 1), k)):.2f}x" for k in READERS)
         print(f"2 threads / 1 thread, unique ids {'on' if unique else 'off'}: {scaling}")
-    print(f"JSON: {OUT / 'bench_peers.json'}")
+    print(f"JSON: {RESULTS / 'bench_peers.json'}")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ run:
 One warm-up run each, then ``--runs`` rounds.  Reports medians of samples/s, the cores kept busy
 (CPU seconds over wall seconds), and the ratios of ``2 threads`` to ``1 thread``, ``1 core`` and
 ``2 processes`` (``alternated_runs``' medians of per-round ratios to ``2 threads``, turned over).
-Writes ``benchmarks/out/bench_scaling.json``.  Linux only.
+Writes ``benchmarks/results/bench_scaling.json``.  Linux only.
 
     python benchmarks/bench_scaling.py [--samples 120000] [--runs 5]
 """
@@ -26,7 +26,7 @@ import multiprocessing
 import os
 import time
 
-from _common import OUT, alternated_runs, arguments, markdown_table, measured_on, save_report, synthetic_inputs
+from _common import RESULTS, alternated_runs, arguments, markdown_table, measured_on, save_report, synthetic_inputs
 from bench_peers import EPOCHS, ingest_reader
 from ingest.cli.bench import measure
 
@@ -70,7 +70,7 @@ def main(argv=None):
                     + [f"{1 / r[base]['ratio']:.2f}x" for base in bases])
     print(markdown_table(["input", "unique ids"] + [f"{way}: samples/s (cores)" for way in ways]
                          + [f"2 threads / {base}" for base in bases], rows))
-    print(f"JSON: {OUT / 'bench_scaling.json'}")
+    print(f"JSON: {RESULTS / 'bench_scaling.json'}")
 
 
 class TwoProcesses:

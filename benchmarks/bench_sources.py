@@ -5,7 +5,7 @@ HDFS and produces it to a Kafka topic of 2 partitions with ``ingest produce`` (a
 sample groups per message), then reads each with every synthetic feature, ``threads(2)``, ``batch_size(1024)``: three
 warm-up rounds (the services' JVMs compile their read paths over the first reads: right after a start, HDFS
 measured 0.49x of local against 0.61x a few minutes later), then ``--runs`` alternated rounds; medians, and
-the median of the per-round ratios to the local file.  Writes ``benchmarks/out/bench_sources.json``.
+the median of the per-round ratios to the local file.  Writes ``benchmarks/results/bench_sources.json``.
 
     python benchmarks/bench_sources.py [--samples 120000] [--runs 3]
 """

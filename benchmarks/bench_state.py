@@ -15,7 +15,7 @@ import numpy as np
 
 import ingest
 from ingest import synthetic
-from _common import OUT, arguments, machine, synthetic_file
+from _common import RESULTS, arguments, machine, synthetic_file
 
 
 def read(path, unit_bytes, take_state):
@@ -52,8 +52,8 @@ def main(argv=None):
               "p99_us": float(np.percentile(us, 99)), "state_bytes": size,
               "samples_per_s_without": statistics.median(rates[False]),
               "samples_per_s_with_state_every_batch": statistics.median(rates[True])}
-    OUT.mkdir(exist_ok=True)
-    (OUT / "bench_state.json").write_text(json.dumps(result, indent=2))
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "bench_state.json").write_text(json.dumps(result, indent=2) + "\n")
     print("| work units | state() median | p99 | state size | samples/s without | with a state per batch |")
     print("|---|---|---|---|---|---|")
     print(f"| {units} | {result['median_us']:.1f} us | {result['p99_us']:.1f} us | {size} B | "

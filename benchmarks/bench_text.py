@@ -4,7 +4,7 @@ For each thread count: one untimed warm-up run, then ``--runs`` timed runs, each
 reader over the whole file with every synthetic feature declared (11 sparse, 2 dense,
 2 labels) and ``batch_size(1024)``.  Reports the medians of MB/s and samples/s, per core
 (divided by the threads), and the ratio 2 threads / 1 thread.  Prints a markdown table and
-writes ``benchmarks/out/bench_text.json``.
+writes ``benchmarks/results/bench_text.json``.
 
     python benchmarks/bench_text.py [--samples 120000] [--runs 5]
 """
@@ -14,7 +14,7 @@ import ingest
 from ingest import synthetic
 from ingest.cli.bench import measure, per_core
 
-from _common import OUT, arguments, markdown_table, measured_on, save_report, synthetic_file
+from _common import RESULTS, arguments, markdown_table, measured_on, save_report, synthetic_file
 
 THREADS = (1, 2)
 BATCH_SIZE = 1024
@@ -58,7 +58,7 @@ def main(argv=None):
           f"{min(x['mb_per_s'] for x in r['runs']):.1f}-{max(x['mb_per_s'] for x in r['runs']):.1f}"]
          for r in results]))
     print(f"\n2 threads / 1 thread: {ratio:.2f}x")
-    print(f"JSON: {OUT / 'bench_text.json'}")
+    print(f"JSON: {RESULTS / 'bench_text.json'}")
 
 
 if __name__ == "__main__":

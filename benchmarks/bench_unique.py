@@ -5,12 +5,12 @@ The readers of ``bench_peers.py`` (every synthetic feature, ``batch_size(1024)``
 alternate run by run (``bench_peers.py`` measures them minutes apart, and the VM's speed moves more
 than the cost over minutes): one warm-up run each, then ``--runs`` rounds; the cost is 1 minus the
 median of the per-round ratios on/off, by wall time and by CPU time of the whole process.  Writes
-``benchmarks/out/bench_unique.json``.
+``benchmarks/results/bench_unique.json``.
 
     python benchmarks/bench_unique.py [--samples 120000] [--runs 5]
 """
 
-from _common import (OUT, alternated_runs, arguments, markdown_table, measured_on, save_report,
+from _common import (RESULTS, alternated_runs, arguments, markdown_table, measured_on, save_report,
                      synthetic_inputs)
 from bench_peers import THREADS, ingest_reader
 
@@ -37,7 +37,7 @@ def main(argv=None):
                      f"{1 - on['ratio']:.1%}", f"{1 - on['cpu_ratio']:.1%}"])
     print(markdown_table(["input", "threads", "samples/s off", "samples/s on", "cost (wall)", "cost (CPU)"],
                          rows))
-    print(f"JSON: {OUT / 'bench_unique.json'}")
+    print(f"JSON: {RESULTS / 'bench_unique.json'}")
 
 
 if __name__ == "__main__":

@@ -114,6 +114,7 @@ class DataReader:
         self._finalizer = None
         self._coverage = None
         self._units = None
+        self._buffers = None  # where batches are built (default: a BufferPool); ingest.torch's workers set it
 
     def __getstate__(self):
         """A reader pickles before ``startup()``: its name and options (threads, queues and sockets are made at
@@ -317,7 +318,7 @@ class DataReader:
             self._kafka_group = KafkaGroup(parse_kafka_url(kafka[0])[0], o.kafka)
         dsl = _dsl_stage(schema)
         builder = BatchBuilder(schema, o.batch_size, o.pad, unique=o.unique, stats=self._stats,
-                               track=self._progress is not None, keep_pieces=rounds is not None,
+                               track=self._progress is not None, keep_pieces=rounds is not None, pool=self._buffers,
                                kernels_ready=self._compile_kernels(schema, dsl is not None))
         ops = OpStage(schema.raw, o.ops) if o.ops else None  # checks built-in ops against the schema
         # with units that come and go (a consumer group) or never end (live Kafka) no epoch ends

@@ -10,26 +10,94 @@ Importing ``ingest`` never imports this module; it needs ``pip install 'ingest[t
         ids, offsets = batch["item.ids"], batch["item.offsets"]
 """
 import pickle
+import weakref
 
 import numpy as np
 
 from .errors import ConfigError
 from .optional import require
+from .pipeline.pool import part_layout, parts_over
 
 torch = require("torch", "torch", "torch")
 
-__all__ = ["ReaderDataset", "batch_tensors", "even_batches", "to_kjt", "shard_of_this_process"]
+__all__ = ["ReaderDataset", "SharedBuffers", "batch_tensors", "even_batches", "to_kjt", "shard_of_this_process"]
 
 
 def batch_tensors(batch):
     """The arrays of ``batch`` as torch tensors sharing its memory, named as ``Batch.arrays()`` names them, with
     ``sample_id_bytes`` (uint8) and ``sample_id_offsets`` (int64) for the sample ids and ``size`` (an int: the
     real samples, padding excluded)."""
-    out = {name: torch.from_numpy(arr) for name, arr in batch.arrays().items()}
-    out["sample_id_bytes"] = torch.from_numpy(batch.sid_bytes)
-    out["sample_id_offsets"] = torch.from_numpy(batch.sid_offsets)
+    out = {name: torch.from_numpy(arr) for name, arr in _arrays(batch).items()}
     out["size"] = batch.size
     return out
+
+
+def _arrays(batch):
+    return {**batch.arrays(), "sample_id_bytes": batch.sid_bytes, "sample_id_offsets": batch.sid_offsets}
+
+
+class _SharedBatch:
+    """A batch a ``DataLoader`` worker built in a block of shared memory (``SharedBuffers``), on its way to the
+    main process: it travels as that block and a list of where each array is, and arrives as the dict of
+    ``batch_tensors`` (forty tensors sent one by one, each its own block of shared memory, cost the loader nine
+    tenths of its throughput).  Not a mapping, so that the loader's ``default_convert`` passes it on as it is."""
+
+    def __init__(self, block, layout, size):
+        self.block, self.layout, self.size = block, layout, size
+
+    @classmethod
+    def of(cls, batch):
+        """The batch on its way, or None when its arrays are not all in one shared block."""
+        root = batch.labels.base
+        block = getattr(root, "base", None)
+        if not (isinstance(block, torch.Tensor) and block.is_shared()):
+            return None
+        layout = []
+        for name, arr in _arrays(batch).items():
+            if arr.base is not root:
+                return None
+            layout.append((name, arr.ctypes.data - root.ctypes.data, arr.dtype, arr.shape))
+        return cls(block, layout, batch.size)
+
+    def __reduce__(self):
+        return _arrived, (self.block, self.layout, self.size)
+
+
+def _arrived(block, layout, size):
+    """The dict of tensors of a batch sent by a worker; once every tensor of it is gone, the block's flag tells
+    the worker that it may build another batch there."""
+    root = block.numpy()
+    weakref.finalize(root, _free, block[:_HEADER].numpy())  # a view of the tensor: it must not keep root alive
+    out = {name: torch.from_numpy(np.ndarray(shape, dtype, root, at)) for name, at, dtype, shape in layout}
+    out["size"] = size
+    return out
+
+
+def _free(header):
+    header[0] = 0
+
+
+_HEADER = 64  # the first bytes of a shared block: its in-use flag, then alignment
+
+
+class SharedBuffers:
+    """Batch buffers of a ``DataLoader`` worker, in shared memory, so that a batch crosses to the main process
+    as a handle, not a copy.  A block is in use from the batch built in it until the main process has dropped
+    every tensor of it (a flag in the block); then the worker builds another batch there.  A new block costs its
+    page faults (1 ms a MB here); a reused one does not."""
+
+    def __init__(self):
+        self._blocks = []  # numpy views of the blocks (a tensor's indexing costs microseconds, theirs does not)
+
+    def lease_parts(self, parts):
+        starts, total = part_layout(parts)
+        size = 1 << (total + _HEADER - 1).bit_length()
+        root = next((b for b in self._blocks if len(b) == size and b[0] == 0), None)
+        if root is None:
+            root = torch.empty(size, dtype=torch.uint8).share_memory_().numpy()
+            self._blocks.append(root)
+        root[0] = 1
+        return parts_over(root, [_HEADER + a for a in starts], parts)
 
 
 def shard_of_this_process():
@@ -70,6 +138,11 @@ class ReaderDataset(torch.utils.data.IterableDataset):
         index, count = shard_of_this_process()
         task, tasks = reader._options.task
         reader._set(task=(task + tasks * index, tasks * count), enable_state=True)
+        if torch.utils.data.get_worker_info() is not None:
+            reader._buffers = SharedBuffers()
+            # the blocks travel by name, which the main process maps once per block: with the default
+            # file-descriptor strategy every batch took a socket round trip to pass its descriptor
+            torch.multiprocessing.set_sharing_strategy("file_system")
         if self._resume is not None:
             reader.restore(self._resume)
             self._resume = None
@@ -80,9 +153,10 @@ class ReaderDataset(torch.utils.data.IterableDataset):
 
     def _batches(self, reader):
         self._running = reader
+        shared = self.transform is batch_tensors and reader._buffers is not None
         with reader:
             for batch in reader.startup():
-                yield self.transform(batch)
+                yield (shared and _SharedBatch.of(batch)) or self.transform(batch)
 
     def state_dict(self):
         """``{"reader": bytes}``: where this process's reader is (None before it started)."""
@@ -126,6 +200,21 @@ def _ids_64(feat):
     return ids[:, 1]
 
 
+def _span(arrays):
+    """One array over ``arrays`` when they lie one after the other in one buffer (1-D, of one dtype), else None."""
+    if not arrays or any(a.ndim != 1 or a.dtype != arrays[0].dtype for a in arrays):
+        return None
+    for a, b in zip(arrays, arrays[1:]):
+        if a.ctypes.data + a.nbytes != b.ctypes.data:
+            return None
+    base = arrays[0].base if isinstance(arrays[0].base, np.ndarray) else arrays[0]
+    return np.ndarray(sum(len(a) for a in arrays), arrays[0].dtype, base, arrays[0].ctypes.data - base.ctypes.data)
+
+
+def _joined(arrays, dtype):
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays) if arrays else np.empty(0, dtype)
+
+
 def to_kjt(batch, table=0, expand=False):
     """The sparse features of one table of ``batch`` as a TorchRec ``KeyedJaggedTensor``: keys in declaration
     order, values the ids, lengths the rows' lengths, weights the values.
@@ -151,12 +240,17 @@ def to_kjt(batch, table=0, expand=False):
             parts.append((_ids_64(feat)[take], feat.values[take], lengths))
         stride = batch.rows
     else:
-        parts = [(_ids_64(f), f.values, np.diff(f.offsets)) for f in (batch[n] for n in names)]
+        feats = [batch[n] for n in names]
         stride = batch.table_rows[table]
-    values = torch.from_numpy(np.concatenate([p[0] for p in parts])) if parts else torch.empty(0, dtype=torch.int64)
-    weights = torch.from_numpy(np.concatenate([p[1] for p in parts])) if parts else torch.empty(0)
-    lengths = torch.from_numpy(np.concatenate([p[2] for p in parts]).astype(np.int32)) if parts \
-        else torch.empty(0, dtype=torch.int32)
+        spans = [_span([f.ids for f in feats]), _span([f.values for f in feats]), _span([f.offsets for f in feats])]
+        if all(span is not None for span in spans):  # the batch laid them out one after the other: no copy
+            ids, weights, offsets = spans
+            parts = [(ids, weights, np.diff(offsets.reshape(len(feats), stride + 1)).ravel())]
+        else:
+            parts = [(_ids_64(f), f.values, np.diff(f.offsets)) for f in feats]
+    values = torch.from_numpy(_joined([p[0] for p in parts], np.int64))
+    weights = torch.from_numpy(_joined([p[1] for p in parts], np.float32))
+    lengths = torch.from_numpy(_joined([p[2] for p in parts], np.int64))
     inverse = None
     if table and not expand:
         per_sample = torch.from_numpy(batch.rows_of_samples()[table].astype(np.int64))

@@ -179,6 +179,7 @@ def test_tf_dataset_gives_ragged_features_and_traces_once(pb_files):
     import ingest.tf
     paths, want = pb_files
     ds = ingest.tf.dataset(_reader(paths))
+    assert ds.element_spec == ingest.tf.element_signature(_reader(paths))
     element = next(iter(ds))
     batch = next(_reader(paths).startup())
     assert isinstance(element["item"], tf.RaggedTensor) and element["item"].to_list() == [

@@ -1,0 +1,85 @@
+"""Benchmark of the trainer adapters against the raw reader: what a training loop gets, in samples/s.
+
+On the synthetic pb file (``--aux auto``: user features in table 1), batch_size 1024, every feature declared:
+the raw reader on 2 threads; ``ingest.torch.ReaderDataset`` through a ``DataLoader`` with 0 workers (the reader
+on 2 threads in the main process), 1 worker (2 threads) and 2 workers (1 thread each: the same two cores);
+the raw reader with ``batch.to_kjt()`` of table 0 and table 1 per batch; ``ingest.tf.dataset`` over the reader
+on 2 threads.  One warm-up each, then ``--runs`` rounds running them back to back; medians, and the median of
+the per-round ratios to the raw reader.  Targets: the 2-worker loader at least 0.8x the raw reader, ``to_kjt``
+costing under 10 %.  Writes ``benchmarks/results/bench_trainers.json``.
+
+    python benchmarks/bench_trainers.py [--samples 120000] [--runs 3]
+"""
+import time
+
+import ingest
+import ingest.torch
+from ingest import synthetic
+from ingest.cli.bench import measure
+
+from _common import alternated_runs, arguments, markdown_table, measured_on, save_report, synthetic_inputs
+
+BATCH_SIZE = 1024
+EPOCHS = 2
+
+
+def reader(path, aux, threads):
+    r = ingest.DataReader("trainers", paths=[str(path)], file_type="pb").batch_size(BATCH_SIZE).epochs(EPOCHS)
+    return synthetic.declare(r.threads(threads), aux=aux, serialized=True)
+
+
+def timed(items, size_of):
+    """Consume ``items`` and time it, in the shape ``alternated_runs`` takes."""
+    c0, t0 = time.process_time(), time.perf_counter()
+    samples = sum(size_of(item) for item in items)
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {"samples": samples, "seconds": seconds, "samples_per_s": samples / seconds, "mb_per_s": 0.0,
+            "cpu_seconds": cpu, "samples_per_cpu_s": samples / cpu if cpu else 0.0}
+
+
+def loader(path, aux, workers):
+    import torch
+    threads = 2 if workers < 2 else 1
+    data = torch.utils.data.DataLoader(ingest.torch.ReaderDataset(reader(path, aux, threads)), batch_size=None,
+                                       num_workers=workers)
+    return timed(data, lambda item: item["size"])
+
+
+def kjt(path, aux):
+    def batches():
+        with reader(path, aux, 2) as r:
+            for batch in r.startup():
+                batch.to_kjt(), batch.to_kjt(table=1)
+                yield batch
+
+    return timed(batches(), len)
+
+
+def tf_dataset(path, aux):
+    import ingest.tf
+    return timed(ingest.tf.dataset(reader(path, aux, 2)), lambda el: int(el["size"]))
+
+
+def main(argv=None):
+    args = arguments(__doc__, runs=3).parse_args(argv)
+    path, _, aux = synthetic_inputs(args.samples)["pb"]
+    makers = {
+        "raw reader, 2 threads": lambda: measure(reader(path, aux, 2)),
+        "DataLoader, 0 workers": lambda: loader(path, aux, 0),
+        "DataLoader, 1 worker": lambda: loader(path, aux, 1),
+        "DataLoader, 2 workers": lambda: loader(path, aux, 2),
+        "reader + to_kjt": lambda: kjt(path, aux),
+        "ingest.tf.dataset": lambda: tf_dataset(path, aux),
+    }
+    results = alternated_runs(makers, EPOCHS * args.samples, args.runs)
+    report = save_report("bench_trainers", samples=args.samples, epochs=EPOCHS, batch_size=BATCH_SIZE,
+                         runs=args.runs, results=results)
+    print(f"{args.samples:,} samples x {EPOCHS} epochs, pb with aux tables, batch_size {BATCH_SIZE}, median of "
+          f"{args.runs} rounds; {measured_on(report)}\n")
+    print(markdown_table(["consumer", "samples/s", "vs raw reader", "samples/CPU-s"], [
+        [name, f"{r['samples_per_s']:,.0f}", f"{r['ratio']:.2f}x", f"{r['samples_per_cpu_s']:,.0f}"]
+        for name, r in results.items()]))
+
+
+if __name__ == "__main__":
+    main()
