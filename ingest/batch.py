@@ -93,6 +93,7 @@ class Batch:
         self.pieces = None  # with keep_sample or pause: the (block, first row, end row) it was cut from
         self.release_groups = _nothing  # with keep_sample / pause: hands its groups back, once
         self.unique_work = ()  # the builder's, from assemble() until add_unique() fills the unique ids
+        self.sparse_spans = None  # the builder's: per table, (ids or None, values, offsets [F, R + 1]) or None
 
     def __len__(self):
         return self.size

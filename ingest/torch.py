@@ -200,17 +200,6 @@ def _ids_64(feat):
     return ids[:, 1]
 
 
-def _span(arrays):
-    """One array over ``arrays`` when they lie one after the other in one buffer (1-D, of one dtype), else None."""
-    if not arrays or any(a.ndim != 1 or a.dtype != arrays[0].dtype for a in arrays):
-        return None
-    for a, b in zip(arrays, arrays[1:]):
-        if a.ctypes.data + a.nbytes != b.ctypes.data:
-            return None
-    base = arrays[0].base if isinstance(arrays[0].base, np.ndarray) else arrays[0]
-    return np.ndarray(sum(len(a) for a in arrays), arrays[0].dtype, base, arrays[0].ctypes.data - base.ctypes.data)
-
-
 def _joined(arrays, dtype):
     return arrays[0] if len(arrays) == 1 else np.concatenate(arrays) if arrays else np.empty(0, dtype)
 
@@ -226,7 +215,8 @@ def to_kjt(batch, table=0, expand=False):
     aux rows repeated for their samples.
     """
     kjt_class = require("torchrec.sparse.jagged_tensor", "torchrec", "torchrec").KeyedJaggedTensor
-    names = [n for n in batch if n in batch.sparse_names and (expand or batch.table_of(n) == table)]
+    sparse = set(batch.sparse_names)
+    names = [n for n in batch if n in sparse and (expand or batch.table_of(n) == table)]
     if expand:
         rows = batch.rows_of_samples()
         parts = []
@@ -240,14 +230,13 @@ def to_kjt(batch, table=0, expand=False):
             parts.append((_ids_64(feat)[take], feat.values[take], lengths))
         stride = batch.rows
     else:
-        feats = [batch[n] for n in names]
         stride = batch.table_rows[table]
-        spans = [_span([f.ids for f in feats]), _span([f.values for f in feats]), _span([f.offsets for f in feats])]
-        if all(span is not None for span in spans):  # the batch laid them out one after the other: no copy
+        spans = batch.sparse_spans[table] if batch.sparse_spans is not None else None
+        if spans is not None and spans[0] is not None:  # laid out one after the other by the builder: no copy
             ids, weights, offsets = spans
-            parts = [(ids, weights, np.diff(offsets.reshape(len(feats), stride + 1)).ravel())]
+            parts = [(ids, weights, np.diff(offsets).ravel())]
         else:
-            parts = [(_ids_64(f), f.values, np.diff(f.offsets)) for f in feats]
+            parts = [(_ids_64(f), f.values, np.diff(f.offsets)) for f in (batch[n] for n in names)]
     values = torch.from_numpy(_joined([p[0] for p in parts], np.int64))
     weights = torch.from_numpy(_joined([p[1] for p in parts], np.float32))
     lengths = torch.from_numpy(_joined([p[2] for p in parts], np.int64))

@@ -1,4 +1,4 @@
-"""Kafka topics (docs/formats.md, compressed and remote inputs): one work unit per partition, its messages read as one byte stream.
+"""Kafka topics (docs/formats.md, remote inputs): one work unit per partition, its messages read as one byte stream.
 
 ``kafka://broker1:9092,broker2:9092/topic[:partition[,partition]]``.  Each message carries
 one or more whole records of the reader's ``file_type`` (text lines ending in a newline,
