@@ -17,6 +17,7 @@ class ReaderOptions:
     restored: object = None        # the decoded state of restore()
     save_every: object = None      # (batches, url) of save_state_every()
     shuffle: object = None         # seed
+    shuffle_buffer: object = None  # sample groups a window of the group shuffle holds
     ops: tuple = ()
     keep: bool = False
     pause: object = None           # (groups, wait_exactly)

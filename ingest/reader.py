@@ -18,6 +18,7 @@ from .pipeline.coverage import Coverage
 from .pipeline.progress import Progress
 from .pipeline.rounds import Rounds
 from .pipeline.runner import Pipeline
+from .pipeline.shuffle import GroupShuffle
 from .pipeline.stats import Stats
 from .pipeline.timeline import Timeline
 from .sources.plan import plan_paths
@@ -138,13 +139,23 @@ class DataReader:
         if self._started:
             raise ConfigError(f"reader {self.name!r}: options are fixed once startup() has run")
 
-    def shuffle(self, seed):
+    def shuffle(self, seed, buffer=None):
         """Read the work units (files, byte ranges, partitions) of each epoch in an order drawn from ``seed``
-        and the epoch number; samples keep their order within a unit.  None turns it off."""
+        and the epoch number; samples keep their order within a unit.  None turns it off.
+
+        With ``buffer=n`` the sample groups are shuffled too, within windows of ``n`` groups (the groups of an
+        epoch in reading order, cut every ``n``), each in an order drawn from the seed, the epoch and the
+        window: reproducible for a seed, and within exact resume (a restored reader delivers the remaining
+        samples in the order the uninterrupted one would have).  Batches then follow one block stream in input
+        order, as with ``deterministic(True)``; docs/decisions.md gives the cost."""
         self._option()
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
             raise ConfigError(f"shuffle(seed={seed!r}): expected an int >= 0 or None")
-        return self._set(shuffle=seed)
+        if buffer is not None and (seed is None or isinstance(buffer, bool) or not isinstance(buffer, int)
+                                   or buffer < 1):
+            raise ConfigError(f"shuffle(seed={seed!r}, buffer={buffer!r}): expected a buffer of an int >= 1 "
+                              f"sample groups, with a seed")
+        return self._set(shuffle=seed, shuffle_buffer=buffer)
 
     def epochs(self, n):
         """Passes over the input; 0 repeats forever."""
@@ -329,6 +340,7 @@ class DataReader:
                                   split_group=o.split_group,
                                   drop_last=o.drop_last, on_skip=on_skip, stats=self._stats,
                                   prefetch=o.prefetch, shuffle=o.shuffle, progress=self._progress,
+                                  group_shuffle=self._group_shuffle(live, rounds),
                                   unit_source=self._member, live=live, coverage=self._coverage)
         self._started = True
         if o.timeline_path is not None:
@@ -354,6 +366,18 @@ class DataReader:
         payload = {"specs": [dataclasses.asdict(s) for s in schema.specs], "label_count": schema.label_count,
                    "batch_size": o.batch_size, "pad": o.pad, "unique": o.unique}
         return warmup.compile_ahead("ingest.pipeline.batcher:warm", payload).wait
+
+    def _group_shuffle(self, live, rounds):
+        """The GroupShuffle of ``shuffle(seed, buffer=n)``, or None; refuses what cannot follow one ordered
+        stream of windows."""
+        o = self._options
+        if o.shuffle_buffer is None:
+            return None
+        if live or rounds is not None:
+            raise ConfigError(f"reader {self.name!r}: shuffle(buffer=...) needs an input that ends and one pass "
+                              f"per group: not with kafka(until='forever'), keep_sample or pause")
+        resume = self._progress.window if self._progress is not None else None
+        return GroupShuffle(o.shuffle_buffer, o.shuffle, resume)
 
     def _join_group(self):
         """A GroupMember when the reader joins its Kafka consumer group (``group_id`` with topic URLs), else None;
@@ -440,6 +464,8 @@ class DataReader:
         o = self._options
         options = {"file_type": o.file_type.name, "shard": list(o.task), "epochs": o.epochs,
                    "split_group": o.split_group, "shuffle": o.shuffle}
+        if o.shuffle_buffer is not None:
+            options["shuffle_buffer"] = o.shuffle_buffer
         if o.file_type is formats.FileType.txt:
             options["max_group_size"] = o.max_group_size
         if any(is_kafka(p) for p in ([o.paths] if isinstance(o.paths, str) else o.paths)):

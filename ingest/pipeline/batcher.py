@@ -12,6 +12,7 @@ from ..batch import Batch, SparseFeature
 from ..errors import GroupTooLargeError
 from ..features import Schema, make_feature
 from .progress import Marks
+from .shuffle import Shuffled, batch_marks
 
 __all__ = ["BatchBuilder", "cut_batches", "FLUSH"]
 
@@ -250,7 +251,7 @@ def cut_batches(blocks, builder, *, split_group=True, drop_last=False, on_skip=N
     """Yield Batches from an iterable of Blocks, each made by ``build(pieces)`` (default ``builder.build``).
 
     A block's rows are taken from ``blk.skip`` on; a piece ``(blk, r0, r1)`` in the stream stands for those
-    rows of its block.  With ``split_group`` a group that does not fit is cut at the batch boundary; without
+    rows of its block, a ``Shuffled`` one too, and the batch it ends gets the marks of its shuffle window.  With ``split_group`` a group that does not fit is cut at the batch boundary; without
     it the group moves whole to the next batch, and a group larger than the batch size
     raises ``GroupTooLargeError`` (or goes to ``on_skip`` when given).  The last batch
     may be short; ``drop_last`` drops it, and with ``rest`` (a list) its pieces go there instead, to be
@@ -263,7 +264,17 @@ def cut_batches(blocks, builder, *, split_group=True, drop_last=False, on_skip=N
     build = build or builder.build
     pieces = []
     filled = 0
+    shuffled = None  # the Shuffled piece being cut
+    taken = []  # (Shuffled piece, end row) of the pieces of the batch under way
     it = iter(blocks)
+
+    def built(pieces):
+        batch = build(pieces)
+        if taken:  # the shuffle windows' batch: what it delivers is where the windows are
+            batch.marks = batch_marks(taken)
+            taken.clear()
+        return batch
+
     while True:
         try:
             blk = next(it)
@@ -271,19 +282,21 @@ def cut_batches(blocks, builder, *, split_group=True, drop_last=False, on_skip=N
             break
         except Exception:
             if pieces:
-                yield build(pieces)
+                yield built(pieces)
             raise
         if blk is FLUSH:
             if pieces:
-                yield build(pieces)
+                yield built(pieces)
                 pieces, filled = [], 0
             else:
                 yield FLUSH
             continue
-        if isinstance(blk, tuple):
-            blk, r, end = blk
+        if isinstance(blk, Shuffled):
+            shuffled, blk, r, end = blk, blk.block, blk.r0, blk.r1
+        elif isinstance(blk, tuple):
+            shuffled, (blk, r, end) = None, blk
         else:
-            r, end = blk.skip, blk.nrows  # skip: rows delivered before a restore
+            shuffled, r, end = None, blk.skip, blk.nrows  # skip: rows delivered before a restore
         ends = blk.group_offsets
         while r < end:
             need = size - filled
@@ -294,7 +307,7 @@ def cut_batches(blocks, builder, *, split_group=True, drop_last=False, on_skip=N
                 take = int(ends[g]) - r
                 if take <= 0:
                     if filled:
-                        yield build(pieces)
+                        yield built(pieces)
                         pieces, filled = [], 0
                         continue
                     g_end = int(ends[np.searchsorted(ends, r, side="right")])
@@ -315,12 +328,14 @@ def cut_batches(blocks, builder, *, split_group=True, drop_last=False, on_skip=N
                 a, b = np.searchsorted(ends, [r, r + take], side="right")
                 rounds.packed(int(b - a))
             pieces.append((blk, r, r + take))
+            if shuffled is not None:
+                taken.append((shuffled, r + take))
             filled += take
             r += take
             if filled == size:
-                yield build(pieces)
+                yield built(pieces)
                 pieces, filled = [], 0
     if rest is not None:
         rest.extend(pieces)
     elif pieces and not drop_last:
-        yield build(pieces)
+        yield built(pieces)

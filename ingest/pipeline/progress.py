@@ -10,7 +10,9 @@ delivers (``Marks``); the reader applies them when it hands the batch out.
 import threading
 from dataclasses import dataclass, field
 
-__all__ = ["Marks", "Progress"]
+__all__ = ["Marks", "Progress", "WINDOW_DONE"]
+
+WINDOW_DONE = ()  # Marks.window of a batch that ends a shuffle window
 
 
 @dataclass
@@ -18,17 +20,22 @@ class Marks:
     """What one batch (or the end of the stream) delivers.
 
     ``positions``: ``{(epoch, unit index): (position, rows)}`` after its last sample of each
-    unit; ``done``: the units whose every sample has now been delivered."""
+    unit; ``done``: the units whose every sample has now been delivered.  With a shuffle buffer
+    (``shuffle.GroupShuffle``) the positions are those where the batch's window starts, and ``window`` is
+    ``(epoch, window, rows of it delivered)``, or ``WINDOW_DONE`` once the window is all delivered (the
+    positions are then where it ends); None without one."""
 
     positions: dict = field(default_factory=dict)
     done: list = field(default_factory=list)
+    window: object = None
 
 
 class Progress:
     """Delivered work of one reader: epoch floor, done units, partial positions, counts."""
 
-    def __init__(self, units, epoch=0, done=None, partial=None, batches=0, samples=0):
+    def __init__(self, units, epoch=0, done=None, partial=None, batches=0, samples=0, window=None):
         self.units = units            # unit indices of this shard
+        self.window = window          # the shuffle window under way: (epoch, window, rows delivered)
         self.epoch = epoch            # first epoch with an undelivered unit
         self.done = done or {}        # epoch -> set of unit indices
         self.partial = partial or {}  # (epoch, unit index) -> (position, rows)
@@ -44,6 +51,8 @@ class Progress:
             for key in marks.done:
                 self.done.setdefault(key[0], set()).add(key[1])
                 self.partial.pop(key, None)
+            if marks.window is not None:
+                self.window = marks.window or None
             while self.units and len(self.done.get(self.epoch, ())) >= len(self.units):
                 del self.done[self.epoch]
                 self.epoch += 1
@@ -54,7 +63,7 @@ class Progress:
         """A copy, consistent even while the consumer's thread applies marks."""
         with self._lock:
             return Progress(self.units, self.epoch, {e: set(s) for e, s in self.done.items()}, dict(self.partial),
-                            self.batches, self.samples)
+                            self.batches, self.samples, self.window)
 
     def delivered(self, epoch, index):
         """Whether every sample of the unit in that epoch was delivered."""
@@ -70,17 +79,21 @@ class Progress:
         return self.partial.get((epoch, index))
 
     def to_json(self):
-        return {"epoch": self.epoch,
-                "done": {str(e): _ranges(sorted(s)) for e, s in sorted(self.done.items())},
-                "partial": [[e, u, _plain(pos), rows] for (e, u), (pos, rows) in sorted(self.partial.items())],
-                "batches": self.batches, "samples": self.samples}
+        out = {"epoch": self.epoch,
+               "done": {str(e): _ranges(sorted(s)) for e, s in sorted(self.done.items())},
+               "partial": [[e, u, _plain(pos), rows] for (e, u), (pos, rows) in sorted(self.partial.items())],
+               "batches": self.batches, "samples": self.samples}
+        if self.window is not None:
+            out["window"] = list(self.window)
+        return out
 
     @classmethod
     def from_json(cls, units, obj):
         done = {int(e): {u for a, b in r for u in range(a, b)} for e, r in obj["done"].items()}
         partial = {(e, u): (tuple(pos) if isinstance(pos, list) else pos, rows)
                    for e, u, pos, rows in obj["partial"]}
-        return cls(units, obj["epoch"], done, partial, obj["batches"], obj["samples"])
+        window = tuple(obj["window"]) if obj.get("window") else None
+        return cls(units, obj["epoch"], done, partial, obj["batches"], obj["samples"], window)
 
 
 def _plain(pos):

@@ -118,12 +118,15 @@ class Pipeline:
         arrival order; ``flush()`` delivers what they left in the partial batch.
     coverage : Coverage or None
         Shown every block read (after the ops, before the DSL) and every unit completed.
+    group_shuffle : shuffle.GroupShuffle or None
+        Shuffles the groups of the block stream, which then follows the input order (as ``deterministic``).
     """
 
     def __init__(self, units, epochs, fmt, builder, *, threads, deterministic, split_group, drop_last, on_skip,
                  stats, ops=None, dsl=None, rounds=None, prefetch=4, queue_blocks=4, shuffle=None, progress=None,
-                 unit_source=None, live=False, coverage=None):
+                 unit_source=None, live=False, coverage=None, group_shuffle=None):
         self.units = units
+        self.group_shuffle = group_shuffle
         self.coverage = coverage
         self.unit_source = unit_source
         self.epochs = epochs
@@ -136,7 +139,7 @@ class Pipeline:
         self._handed = None  # the batch the consumer holds (rounds: released on the next call)
         self.builder = builder
         self.threads = threads
-        self.deterministic = deterministic
+        self.deterministic = deterministic or group_shuffle is not None
         self.split_group = split_group
         self.drop_last = drop_last
         self.on_skip = on_skip
@@ -146,9 +149,9 @@ class Pipeline:
         # Parse workers batch their own blocks unless the batches must follow one block stream: the order of a
         # one-thread read, the groups the rounds count packed, the partial batch a group member flushes, or
         # live units (each worker's batch would wait for its own partition's messages).
-        self.worker_batches = not (deterministic or rounds is not None or unit_source is not None or live)
-        nq = 0 if self.worker_batches else threads if deterministic else 1
-        self.block_queues = [BoundedQueue(queue_blocks * (1 if deterministic else threads)) for _ in range(nq)]
+        self.worker_batches = not (self.deterministic or rounds is not None or unit_source is not None or live)
+        nq = 0 if self.worker_batches else threads if self.deterministic else 1
+        self.block_queues = [BoundedQueue(queue_blocks * (1 if self.deterministic else threads)) for _ in range(nq)]
         self.out = BoundedQueue(prefetch)
         # with unique ids and a batcher thread: its batches on their way to the unique-id thread
         self.built = BoundedQueue(2) if builder.unique and not self.worker_batches else None
@@ -403,10 +406,14 @@ class Pipeline:
     def _batch_loop(self):
         done = []
         try:
-            batches = cut_batches(self._blocks(done), self.builder, split_group=self.split_group,
+            stream = self._blocks(done)
+            delivered = done
+            if self.group_shuffle is not None:  # the shuffle's windows say which units their batches complete
+                stream, delivered = self.group_shuffle(stream, done), []
+            batches = cut_batches(stream, self.builder, split_group=self.split_group,
                                   drop_last=self.drop_last, on_skip=self.on_skip, rounds=self.rounds,
                                   build=self.builder.assemble)
-            if self._deliver(batches, done):
+            if self._deliver(batches, delivered):
                 self._put(self.batched, _End(Marks(done=list(done))))
         except ReaderClosedError:
             pass
@@ -422,7 +429,8 @@ class Pipeline:
                     return False
                 done.clear()
                 continue
-            batch.marks.done, done[:] = list(done), []
+            batch.marks.done += done
+            done.clear()
             self.stats.add(batches=1)
             if not self._put(self.batched, batch):
                 return False

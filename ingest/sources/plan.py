@@ -20,7 +20,8 @@ def plan_paths(paths, *, splittable, compression=None, task_num=1, unit_bytes=No
         if files:
             planned = plan_units(expand_paths(files), compression=compression, splittable=splittable,
                                  task_num=task_num, unit_bytes=unit_bytes)
-            units.extend(dataclasses.replace(u, index=len(units) + i) for i, u in enumerate(planned))
+            first = len(units)
+            units.extend(dataclasses.replace(u, index=first + i) for i, u in enumerate(planned))
             files.clear()
 
     for path in map(os.fspath, paths):
