@@ -214,3 +214,59 @@ def test_state_from_another_thread(files):
     assert len(states) > 10
     counts = [s["samples"] for s in states]
     assert counts == sorted(counts) and counts[-1] <= n
+
+
+# -- the group shuffle of shuffle(seed, buffer=n) ------------------------------------------------------------------
+def _order(reader, stop=None):
+    """Sample ids in delivery order (the first ``stop`` batches, with the state after them when ``stop``)."""
+    ids = []
+    reader.startup()
+    with reader:
+        for taken, batch in enumerate(reader, 1):
+            ids += [batch.sample_id(r) for r in range(batch.size)]
+            if taken == stop:
+                return ids, reader.state()
+    return ids, None
+
+
+def _shuffled(files, fmt="pb", threads=2, buffer=40, seed=3, **options):
+    reader = _reader([files[fmt]], fmt, aux=files["aux"] if fmt.startswith("pb") else (), threads=(threads,),
+                     epochs=(2,), pad=(False,), enable_state=True, **options)
+    return reader.shuffle(seed, buffer=buffer)
+
+
+@pytest.mark.parametrize("fmt,buffer", [("pb", 40), ("txt", 3), ("pb", 1000)])
+def test_the_group_shuffle_is_a_seeded_permutation_of_whole_groups(files, fmt, buffer):
+    plain, _ = _order(_reader([files[fmt]], fmt, aux=files["aux"] if fmt == "pb" else (), epochs=(2,),
+                              pad=(False,)))
+    shuffled, _ = _order(_shuffled(files, fmt, buffer=buffer))
+    assert Counter(shuffled) == Counter(plain) and shuffled != plain
+    assert _order(_shuffled(files, fmt, buffer=buffer))[0] == shuffled  # the same seed, the same order
+    assert _order(_shuffled(files, fmt, buffer=buffer, seed=4))[0] != shuffled
+    # groups stay whole: in each epoch a group's samples come one after the other
+    half = len(shuffled) // 2
+    for epoch in (shuffled[:half], shuffled[half:]):
+        groups = [sid.split(b"_")[0] for sid in epoch]
+        runs = [g for k, g in enumerate(groups) if k == 0 or groups[k - 1] != g]
+        assert len(runs) == len(set(groups))
+
+
+@pytest.mark.parametrize("fmt,threads,stops", [("pb", 2, [3, 17]), ("txt", 1, [1, 25]), ("pb", 1, [59])])
+def test_a_restored_group_shuffle_delivers_the_rest_in_the_same_order(files, fmt, threads, stops):
+    whole, _ = _order(_shuffled(files, fmt, threads, unit_bytes=(300_000,)))
+    delivered, state = [], None
+    for stop in stops + [None]:
+        reader = _shuffled(files, fmt, threads, unit_bytes=(300_000,))
+        if state is not None:
+            reader.restore(state)
+        ids, state = _order(reader, stop)
+        delivered += ids
+    assert delivered == whole
+
+
+def test_the_group_shuffle_refuses_what_it_cannot_follow(files):
+    with pytest.raises(ingest.ConfigError, match="with a seed"):
+        _reader([files["txt"]]).shuffle(None, buffer=10)
+    reader = _reader([files["txt"]]).shuffle(3, buffer=10).pause(100)
+    with pytest.raises(ingest.ConfigError, match="keep_sample or pause"):
+        reader.startup()
