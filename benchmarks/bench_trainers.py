@@ -4,7 +4,8 @@ On the synthetic pb file (``--aux auto``: user features in table 1), batch_size 
 the raw reader on 2 threads; ``ingest.torch.ReaderDataset`` through a ``DataLoader`` with 0 workers (the reader
 on 2 threads in the main process), 1 worker (2 threads) and 2 workers (1 thread each: the same two cores);
 the raw reader with ``batch.to_kjt()`` of table 0 and table 1 per batch; ``ingest.tf.dataset`` over the reader
-on 2 threads.  Each reads the file ``EPOCHS`` times, timed from its first batch to its last (the steady state:
+on 2 threads; the raw reader with ``shuffle(0, buffer=10000)`` (a shuffle of sample groups in windows of
+10,000).  Each reads the file ``EPOCHS`` times, timed from its first batch to its last (the steady state:
 starting worker processes is a cost of its own, paid once per loader).  One warm-up each, then ``--runs``
 rounds running them back to back; medians, and the median of the per-round ratios to the raw reader.  Targets: the 2-worker loader at least 0.8x the raw reader, ``to_kjt``
 costing under 10 %.  Writes ``benchmarks/results/bench_trainers.json``.
@@ -21,6 +22,7 @@ from _common import alternated_runs, arguments, markdown_table, measured_on, sav
 
 BATCH_SIZE = 1024
 EPOCHS = 10
+SHUFFLE_BUFFER = 10_000
 
 
 def reader(path, aux, threads):
@@ -52,6 +54,11 @@ def raw(path, aux):
         return timed(r.startup(), len)
 
 
+def shuffled(path, aux):
+    with reader(path, aux, 2).shuffle(0, buffer=SHUFFLE_BUFFER) as r:
+        return timed(r.startup(), len)
+
+
 def kjt(path, aux):
     def batches():
         with reader(path, aux, 2) as r:
@@ -77,6 +84,7 @@ def main(argv=None):
         "DataLoader, 2 workers": lambda: loader(path, aux, 2),
         "reader + to_kjt": lambda: kjt(path, aux),
         "ingest.tf.dataset": lambda: tf_dataset(path, aux),
+        f"reader + shuffle(buffer={SHUFFLE_BUFFER:,})": lambda: shuffled(path, aux),
     }
     results = alternated_runs(makers, EPOCHS * args.samples, args.runs)
     report = save_report("bench_trainers", samples=args.samples, epochs=EPOCHS, batch_size=BATCH_SIZE,
