@@ -19,42 +19,26 @@ import uuid
 
 import numpy as np
 
-from ._native.encode import encode_groups, identical_features, write_text_rows
+from ._native.encode import identical_features, write_text_rows
 from .discover import scan_features
 from . import warmup
 from .errors import ConfigError, DataError, SourceError
 from .features import DenseLayout, Schema, make_feature
-from .formats import FileType
+from .formats import FileType, format_of
+from .formats.encoding import RecordEncoder, byte_blob
 from .formats.protobuf import ProtobufFormat
 from .formats.text import TextFormat
 from .optional import require
-from .pipeline.block import Block, placeholder_block
+from .blocks import placeholder_block
 from .sources import expand_paths, plan_units
 from .sources.compression import compressed_writer, infer_compression, strip_suffix
 from .sources.filesystems import check_writable, url_to_fs
 from .sources.kafka import is_kafka
 
-__all__ = ["choose_aux", "convert", "format_of", "LEAD_BYTES"]
+__all__ = ["choose_aux", "convert", "LEAD_BYTES"]
 
 LEAD_BYTES = 4 << 20   # leading sample read by --aux auto
 SCHEDULER_TIMEOUT = 8  # seconds to wait for a Dask scheduler to answer
-
-
-def format_of(url, given=None, flag="--from/--to"):
-    """The sample format of a path: ``given``, else its extension (after a compression suffix); ``flag`` is the
-    option that gives it, for the error."""
-    if given is not None:
-        try:
-            return FileType(given)
-        except ValueError:
-            raise ConfigError(f"format {given!r}: expected one of txt, pb, spb") from None
-    name = strip_suffix(url.lower())
-    for ftype in FileType:
-        if name.endswith("." + ftype.value):
-            return ftype
-    if name.endswith((".dat", ".csv", ".text")):
-        return FileType.txt
-    raise ConfigError(f"{url}: cannot tell the sample format from the name; give {flag} txt|pb|spb")
 
 
 # -- text -> pb: the aux choice ----------------------------------------------------------------
@@ -100,64 +84,6 @@ class _Identical:
 
 
 # -- writing ------------------------------------------------------------------------------------
-def _header(name, dense):
-    """The ``type`` and ``name`` fields of a Feature message."""
-    raw = name.encode()
-    return bytes([0x08, 2 if dense else 1, 0x12]) + _varint(len(raw)) + raw
-
-
-def _varint(n):
-    out = bytearray()
-    while n >= 0x80:
-        out.append(n & 0x7F | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _blob(parts):
-    blob = np.frombuffer(b"".join(parts), np.uint8).copy()
-    offsets = np.concatenate([[0], np.cumsum([len(p) for p in parts])]).astype(np.int64)
-    return blob, offsets
-
-
-class _Encoder:
-    """Encodes Blocks of text input as pb or spb records (bytes)."""
-
-    def __init__(self, schema, aux, simple):
-        self.simple = simple
-        self.sp_aux = np.array([s.name in aux for s in schema.sparse], np.bool_)
-        self.dn_aux = np.array([s.name in aux for s in schema.dense], np.bool_)
-        self.sp_hdr = _blob([_header(s.name, False) for s in schema.sparse])
-        self.dn_hdr = _blob([_header(s.name, True) for s in schema.dense])
-        self.layout = DenseLayout(schema.dense)
-
-    def encode(self, blk: Block):
-        table = blk.tables[0]
-        dense = np.hstack(table.dense) if table.dense else np.zeros((blk.nrows, 0), np.float32)
-        biggest = int(np.diff(blk.group_offsets).max()) if len(blk.group_offsets) > 1 else 0
-        refer = np.empty(biggest, np.int64)
-        distinct = np.empty(biggest, np.int64)
-        line_size = np.empty(2 * biggest, np.int64)
-        bodies = np.empty((2 * biggest, table.sp_offsets.shape[0]), np.int64)
-        out = np.empty(max(1 << 16, blk.nbytes), np.uint8)
-        parts = []
-        g, pos = 0, 0
-        while g < len(blk.group_offsets) - 1:
-            g2, pos = encode_groups(g, blk.group_offsets, self.simple, table.sp_offsets, blk.sp_keys, blk.sp_values,
-                                    self.sp_aux, *self.sp_hdr, dense, self.layout.first_col, self.layout.width,
-                                    self.dn_aux,
-                                    *self.dn_hdr, blk.labels, blk.timestamps, blk.sid_bytes, blk.sid_offsets, out,
-                                    pos, refer, distinct, line_size, bodies)
-            if g2 == g and pos == 0:
-                out = np.empty(2 * len(out), np.uint8)  # one group larger than the buffer
-                continue
-            parts.append(out[:pos].copy())
-            pos = 0
-            g = g2
-        return parts
-
-
 class _AtomicWriter:
     """A file written under a temporary name in the same directory, renamed on ``commit()``."""
 
@@ -198,7 +124,7 @@ def _text_to_records(units, schema, aux, simple, threads, write, progress=None):
     """Parse and encode text units on ``threads`` threads; ``write`` gets the records in input order,
     ``progress.update`` the bytes of each unit converted."""
     fmt = TextFormat(schema)
-    encoder = _Encoder(schema, set(aux), simple)
+    encoder = RecordEncoder(schema, set(aux), simple)
 
     def work(unit):
         parts, nbytes = [], 0
@@ -231,8 +157,8 @@ class _TextWriter:
 
     def __init__(self, schema):
         self.schema = schema
-        self.names = _blob([s.name.encode() for s in schema.sparse])
-        self.dn_names = _blob([s.name.encode() for s in schema.dense])
+        self.names = byte_blob([s.name.encode() for s in schema.sparse])
+        self.dn_names = byte_blob([s.name.encode() for s in schema.dense])
         self.layout = DenseLayout(schema.dense)
         # each feature's position among its table's features of its kind (names are unique)
         self.place = {s.name: j for t in range(schema.tables) for specs in (schema.sparse_in(t), schema.dense_in(t))
@@ -322,7 +248,7 @@ def warm_decoder(payload):
 def warm_encoder(payload):
     """Compile the pb/spb encoder and ``--aux auto``'s comparison (``payload["simple"]``: spb)."""
     blk = placeholder_block(_WARM_TEXT)
-    _Encoder(_WARM_TEXT, {"d"}, payload["simple"]).encode(blk)
+    RecordEncoder(_WARM_TEXT, {"d"}, payload["simple"]).encode(blk)
     _Identical(_WARM_TEXT).add(blk)
 
 

@@ -1,6 +1,6 @@
 """``ingest inspect``: tables, features, counts and the first samples of any sample file."""
 from . import warmup
-from .convert import format_of
+from .formats import format_of
 from .discover import scan_features
 from .reader import DataReader
 from .sources.plan import plan_paths

@@ -7,7 +7,7 @@ the URL), so that ``kafka://`` readers see exactly the samples of the files.
 """
 import numpy as np
 
-from .convert import format_of
+from .formats import format_of
 from .errors import ConfigError, SourceError
 from .formats import FileType
 from .formats.protobuf import DEFAULT_MAX_RECORD_BYTES, record_starts

@@ -5,7 +5,7 @@ from hypothesis import given, settings, strategies as st
 from ingest._native.batch import merge_adjacent
 from ingest.features import Schema, make_feature
 from ingest.pipeline.batcher import BatchBuilder, cut_batches
-from ingest.pipeline.block import Block, Table
+from ingest.blocks import Block, Table
 
 
 @st.composite

@@ -3,7 +3,7 @@ import threading
 
 import pytest
 
-from ingest.pipeline.queues import BoundedQueue
+from ingest.queues import BoundedQueue
 
 
 def test_fifo_within_its_bound():

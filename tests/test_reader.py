@@ -405,14 +405,8 @@ def test_batch_arrays_are_contiguous_and_shared_through_dlpack():
     (batch,) = reader.read_all()
     arrays = batch.arrays()
     assert set(arrays) == {"labels", "timestamps", "clk_14.ids", "clk_14.values", "clk_14.offsets", "qscore"}
-    for name, capsule in batch.to_dlpack().items():
-        class _Holder:  # np.from_dlpack takes an object with __dlpack__
-            def __dlpack__(self, stream=None, **_):
-                return capsule
-
-            def __dlpack_device__(self):
-                return arrays[name].__dlpack_device__()
-        view = np.from_dlpack(_Holder())
+    for name, exported in batch.to_dlpack().items():
+        view = np.from_dlpack(exported)
         assert np.shares_memory(view, arrays[name])
         assert arrays[name].flags.c_contiguous
 

@@ -9,6 +9,9 @@ import sys
 import numpy as np
 import pytest
 import torch
+# imported at collection, before any test imports tensorflow: triton (which torchrec loads) crashes the
+# process when it is loaded after tensorflow
+import torchrec  # noqa: F401
 from torch.utils.data import DataLoader
 from torchdata.stateful_dataloader import StatefulDataLoader
 

@@ -104,7 +104,7 @@ def test_unique_ids_off_by_default(tmp_path):
     path.write_text("a|g|x@5||1\n")
     [batch] = make_reader([path], sparse=["x"]).startup().read_all()
     assert batch["x"].unique_ids is None
-    assert ingest.DataReader("r", [str(path)]).unique_ids(True)._unique
+    assert ingest.DataReader("r", [str(path)]).unique_ids(True)._options.unique
 
 
 def test_parallel_workers_fill_unique_ids_as_the_twin(synthetic_file):

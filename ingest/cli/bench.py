@@ -24,7 +24,7 @@ from .. import synthetic, warmup
 from ..discover import scan_features
 from ..dsl import load_feature_conf
 from ..errors import ConfigError, IngestError
-from ..convert import format_of
+from ..formats import format_of
 from ..formats import FileType
 from ..reader import DataReader
 from ..sources.plan import plan_paths

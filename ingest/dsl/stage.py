@@ -13,7 +13,7 @@ import numpy as np
 
 from .._native import dsl as K
 from ..errors import DslLimitError
-from ..pipeline.block import Table
+from ..blocks import Table
 
 __all__ = ["DslStage", "MAX_PAIRS_PER_ROW"]
 

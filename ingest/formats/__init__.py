@@ -7,8 +7,9 @@ when first used.
 from enum import Enum
 
 from ..errors import ConfigError
+from ..sources.compression import strip_suffix
 
-__all__ = ["FileType", "file_type", "make_format"]
+__all__ = ["FileType", "file_type", "format_of", "make_format"]
 
 
 class FileType(str, Enum):
@@ -33,3 +34,20 @@ def make_format(ftype, schema, **options):
         return TextFormat(schema, **options)
     from .protobuf import ProtobufFormat
     return ProtobufFormat(schema, simple=ftype is FileType.spb, **options)
+
+
+def format_of(url, given=None, flag="--from/--to"):
+    """The sample format of a path: ``given``, else its extension (after a compression suffix); ``flag`` is the
+    option that gives it, for the error."""
+    if given is not None:
+        try:
+            return FileType(given)
+        except ValueError:
+            raise ConfigError(f"format {given!r}: expected one of txt, pb, spb") from None
+    name = strip_suffix(url.lower())
+    for ftype in FileType:
+        if name.endswith("." + ftype.value):
+            return ftype
+    if name.endswith((".dat", ".csv", ".text")):
+        return FileType.txt
+    raise ConfigError(f"{url}: cannot tell the sample format from the name; give {flag} txt|pb|spb")

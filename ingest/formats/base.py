@@ -1,28 +1,28 @@
 """What every format front end shares: opening a work unit, and the read buffer it parses from."""
-import threading
 import time
 
 import numpy as np
 
 from ..sources import open_unit, read_into
 
-__all__ = ["UnitFormat", "refill", "grown", "take_read_seconds", "whole_so_far", "source_at"]
+__all__ = ["UnitFormat", "ReadClock", "refill", "grown", "whole_so_far", "source_at"]
 
 
-_reading = threading.local()
+class ReadClock:
+    """Seconds spent reading (or waiting for read-ahead), added up by ``refill``; ``take()`` hands them over."""
+
+    def __init__(self):
+        self.seconds = 0.0
+
+    def take(self):
+        seconds, self.seconds = self.seconds, 0.0
+        return seconds
 
 
-def take_read_seconds():
-    """Seconds this thread spent in ``refill`` (reading, or waiting for read-ahead) since the last call."""
-    seconds = getattr(_reading, "seconds", 0.0)
-    _reading.seconds = 0.0
-    return seconds
-
-
-def refill(f, buf, filled, limit=None):
+def refill(f, buf, filled, limit=None, clock=None):
     """Read into ``buf[filled:]`` until it is full, holds ``limit`` bytes, or the stream ends.
 
-    Returns ``(filled, eof)``.  The time it takes is added up per thread (``take_read_seconds``).
+    Returns ``(filled, eof)``.  The time it takes is added to ``clock`` (a ``ReadClock``) when given.
     """
     t0 = time.perf_counter()
     stop = len(buf) if limit is None else min(len(buf), limit)
@@ -38,30 +38,33 @@ def refill(f, buf, filled, limit=None):
             break
     else:
         eof = limit is not None and filled >= limit
-    _reading.seconds = getattr(_reading, "seconds", 0.0) + time.perf_counter() - t0
+    if clock is not None:
+        clock.seconds += time.perf_counter() - t0
     return filled, eof
 
 
 class UnitFormat:
-    """A front end turns work units into Blocks; subclasses implement ``_read(f, unit, stop)``."""
+    """A front end turns work units into Blocks; subclasses implement ``read_stream(f, unit, stop, clock)``."""
 
     splittable = False
 
-    def read_unit(self, unit, stop=None):
-        """Yield the Blocks of one work unit; skipped errors go to ``on_skip``, others raise."""
+    def read_unit(self, unit, stop=None, clock=None):
+        """Yield the Blocks of one work unit; skipped errors go to ``on_skip``, others raise.  The time spent
+        reading is added to ``clock`` (a ``ReadClock``) when given."""
         f = open_unit(unit)
         if hasattr(f, "stop"):
             f.stop = stop
         messages = getattr(f, "messages", None)  # a Kafka stream maps positions to message offsets
         try:
-            for blk in self._read(f, unit, stop):
+            for blk in self.read_stream(f, unit, stop, clock):
                 if messages is not None:
                     blk.messages = messages(blk.start, blk.end)
                 yield blk
         finally:
             f.close()
 
-    def _read(self, f, unit, stop):
+    def read_stream(self, f, unit, stop, clock=None):
+        """The Blocks of the stream ``f`` of ``unit`` (opened, positioned where the unit resumes)."""
         raise NotImplementedError
 
 

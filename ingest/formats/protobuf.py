@@ -15,7 +15,7 @@ from .._native.columns import region_decoded, region_offsets, region_room
 from .._native.names import build_name_table
 from ..errors import DataError
 from ..features import DenseLayout
-from ..pipeline.block import Block, Table
+from ..blocks import Block, Table
 from ..sources import open_unit
 from ..sources.files import skip
 from .base import UnitFormat, grown, refill, source_at, whole_so_far
@@ -235,7 +235,7 @@ class ProtobufFormat(UnitFormat):
         return _Scratch(rows, self.chunk_bytes // 8 + 4096, self.schema.tables, len(self.schema.sparse),
                         self.layout.total, self.schema.label_count)
 
-    def _read(self, f, unit, stop):
+    def read_stream(self, f, unit, stop, clock=None):
         base = unit.stream_start  # source offset of buf[0]; open_unit positioned a whole unit there
         records = 0 if base == 0 else None  # records of the file before buf[0], counted on the first error
         limit = None   # bytes of the source from base that belong to this unit
@@ -256,7 +256,7 @@ class ProtobufFormat(UnitFormat):
         eof = False
         while True:
             if not eof:
-                filled, eof = refill(f, buf, filled, limit)
+                filled, eof = refill(f, buf, filled, limit, clock)
             if filled == 0:
                 return
             final = whole_so_far(f, eof)

@@ -11,7 +11,7 @@ from .._native.columns import count_rows, fill_rows
 from .._native.names import build_name_table
 from ..errors import TextParseError
 from ..features import DenseLayout
-from ..pipeline.block import Block, Table, empty_aux_tables
+from ..blocks import Block, Table, empty_aux_tables
 from ..sources import open_unit
 from .base import UnitFormat, grown, refill, source_at, whole_so_far
 
@@ -217,7 +217,7 @@ class TextFormat(UnitFormat):
         return _Scratch(rows, self.chunk_bytes // 4, self.chunk_bytes // 8 + 4096,
                         self.layout.total, self.schema.label_count, len(self.dense))
 
-    def _read(self, f, unit, stop):
+    def read_stream(self, f, unit, stop, clock=None):
         start = unit.stream_start  # open_unit positioned a whole unit there
         end = None
         if not unit.whole:
@@ -236,7 +236,7 @@ class TextFormat(UnitFormat):
         eof = False
         while True:
             if not eof:
-                filled, eof = refill(f, buf, filled, None if end is None else end - base)
+                filled, eof = refill(f, buf, filled, None if end is None else end - base, clock)
             if filled == 0:
                 return
             final = whole_so_far(f, eof)

@@ -9,7 +9,7 @@ import dataclasses
 import numpy as np
 
 from .._native.ops import gather_csr, kept_groups
-from ..pipeline.block import Table
+from ..blocks import Table
 
 __all__ = ["take_rows", "replace_sparse", "concat_blocks", "check_parsed_only"]
 

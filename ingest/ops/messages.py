@@ -12,8 +12,8 @@ import io
 import numpy as np
 
 from .._native import ops as K
-from ..convert import _Encoder
 from ..features import FeatureType, Schema
+from ..formats.encoding import RecordEncoder
 from ..formats.protobuf import ProtobufFormat
 from ..sources.files import WorkUnit
 from .blocks import concat_blocks
@@ -44,7 +44,7 @@ class GroupCodec:
         self.tables = []
         for t in range(schema.tables):
             # the conversion encoder's Feature headers and dense layout, one table at a time
-            enc = _Encoder(Schema(schema.sparse_in(t) + schema.dense_in(t), schema.label_count), set(), False)
+            enc = RecordEncoder(Schema(schema.sparse_in(t) + schema.dense_in(t), schema.label_count), set(), False)
             self.tables.append((*enc.sp_hdr, *enc.dn_hdr, enc.layout.first_col, enc.layout.width))
         self.format = ProtobufFormat(Schema([_as_parsed(s) for s in schema.specs], schema.label_count,
                                             schema.tables))
@@ -101,5 +101,5 @@ class GroupCodec:
         ``ProtobufFormat.decode_bytes`` would spare the work unit).
         """
         unit = WorkUnit(index=0, url=source, start=0, end=None, size=len(records), compression=None)
-        blocks = list(self.format._read(io.BytesIO(records), unit, None))
+        blocks = list(self.format.read_stream(io.BytesIO(records), unit, None))
         return concat_blocks(blocks)

@@ -6,7 +6,7 @@ import numpy as np
 
 from .._native.batch import copy_piece, feature_bases, measure_piece, pad_batch
 from .._native.unique import table_size, unique_ids_of_batch, unique_parts
-from .block import placeholder_block
+from ..blocks import placeholder_block
 from .pool import BufferPool
 from ..batch import Batch, SparseFeature
 from ..errors import GroupTooLargeError

@@ -22,11 +22,11 @@ import numpy as np
 
 from ..batch import Batch
 from ..errors import IngestError, ReaderClosedError
-from ..formats.base import take_read_seconds
+from ..formats.base import ReadClock
 from ..ops.blocks import concat_blocks, take_rows
 from .batcher import FLUSH, cut_batches
 from .progress import Marks
-from .queues import BoundedQueue
+from ..queues import BoundedQueue
 
 __all__ = ["Pipeline"]
 
@@ -243,17 +243,17 @@ class Pipeline:
                 return
             key = (epoch, unit.index)
             skip = unit.resume[1] if unit.resume is not None else 0
-            with contextlib.closing(self.fmt.read_unit(unit, self.stop)) as blocks:
-                take_read_seconds()
+            clock = ReadClock()
+            with contextlib.closing(self.fmt.read_unit(unit, self.stop, clock)) as blocks:
                 t0 = time.perf_counter()
                 for blk in blocks:  # the format reads and parses in next()
                     blk.unit = key
-                    self._read_parse(t0, unit, blk.nbytes, blk.nrows)
+                    self._read_parse(t0, unit, blk.nbytes, blk.nrows, clock)
                     for part in self._admitted(blk, q):
                         part, skip = self._prepared(part, skip, epoch)
                         yield part
                     t0 = time.perf_counter()
-                self._read_parse(t0, unit, 0, 0)
+                self._read_parse(t0, unit, 0, 0, clock)
             self.stats.add(units=1)
             if self.coverage is not None:
                 self.coverage.unit_done(epoch)
@@ -364,10 +364,10 @@ class Pipeline:
         self.stats.add(bytes=blk.nbytes, samples=blk.nrows, groups=len(blk.group_offsets) - 1, blocks=1)
         return blk, skip
 
-    def _read_parse(self, t0, unit, nbytes, rows):
-        """Count the time since ``t0``: what ``refill`` spent as read, the rest as parse."""
+    def _read_parse(self, t0, unit, nbytes, rows, clock):
+        """Count the time since ``t0``: what ``clock`` spent reading as read, the rest as parse."""
         t1 = time.perf_counter()
-        read = min(take_read_seconds(), t1 - t0)
+        read = min(clock.take(), t1 - t0)
         self.stats.stage("read", t0, t0 + read)
         self.stats.stage("parse", t0 + read, t1, unit=unit.url, offset=unit.start, bytes=nbytes, rows=rows)
 

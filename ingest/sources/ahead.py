@@ -5,7 +5,7 @@ parse worker that takes its results.
 """
 import threading
 
-from ..pipeline.queues import BoundedQueue
+from ..queues import BoundedQueue
 
 __all__ = ["Ahead"]
 

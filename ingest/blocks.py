@@ -1,4 +1,4 @@
-"""Block: the columnar result of parsing one chunk of one work unit (DESIGN.md, "Block")."""
+"""Block: the columnar result of parsing one chunk of one work unit, what every stage after the parse passes on."""
 from dataclasses import dataclass, field
 
 import numpy as np
