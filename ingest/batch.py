@@ -2,7 +2,7 @@
 import numpy as np
 
 from ._native.batch import fixed_width_rows
-from .errors import IngestError
+from .errors import ConfigError, IngestError
 from .optional import require
 
 __all__ = ["Batch", "SparseFeature", "InvalidBatchError"]
@@ -60,10 +60,6 @@ def _nothing():
     pass
 
 
-def _torch_module():
-    require("torch", "torch", "torch")
-    from . import torch as ingest_torch
-    return ingest_torch
 
 
 class Batch:
@@ -179,8 +175,15 @@ class Batch:
         return {name: torch.from_numpy(arr) for name, arr in self.arrays().items()}
 
     def to_kjt(self, table=0, expand=False):
-        """The sparse features of a table as a TorchRec ``KeyedJaggedTensor`` (``ingest.torch.to_kjt``)."""
-        return _torch_module().to_kjt(self, table, expand)
+        """The sparse features of a table as a TorchRec ``KeyedJaggedTensor``: keys in declaration order, values
+        the ids, lengths the rows' lengths, weights the values.
+
+        ``table=0``: one row per sample (``rows``).  ``table=k >= 1`` (an aux table of structured compression):
+        one row per aux line of the batch, with ``inverse_indices`` giving each sample its row, the variable-batch
+        form TorchRec's pooled embeddings expand (``KeyedTensor``'s ``inverse_indices``), so that user features
+        are looked up once per page view.  ``expand=True``: every sparse feature of every table over the samples'
+        rows, aux rows repeated for their samples.  Needs ``pip install 'ingest[torchrec]'``."""
+        return _kjt(self, table, expand)
 
     def release(self):
         """Drop the batch's arrays so that their buffers return to the reader's pool (arrays taken from
@@ -239,3 +242,55 @@ class Batch:
 
     def __repr__(self):
         return f"Batch(size={self.size}, rows={self.rows}, features={list(self._features)})"
+
+
+def _ids_64(feat):
+    """int64 ``[N]`` ids of a sparse feature; ``(hkey, key)`` pairs give their key when every hkey is 0."""
+    ids = feat.ids
+    if ids.ndim == 1:
+        return ids
+    if ids[:, 0].any():
+        raise ConfigError(f"feature {feat.name!r} holds 128-bit ids (hkey != 0), which a KeyedJaggedTensor cannot "
+                          f"hold")
+    return ids[:, 1]
+
+
+def _joined(arrays, dtype):
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays) if arrays else np.empty(0, dtype)
+
+
+def _kjt(batch, table, expand):
+    """``Batch.to_kjt``."""
+    torch = require("torch", "torch", "torch")
+    kjt_class = require("torchrec.sparse.jagged_tensor", "torchrec", "torchrec").KeyedJaggedTensor
+    sparse = set(batch.sparse_names)
+    names = [n for n in batch if n in sparse and (expand or batch.table_of(n) == table)]
+    if expand:
+        rows = batch.rows_of_samples()
+        parts = []
+        for name in names:
+            feat = batch[name]
+            picked = rows[batch.table_of(name)]
+            starts = feat.offsets[picked]
+            lengths = feat.offsets[picked + 1] - starts
+            # the positions of the picked rows' ids, row after row: arange(total) shifted per row
+            take = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths - starts, lengths)
+            parts.append((_ids_64(feat)[take], feat.values[take], lengths))
+        stride = batch.rows
+    else:
+        stride = batch.table_rows[table]
+        spans = batch.sparse_spans[table] if batch.sparse_spans is not None else None
+        if spans is not None and spans[0] is not None:  # laid out one after the other by the builder: no copy
+            ids, weights, offsets = spans
+            parts = [(ids, weights, np.diff(offsets).ravel())]
+        else:
+            parts = [(_ids_64(f), f.values, np.diff(f.offsets)) for f in (batch[n] for n in names)]
+    values = torch.from_numpy(_joined([p[0] for p in parts], np.int64))
+    weights = torch.from_numpy(_joined([p[1] for p in parts], np.float32))
+    lengths = torch.from_numpy(_joined([p[2] for p in parts], np.int64))
+    inverse = None
+    if table and not expand:
+        per_sample = torch.from_numpy(batch.rows_of_samples()[table].astype(np.int64))
+        inverse = (names, per_sample.expand(len(names), -1).contiguous())
+    return kjt_class(keys=names, values=values, lengths=lengths, weights=weights, stride=stride,
+                     inverse_indices=inverse)

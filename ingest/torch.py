@@ -1,8 +1,7 @@
-"""PyTorch and TorchRec: batches as dicts of tensors through a ``DataLoader``, resumable with torchdata's
-``StatefulDataLoader``, and as TorchRec ``KeyedJaggedTensor``s.
+"""PyTorch: batches as dicts of tensors through a ``DataLoader``, resumable with torchdata's
+``StatefulDataLoader`` (``Batch.to_kjt()`` makes TorchRec's ``KeyedJaggedTensor``s of a batch).
 
-Importing ``ingest`` never imports this module; it needs ``pip install 'ingest[torch]'`` (and ``[torchrec]`` for
-``to_kjt``)::
+Importing ``ingest`` never imports this module; it needs ``pip install 'ingest[torch]'``::
 
     dataset = ingest.torch.ReaderDataset(reader)          # reader: configured, not started
     loader = StatefulDataLoader(dataset, batch_size=None, num_workers=2, pin_memory=True)
@@ -21,7 +20,7 @@ from .pipeline.pool import part_layout, parts_over
 
 torch = require("torch", "torch", "torch")
 
-__all__ = ["ReaderDataset", "SharedBuffers", "batch_tensors", "even_batches", "to_kjt", "shard_of_this_process"]
+__all__ = ["ReaderDataset", "SharedBuffers", "batch_tensors", "even_batches", "shard_of_this_process"]
 
 
 def batch_tensors(batch):
@@ -192,62 +191,3 @@ def even_batches(batches, group=None):
         if not more.item():
             return
         yield batch
-
-
-def _ids_64(feat):
-    """int64 ``[N]`` ids of a sparse feature; ``(hkey, key)`` pairs give their key when every hkey is 0."""
-    ids = feat.ids
-    if ids.ndim == 1:
-        return ids
-    if ids[:, 0].any():
-        raise ConfigError(f"feature {feat.name!r} holds 128-bit ids (hkey != 0), which a KeyedJaggedTensor cannot "
-                          f"hold")
-    return ids[:, 1]
-
-
-def _joined(arrays, dtype):
-    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays) if arrays else np.empty(0, dtype)
-
-
-def to_kjt(batch, table=0, expand=False):
-    """The sparse features of one table of ``batch`` as a TorchRec ``KeyedJaggedTensor``: keys in declaration
-    order, values the ids, lengths the rows' lengths, weights the values.
-
-    ``table=0``: one row per sample (``batch.rows``).  ``table=k >= 1`` (an aux table of structured compression):
-    one row per aux line of the batch, with ``inverse_indices`` giving each sample its row, the variable-batch
-    form TorchRec's pooled embeddings expand (``KeyedTensor``'s ``inverse_indices``), so that user features are
-    looked up once per page view.  ``expand=True``: every sparse feature of every table over the samples' rows,
-    aux rows repeated for their samples.
-    """
-    kjt_class = require("torchrec.sparse.jagged_tensor", "torchrec", "torchrec").KeyedJaggedTensor
-    sparse = set(batch.sparse_names)
-    names = [n for n in batch if n in sparse and (expand or batch.table_of(n) == table)]
-    if expand:
-        rows = batch.rows_of_samples()
-        parts = []
-        for name in names:
-            feat = batch[name]
-            picked = rows[batch.table_of(name)]
-            starts = feat.offsets[picked]
-            lengths = feat.offsets[picked + 1] - starts
-            # the positions of the picked rows' ids, row after row: arange(total) shifted per row
-            take = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths - starts, lengths)
-            parts.append((_ids_64(feat)[take], feat.values[take], lengths))
-        stride = batch.rows
-    else:
-        stride = batch.table_rows[table]
-        spans = batch.sparse_spans[table] if batch.sparse_spans is not None else None
-        if spans is not None and spans[0] is not None:  # laid out one after the other by the builder: no copy
-            ids, weights, offsets = spans
-            parts = [(ids, weights, np.diff(offsets).ravel())]
-        else:
-            parts = [(_ids_64(f), f.values, np.diff(f.offsets)) for f in (batch[n] for n in names)]
-    values = torch.from_numpy(_joined([p[0] for p in parts], np.int64))
-    weights = torch.from_numpy(_joined([p[1] for p in parts], np.float32))
-    lengths = torch.from_numpy(_joined([p[2] for p in parts], np.int64))
-    inverse = None
-    if table and not expand:
-        per_sample = torch.from_numpy(batch.rows_of_samples()[table].astype(np.int64))
-        inverse = (names, per_sample.expand(len(names), -1).contiguous())
-    return kjt_class(keys=names, values=values, lengths=lengths, weights=weights, stride=stride,
-                     inverse_indices=inverse)
