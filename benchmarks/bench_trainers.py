@@ -7,8 +7,9 @@ the raw reader with ``batch.to_kjt()`` of table 0 and table 1 per batch; ``inges
 on 2 threads; the raw reader with ``shuffle(0, buffer=10000)`` (a shuffle of sample groups in windows of
 10,000).  Each reads the file ``EPOCHS`` times, timed from its first batch to its last (the steady state:
 starting worker processes is a cost of its own, paid once per loader).  One warm-up each, then ``--runs``
-rounds running them back to back; medians, and the median of the per-round ratios to the raw reader.  Targets: the 2-worker loader at least 0.8x the raw reader, ``to_kjt``
-costing under 10 %.  Writes ``benchmarks/results/bench_trainers.json``.
+rounds running them back to back; medians, and the median of the per-round ratios to the raw reader.
+Targets: the 2-worker loader at least 0.8x the raw reader, ``to_kjt`` costing under 10 %.
+Writes ``benchmarks/results/bench_trainers.json``.
 
     python benchmarks/bench_trainers.py [--samples 120000] [--runs 3]
 """

@@ -12,10 +12,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-jax.config.update("jax_enable_x64", True)  # the ids are 64-bit
-
 import ingest.jax
 from train_torch import AD, BUCKETS, DIM, USER, make_reader, prepare
+
+jax.config.update("jax_enable_x64", True)  # the ids are 64-bit
 
 
 def init(key):

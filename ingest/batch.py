@@ -225,7 +225,8 @@ class Batch:
                     u, uo = len(feat.unique_ids), feat.unique_row_offsets
                     check(feat.inverse.dtype == np.int32 and feat.unique_rows.dtype == np.int32
                           and uo.dtype == np.int64, f"{name}: inverse, unique_rows int32, unique_row_offsets int64")
-                    check(np.array_equal(feat.unique_ids[feat.inverse], feat.ids), f"{name}: unique_ids[inverse] == ids")
+                    check(np.array_equal(feat.unique_ids[feat.inverse], feat.ids),
+                          f"{name}: unique_ids[inverse] == ids")
                     check(len(uo) == u + 1 and uo[0] == 0 and uo[-1] == len(feat.ids) == len(feat.unique_rows)
                           and np.all(np.diff(uo) > 0), f"{name}: unique_row_offsets cover unique_rows")
                     arrays += [feat.unique_ids, feat.inverse, feat.unique_rows, uo]

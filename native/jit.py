@@ -19,7 +19,9 @@ __all__ = ["helper", "brief", "inline"]
 def _once_per_type(options):
     def decorate(fn):
         dispatcher = njit(**options)(fn)
-        resolve = dispatcher.get_call_template
+        resolve = getattr(dispatcher, "get_call_template", None)
+        if resolve is None:  # NUMBA_DISABLE_JIT=1: the Python function itself
+            return dispatcher
 
         def get_call_template(args, kws):
             return resolve(tuple(types.unliteral(a) for a in args), {k: types.unliteral(v) for k, v in kws.items()})

@@ -27,7 +27,8 @@ def _all_samples(path, file_type="txt"):
     return read_samples(reader)
 
 
-@pytest.mark.parametrize("source", [SAMPLES / "ads.txt", ("xdl", "tdm.dat"), ("xdl", "sample.txt"), ("xdl", "sample2.txt")])
+@pytest.mark.parametrize("source", [SAMPLES / "ads.txt", ("xdl", "tdm.dat"), ("xdl", "sample.txt"),
+                                    ("xdl", "sample2.txt")])
 @pytest.mark.parametrize("via", ["pb", "spb"])
 def test_text_round_trip_reproduces_every_sample(tmp_path, source, via):
     source = sample_file(source)

@@ -438,7 +438,8 @@ def test_synthetic_generator_matches_python_formatting():
                       f"item@{a['item'][i]}", f"cate@{a['cate'][i]}", f"shop@{a['shop'][i]}",
                       f"brand@{a['brand'][i]}", "title@" + ",".join(map(str, a["title"][i])),
                       "tags@" + ",".join(f"{k}:{fmt4(w)}" for k, w in zip(a["tags"][i], a["tag_w"][i]))]
-            dense = ["user_emb@" + ",".join(map(fmt4, a["user_emb"][g])), "ad_ctx@" + ",".join(map(fmt4, a["ad_ctx"][i]))]
+            dense = ["user_emb@" + ",".join(map(fmt4, a["user_emb"][g])),
+                     "ad_ctx@" + ",".join(map(fmt4, a["ad_ctx"][i]))]
             lines.append(f"pv{gid}_{a['pos_in_group'][i]}|pv{gid}|{';'.join(sparse)}|{';'.join(dense)}|"
                          f"{a['clk'][i]}.0,{a['conv'][i]}.0|{a['ts'][i]}\n")
     assert b"".join(synthetic.generate(300, seed=3)) == "".join(lines).encode()

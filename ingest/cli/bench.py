@@ -2,8 +2,9 @@
 
 Prints samples/s, MB/s, batches/s, p50/p99 batch latency, the seconds of each pipeline stage
 (read, parse, ops, batch, unique, and the consumer's wait), peak RSS and, kept apart, the
-warm-up (numba compile or cache load).  First a warm-up reader with the same options over the first input takes one batch, so
-that the numba kernels are compiled or loaded from the cache; its batch size is 8 (the
+warm-up (numba compile or cache load).  First a warm-up reader with the same options over the
+first input takes one batch, so that the numba kernels are compiled or loaded from the cache; its
+batch size is 8 (the
 real one with --no-split-group, as a whole group may not fit in 8).  Its time is reported
 as ``compile_seconds`` and excluded.  The timed run goes from ``startup()`` to the end of
 the last batch; MB/s counts the (decompressed) bytes parsed, per core divides by

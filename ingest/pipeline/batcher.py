@@ -251,7 +251,8 @@ def cut_batches(blocks, builder, *, split_group=True, drop_last=False, on_skip=N
     """Yield Batches from an iterable of Blocks, each made by ``build(pieces)`` (default ``builder.build``).
 
     A block's rows are taken from ``blk.skip`` on; a piece ``(blk, r0, r1)`` in the stream stands for those
-    rows of its block, a ``Shuffled`` one too, and the batch it ends gets the marks of its shuffle window.  With ``split_group`` a group that does not fit is cut at the batch boundary; without
+    rows of its block, a ``Shuffled`` one too, and the batch it ends gets the marks of its shuffle window.
+    With ``split_group`` a group that does not fit is cut at the batch boundary; without
     it the group moves whole to the next batch, and a group larger than the batch size
     raises ``GroupTooLargeError`` (or goes to ``on_skip`` when given).  The last batch
     may be short; ``drop_last`` drops it, and with ``rest`` (a list) its pieces go there instead, to be

@@ -410,7 +410,8 @@ class GroupMember:
 
 
 def _flat(resume, offset):
-    """A resume point ``((offset, byte in message), rows)`` as ``(offset, byte, rows)``; None: the start of ``offset``."""
+    """A resume point ``((offset, byte in message), rows)`` as ``(offset, byte, rows)``; None: the start of
+    ``offset``."""
     if resume is None:
         return offset, 0, 0
     (at, within), rows = resume
