@@ -22,6 +22,9 @@ from ingest import synthetic
 from conftest import ROOT, SAMPLES, flatten, key_of
 
 AUX = ["uid", "age", "gender", "clk_hist", "cate_pref", "user_emb"]
+# Loader workers start by spawn here: forked from this process, which has imported tensorflow and jax (other tests),
+# a worker can hang on a lock one of their threads held at the fork
+_SPAWN = {False: {}, True: {"multiprocessing_context": "spawn"}}
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +68,7 @@ def _want_ids(want):
 def test_a_loader_delivers_every_sample_once_whatever_its_workers(pb_files, workers):
     paths, want = pb_files
     loader = DataLoader(ingest.torch.ReaderDataset(_reader(paths)), batch_size=None, num_workers=workers,
-                        pin_memory=True)
+                        pin_memory=True, **_SPAWN[workers > 0])
     assert _ids_of(loader) == _want_ids(want)
 
 
@@ -85,14 +88,16 @@ def test_a_loader_item_is_the_batch_as_tensors(pb_files):
 @pytest.mark.parametrize("workers", [0, 1, 2])
 def test_a_stateful_loader_resumed_mid_epoch_delivers_exactly_the_rest(pb_files, workers):
     paths, want = pb_files
-    loader = StatefulDataLoader(ingest.torch.ReaderDataset(_reader(paths)), batch_size=None, num_workers=workers)
+    loader = StatefulDataLoader(ingest.torch.ReaderDataset(_reader(paths)), batch_size=None, num_workers=workers,
+                                **_SPAWN[workers > 0])
     delivered = []
     for step, item in enumerate(loader):
         delivered.append(item)
         if step == 23:
             state = loader.state_dict()
             break
-    resumed = StatefulDataLoader(ingest.torch.ReaderDataset(_reader(paths)), batch_size=None, num_workers=workers)
+    resumed = StatefulDataLoader(ingest.torch.ReaderDataset(_reader(paths)), batch_size=None, num_workers=workers,
+                                 **_SPAWN[workers > 0])
     resumed.load_state_dict(state)
     assert _ids_of(delivered) + _ids_of(resumed) == _want_ids(want)
 
