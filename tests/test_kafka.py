@@ -451,12 +451,17 @@ def test_group_members_share_partitions_across_rebalances(services, source, assi
         reader = synthetic.declare(ingest.DataReader(name, [url]).batch_size(50).threads(threads))
         return reader.kafka(group_id=group, heartbeat_interval_ms=200, session_timeout_ms=6000, **strategy, **kafka)
 
+    failed = []
+
     def live(name, threads):
-        readers[name] = member(name, threads, until="forever").startup()
-        with contextlib.suppress(ingest.ReaderClosedError):
-            for batch in readers[name]:
-                with lock:
-                    got[name].extend((s["sid"], str(s)) for s in flatten(batch))
+        try:
+            readers[name] = member(name, threads, until="forever").startup()
+            with contextlib.suppress(ingest.ReaderClosedError):
+                for batch in readers[name]:
+                    with lock:
+                        got[name].extend((s["sid"], str(s)) for s in flatten(batch))
+        except BaseException as exc:  # shown by the assertion below, instead of a thread dying unseen
+            failed.append(f"{name}: {exc!r}")
 
     def total():
         with lock:
@@ -483,6 +488,7 @@ def test_group_members_share_partitions_across_rebalances(services, source, assi
         reader.shutdown()  # commits what was delivered; a partial batch of each is still held back
     a.join(10)
     b.join(10)
+    assert not failed
     assert got["a"] and got["b"]
     rest = _member_take(member("c", 2), None)
     assert len(rest) < 100
