@@ -44,7 +44,7 @@ class SparseFeature:
     def rows(self):
         return len(self.offsets) - 1
 
-    def arrays(self):
+    def arrays(self) -> dict:
         """The arrays of this feature by name (unique ones only when computed)."""
         out = {"ids": self.ids, "values": self.values, "offsets": self.offsets}
         for name in ("unique_ids", "inverse", "unique_rows", "unique_row_offsets"):
@@ -133,11 +133,11 @@ class Batch:
             self._sample_ids = out.view(f"S{max(width, 1)}").reshape(n)
         return self._sample_ids
 
-    def sample_id(self, r):
+    def sample_id(self, r: int) -> bytes:
         """The exact bytes of sample ``r``'s id."""
         return self.sid_bytes[self.sid_offsets[r]:self.sid_offsets[r + 1]].tobytes()
 
-    def arrays(self):
+    def arrays(self) -> dict:
         """Every array of the batch by a flat name (``labels``, ``f.ids``, ``indicators.0``...)."""
         out = {"labels": self.labels, "timestamps": self.timestamps}
         for name, feat in self._features.items():
@@ -155,7 +155,7 @@ class Batch:
         """The names of the sparse features, in declaration order."""
         return [name for name, feat in self._features.items() if isinstance(feat, SparseFeature)]
 
-    def rows_of_samples(self):
+    def rows_of_samples(self) -> list:
         """Per table, int64 ``[rows]``: the row of that table each row of table 0 (each sample, padding included)
         reads, through the indicators."""
         rows = [np.arange(self.rows, dtype=np.int64)]
@@ -163,18 +163,18 @@ class Batch:
             rows.append(ind[rows[-1]].astype(np.int64))
         return rows
 
-    def to_dlpack(self):
+    def to_dlpack(self) -> dict:
         """``arrays()``: numpy arrays, which implement the DLPack protocol (``__dlpack__``,
         ``__dlpack_device__``), so ``np.from_dlpack``, ``torch.from_dlpack`` and ``jax.dlpack.from_dlpack`` take
         them without a copy."""
         return self.arrays()
 
-    def to_torch(self):
+    def to_torch(self) -> dict:
         """torch tensors of ``arrays()`` by the same names, sharing memory with the batch."""
         torch = require("torch", "torch", "torch")
         return {name: torch.from_numpy(arr) for name, arr in self.arrays().items()}
 
-    def to_kjt(self, table=0, expand=False):
+    def to_kjt(self, table: int = 0, expand: bool = False):
         """The sparse features of a table as a TorchRec ``KeyedJaggedTensor``: keys in declaration order, values
         the ids, lengths the rows' lengths, weights the values.
 
@@ -185,7 +185,7 @@ class Batch:
         rows, aux rows repeated for their samples.  Needs ``pip install 'ingest[torchrec]'``."""
         return _kjt(self, table, expand)
 
-    def release(self):
+    def release(self) -> None:
         """Drop the batch's arrays so that their buffers return to the reader's pool (arrays taken from
         the batch before stay valid: a buffer is reused only when nothing refers to it)."""
         self.release_groups()
@@ -194,7 +194,7 @@ class Batch:
         self._sample_ids = None
         self.indicators = []
 
-    def validate(self):
+    def validate(self) -> bool:
         """Check every invariant of docs/formats.md, the batch; raise ``InvalidBatchError`` on the first broken one."""
         def check(ok, what):
             if not ok:

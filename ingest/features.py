@@ -1,6 +1,7 @@
 """Feature declarations: what a reader emits, validated once at ``feature()`` time."""
 from dataclasses import dataclass
 from enum import Enum
+from typing import Optional
 
 import numpy as np
 
@@ -27,9 +28,9 @@ class FeatureSpec:
     table: int = 0
     nvec: int = 0
     serialized: bool = False
-    dsl: str = None
+    dsl: Optional[str] = None
     cutoff: int = 0
-    mask: str = None
+    mask: Optional[str] = None
 
     @property
     def width(self):

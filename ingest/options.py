@@ -1,5 +1,6 @@
 """The options of a DataReader: one frozen value, replaced by each option method, pickled with the reader."""
 from dataclasses import dataclass, field
+from typing import Optional
 
 from .formats import FileType
 from .sources.kafka import KafkaOptions
@@ -15,7 +16,7 @@ class ReaderOptions:
     file_type: FileType = FileType.txt
     enable_state: bool = False
     restored: object = None        # the decoded state of restore()
-    save_every: object = None      # (batches, url) of save_state_every()
+    save_every: Optional[tuple] = None  # (batches, url) of save_state_every()
     shuffle: object = None         # seed
     shuffle_buffer: object = None  # sample groups a window of the group shuffle holds
     ops: tuple = ()

@@ -6,6 +6,7 @@ import weakref
 
 from . import formats, warmup
 from . import state as state_format
+from .batch import Batch
 from .dsl.compiler import check, compile_feature, home_table, parse, single_valued
 from .dsl.stage import DslStage
 from .discover import names_in
@@ -95,7 +96,7 @@ class DataReader:
         Track what the consumer was handed, for ``state()`` / ``restore()`` (exact resume, docs/state.md).
     """
 
-    def __init__(self, name, paths=None, file_type=formats.FileType.txt, enable_state=False):
+    def __init__(self, name: str, paths=None, file_type=formats.FileType.txt, enable_state: bool = False) -> None:
         self.name = name
         paths = list(paths) if paths is not None and not isinstance(paths, str) else paths
         self._options = ReaderOptions(paths=paths, file_type=formats.file_type(file_type),
@@ -139,7 +140,7 @@ class DataReader:
         if self._started:
             raise ConfigError(f"reader {self.name!r}: options are fixed once startup() has run")
 
-    def shuffle(self, seed, buffer=None):
+    def shuffle(self, seed, buffer=None) -> "DataReader":
         """Read the work units (files, byte ranges, partitions) of each epoch in an order drawn from ``seed``
         and the epoch number; samples keep their order within a unit.  None turns it off.
 
@@ -157,22 +158,22 @@ class DataReader:
                               f"sample groups, with a seed")
         return self._set(shuffle=seed, shuffle_buffer=buffer)
 
-    def epochs(self, n):
+    def epochs(self, n) -> "DataReader":
         """Passes over the input; 0 repeats forever."""
         return self._set(epochs=_positive_int("epochs", n, 0))
 
-    def batch_size(self, n):
+    def batch_size(self, n) -> "DataReader":
         return self._set(batch_size=_positive_int("batch_size", n))
 
-    def label_count(self, n):
+    def label_count(self, n) -> "DataReader":
         """Label columns: lines with fewer labels are errors, extra labels are checked and dropped."""
         return self._set(label_count=_positive_int("label_count", n, 0))
 
-    def threads(self, n):
+    def threads(self, n) -> "DataReader":
         """Parallel parse workers (the parse kernels release the GIL)."""
         return self._set(threads=_positive_int("threads", n))
 
-    def feature(self, name, type, table=0, nvec=None, serialized=False, dsl=None, cutoff=0, mask=None):
+    def feature(self, name, type, table=0, nvec=None, serialized=False, dsl=None, cutoff=0, mask=None) -> "DataReader":
         """Declare a feature to emit (docs/formats.md, reader options); undeclared features are skipped."""
         self._option()
         spec = make_feature(name, type, table, nvec, serialized, dsl, cutoff, mask)
@@ -182,41 +183,41 @@ class DataReader:
             _check_dsl(spec, {s.name: s for s in self._options.specs})
         return self._set(specs=self._options.specs + (spec,))
 
-    def features(self, specs):
+    def features(self, specs) -> "DataReader":
         """Declare several features (FeatureSpecs, e.g. from ``ingest.load_feature_conf``), in order."""
         for s in specs:
             self.feature(s.name, s.type, s.table, s.nvec or None, s.serialized, s.dsl, s.cutoff, s.mask)
         return self
 
-    def add_op(self, op):
+    def add_op(self, op) -> "DataReader":
         """Run ``op`` on every sample group before batching (docs/ops.md): a callable or an object with
         ``run(group) -> bool`` seeing a ``SampleGroup``, or a built-in op (``ingest.ops.FilterOP``,
         ``DenseToSparseOP``, ``DebugOP``).  Ops run in the order added, before the DSL features."""
         return self._set(ops=self._options.ops + (as_op(op),))
 
-    def keep_sample(self, on=True):
+    def keep_sample(self, on=True) -> "DataReader":
         """XDL's iterative loop: a group the consumer is done with (next iteration or ``batch.release()``)
         goes back through the ops, pass after pass, until an op drops it (docs/ops.md)."""
         return self._set(keep=bool(on))
 
-    def pause(self, n, wait_exactly=False):
+    def pause(self, n, wait_exactly=False) -> "DataReader":
         """Read in rounds of ``n`` sample groups: reading stops once ``n`` groups are live (admitted and not
         yet done with, or with ``keep_sample`` not yet dropped by an op) and goes on when every one has
         left (``wait_exactly=True``) or as soon as fewer than ``n`` are live.  A partial batch is delivered
         as soon as nothing else could complete it."""
         return self._set(pause=(_positive_int("pause", n), bool(wait_exactly)))
 
-    def split_group(self, on=True):
+    def split_group(self, on=True) -> "DataReader":
         return self._set(split_group=bool(on))
 
-    def pad(self, on=True):
+    def pad(self, on=True) -> "DataReader":
         """Pad every short batch to ``batch_size`` rows (empty sparse rows, zero dense rows and labels)."""
         return self._set(pad=bool(on))
 
-    def drop_last(self, on=True):
+    def drop_last(self, on=True) -> "DataReader":
         return self._set(drop_last=bool(on))
 
-    def shard(self, task_index, task_num):
+    def shard(self, task_index, task_num) -> "DataReader":
         """Read only this worker's share: work units ``task_index, task_index + task_num, ...``."""
         self._option()
         _positive_int("task_num", task_num)
@@ -224,36 +225,37 @@ class DataReader:
             raise ConfigError(f"task_index={task_index!r}: expected an int in [0, {task_num})")
         return self._set(task=(task_index, task_num))
 
-    def on_error(self, policy):
+    def on_error(self, policy) -> "DataReader":
         """``"raise"`` (default) stops at the first bad line; ``"skip"`` skips and counts it."""
         self._option()
         if policy not in _POLICIES:
             raise ConfigError(f"on_error={policy!r}: expected one of {_POLICIES}")
         return self._set(policy=policy)
 
-    def max_group_size(self, n):
+    def max_group_size(self, n) -> "DataReader":
         """Text: most samples in one group; the next line starts a new group (default 8192).
 
         A pb group is one record, whatever its size."""
         return self._set(max_group_size=_positive_int("max_group_size", n))
 
-    def max_record_bytes(self, n):
+    def max_record_bytes(self, n) -> "DataReader":
         """pb/spb: longest record accepted (default 64 MiB); a longer length prefix is an error."""
         return self._set(max_record_bytes=_positive_int("max_record_bytes", n))
 
-    def z(self, codec):
+    def z(self, codec) -> "DataReader":
         """Force a compression codec for every path (``gzip``, ``zstd``, ``zlib``; None infers)."""
         return self._set(compression=check_codec(codec))
 
-    def deterministic(self, on=True):
+    def deterministic(self, on=True) -> "DataReader":
         """Deliver samples in input order whatever the thread timing (slower with several threads)."""
         return self._set(deterministic=bool(on))
 
-    def unique_ids(self, on=True):
+    def unique_ids(self, on=True) -> "DataReader":
         """Per batch and sparse feature: ``unique_ids``, ``inverse``, ``unique_rows``, ``unique_row_offsets``."""
         return self._set(unique=bool(on))
 
-    def kafka(self, group_id=None, start="earliest", until="caught_up", client="direct", **consumer_config):
+    def kafka(self, group_id=None, start="earliest", until="caught_up", client="direct",
+              **consumer_config) -> "DataReader":
         """Kafka settings for ``kafka://`` paths: where partitions start (``"earliest"``, ``"latest"`` or a
         timestamp in ms), where they end (``"caught_up"``: the end offsets seen at startup, or
         ``"forever"``), and kafka-python consumer settings.
@@ -270,18 +272,18 @@ class DataReader:
         assignments only)."""
         return self._set(kafka=KafkaOptions(group_id, start, until, client, **consumer_config))
 
-    def timeline(self, path):
+    def timeline(self, path) -> "DataReader":
         """Record a Chrome trace of the run (a track per thread, an event per chunk, op and batch), written
         to ``path`` when the input is exhausted or the reader shuts down."""
         self._option()
         check_writable(str(path), "timeline")
         return self._set(timeline_path=str(path))
 
-    def prefetch(self, n):
+    def prefetch(self, n) -> "DataReader":
         """Batches built ahead of the consumer (default 4)."""
         return self._set(prefetch=_positive_int("prefetch", n))
 
-    def unit_bytes(self, n):
+    def unit_bytes(self, n) -> "DataReader":
         """Size of the byte ranges large uncompressed files are cut into (default: automatic)."""
         return self._set(unit_bytes=_positive_int("unit_bytes", n, 1024))
 
@@ -290,7 +292,7 @@ class DataReader:
     def schema(self):
         return Schema(self._options.specs, self._options.label_count)
 
-    def startup(self):
+    def startup(self) -> "DataReader":
         """List the inputs, plan the work units of this shard and start the threads."""
         o = self._options
         self._option()
@@ -433,10 +435,10 @@ class DataReader:
         return plan_paths(o.paths, splittable=fmt.splittable, compression=o.compression, task_num=o.task[1],
                           unit_bytes=o.unit_bytes, kafka=o.kafka)
 
-    def __iter__(self):
+    def __iter__(self) -> "DataReader":
         return self
 
-    def __next__(self):
+    def __next__(self) -> Batch:
         if self._pipeline is None:
             raise ReaderClosedError(f"reader {self.name!r}: call startup() before iterating")
         # the consumer is back for more: what it was handed so far is done with
@@ -472,7 +474,7 @@ class DataReader:
             options["kafka_start"] = o.kafka.start
         return options
 
-    def state(self):
+    def state(self) -> bytes:
         """The position after the last sample handed to the consumer, as bytes (docs/state.md).
 
         Needs ``enable_state=True`` and ``startup()``.  Costs no pipeline drain: it describes what
@@ -492,7 +494,7 @@ class DataReader:
             self._kafka_group.commit(kafka_positions(self._units, progress))
         return data
 
-    def commit(self):
+    def commit(self) -> None:
         """Commit to the Kafka consumer group of ``kafka(group_id=...)`` what the consumer was handed: per
         partition the message offset, with ``ingest:<byte in message>:<rows>`` as metadata when a message was
         delivered in part (docs/state.md).  A group member also commits when partitions are revoked, at the
@@ -505,18 +507,18 @@ class DataReader:
             raise ConfigError(f"reader {self.name!r}: commit() needs kafka(group_id=...), and enable_state=True "
                               f"when the URLs name partitions, and startup()")
 
-    def restore(self, state):
+    def restore(self, state) -> "DataReader":
         """Continue from ``state`` (bytes of ``state()``) at ``startup()``: no sample delivered before it
         is delivered again, none after it is lost.  Paths and options must be the same."""
         return self._set(restored=state_format.decode(state), enable_state=True)
 
-    def save_state_every(self, n_batches, url):
+    def save_state_every(self, n_batches, url) -> "DataReader":
         """Write ``state()`` to ``url`` (any fsspec URL, replaced atomically) every ``n_batches`` batches,
         when the consumer asks for the next one (so the state covers the batches it has finished
         with), and at the end of the input."""
         return self._set(save_every=(_positive_int("n_batches", n_batches), str(url)), enable_state=True)
 
-    def restore_from(self, url, missing_ok=False):
+    def restore_from(self, url, missing_ok=False) -> "DataReader":
         """``restore()`` from a state saved at ``url``; with ``missing_ok`` a missing file starts afresh."""
         data = state_format.read(url, missing_ok)
         if data is None:
@@ -528,7 +530,7 @@ class DataReader:
         state_format.write_atomic(self._options.save_every[1], self.state())
         self._saved_at = self._progress.batches
 
-    def read_all(self):
+    def read_all(self) -> list:
         """All remaining batches as a list (for small inputs and tests)."""
         return list(self)
 
@@ -555,7 +557,7 @@ class DataReader:
                 warnings.warn(f"reader {self.name!r}: feature {name!r} was declared but never seen in {samples:,} "
                               f"samples (epoch {epoch}){hint}", UnseenFeatureWarning, stacklevel=3)
 
-    def stats(self):
+    def stats(self) -> dict:
         """Counters (bytes, samples, groups, blocks, batches, units, errors_skipped) and seconds per stage.
 
         Stages: ``read`` (reading and decompressing, or waiting for the read-ahead thread), ``parse``,
@@ -577,7 +579,7 @@ class DataReader:
                 raise SourceError(f"timeline {self._options.timeline_path}: cannot write: {exc}",
                                   source=self._options.timeline_path) from exc
 
-    def shutdown(self):
+    def shutdown(self) -> None:
         """Stop the threads (also when the consumer stopped early); the reader cannot be restarted."""
         if self._pipeline is not None:
             _close(self._pipeline, self._member)
@@ -588,9 +590,8 @@ class DataReader:
         if self._finalizer is not None:
             self._finalizer.detach()
 
-    def __enter__(self):
+    def __enter__(self) -> "DataReader":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc) -> None:
         self.shutdown()
-        return False

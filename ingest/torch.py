@@ -81,7 +81,7 @@ def _free(header):
 _HEADER = 64  # the first bytes of a shared block: its in-use flag, then alignment
 # The blocks that arrived last, kept mapped: a worker builds its next batches in the same blocks, and torch maps
 # one again only when nothing holds it (mapping a block per batch took a third of the main process's time).
-_MAPPED = collections.deque(maxlen=64)
+_MAPPED: collections.deque = collections.deque(maxlen=64)
 
 
 class SharedBuffers:
@@ -116,7 +116,7 @@ def shard_of_this_process():
     return rank * info.num_workers + info.id, world * info.num_workers
 
 
-class ReaderDataset(torch.utils.data.IterableDataset):
+class ReaderDataset(torch.utils.data.IterableDataset):  # type: ignore[name-defined]
     """A ``DataReader`` (configured, not started) as an ``IterableDataset`` of batches, each ``transform(batch)``
     (default ``batch_tensors``: a dict of tensors; ``lambda b: (b.to_kjt(), ...)`` builds TorchRec inputs in the
     workers); use it with ``batch_size=None``, the reader makes the batches.

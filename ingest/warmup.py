@@ -64,7 +64,7 @@ def ahead(groups):
     return [g for g in groups if g in ("batch", "unique")] if {"text", "pb"} & set(groups) else []
 
 
-_announced = set()
+_announced: set[str] = set()
 
 
 def notice(groups, parallel=(), stream=None):

@@ -26,6 +26,12 @@ def test_ruff_finds_nothing():
     assert done.returncode == 0, done.stdout[-4000:]
 
 
+def test_mypy_finds_nothing():
+    """mypy over ingest/ (pyproject.toml): the public API is annotated, and ``py.typed`` ships it."""
+    done = _run(["mypy"])
+    assert done.returncode == 0, done.stdout[-4000:]
+
+
 def test_the_kernels_import_nothing_of_ingest():
     """native/ is the bottom layer (installed as ingest._native): arrays and scalars in, arrays out."""
     for path in sorted((ROOT / "native").glob("*.py")):

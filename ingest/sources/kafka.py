@@ -56,7 +56,7 @@ class KafkaOptions:
     def __eq__(self, other):
         return isinstance(other, KafkaOptions) and vars(self) == vars(other)
 
-    __hash__ = None
+    __hash__ = None  # type: ignore[assignment]  # equal by value, so not hashable
 
 
 def parse_kafka_url(url):

@@ -34,7 +34,7 @@ class _BatchHeader(NamedTuple):
     stop: int          # the byte after the batch
     attributes: int
     next_offset: int   # base + last offset delta + 1
-    count: int
+    count: int  # type: ignore[assignment]  # a field, not tuple.count
 
     @classmethod
     def at(cls, buf, p):

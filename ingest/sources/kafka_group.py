@@ -99,10 +99,10 @@ class GroupMember:
         if options.until == "caught_up":
             self._ends = planner.end_offsets(self._all_partitions())
         self._cond = threading.Condition()
-        self._queue = collections.deque()  # leases waiting for a parse worker
-        self._chains = {}                  # tp -> its leases, oldest first, from the first not yet delivered
-        self._added = []                   # (partition, assignment) given by the listener, not yet made units
-        self._owned = {}                   # partition -> its assignment (a number) while not revoked
+        self._queue: collections.deque = collections.deque()  # leases waiting for a parse worker
+        self._chains: dict = {}  # tp -> its leases, oldest first, from the first not yet delivered
+        self._added: list = []   # (partition, assignment) given by the listener, not yet made units
+        self._owned: dict = {}   # partition -> its assignment (a number) while not revoked
         self._assignments = 0
         self._next_index = 0
         self._settled = False              # no rebalance under way since the last poll (callbacks included)
