@@ -30,10 +30,10 @@ from .formats.protobuf import ProtobufFormat
 from .formats.text import TextFormat
 from .optional import require
 from .blocks import placeholder_block
+from .produce import is_topic, produce
 from .sources import expand_paths, plan_units
 from .sources.compression import compressed_writer, infer_compression, strip_suffix
 from .sources.filesystems import check_writable, url_to_fs
-from .sources.kafka import is_kafka
 
 __all__ = ["choose_aux", "convert", "LEAD_BYTES"]
 
@@ -312,8 +312,7 @@ def convert(inputs, output, *, src=None, dst=None, aux=None, threads=None, sched
         Told of the input bytes converted as they are (a tqdm bar; not with a scheduler).  ``total`` is set to
         the input bytes when no input is compressed.
     """
-    if is_kafka(output):  # staged in a local file, then sent whole groups or records per message
-        from .produce import produce  # produce imports this module
+    if is_topic(output):  # staged in a local file, then sent whole groups or records per message
         with tempfile.TemporaryDirectory(prefix="ingest-convert-") as tmp:
             dst = format_of("x.pb", dst)
             staged = os.path.join(tmp, f"staged.{dst.value}")

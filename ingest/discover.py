@@ -18,7 +18,6 @@ from .features import Schema, make_feature
 from .formats import FileType
 from .formats.base import grown, refill
 from .formats.protobuf import framing_problem
-from .sources import open_unit
 
 __all__ = ["FoundFeatures", "scan_text_features", "scan_record_features", "scan_features", "names_in"]
 
@@ -61,7 +60,7 @@ def _scan_file(unit, limit, scan):
     """
     buf = np.empty(_SCAN_CHUNK, np.uint8)
     filled = done = 0  # done: bytes of the file before buf[0]
-    with open_unit(unit) as f:
+    with unit.open() as f:
         while True:
             filled, eof = refill(f, buf, filled, None if limit is None else limit - done)
             used = scan(buf, filled, eof and (limit is None or done + filled < limit), done)

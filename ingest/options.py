@@ -3,7 +3,6 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from .formats import FileType
-from .sources.kafka import KafkaOptions
 
 __all__ = ["ReaderOptions"]
 
@@ -39,5 +38,5 @@ class ReaderOptions:
     prefetch: int = 4
     unique: bool = False
     timeline_path: object = None
-    kafka: KafkaOptions = field(default_factory=KafkaOptions)
+    sources: dict = field(default_factory=dict)  # URL scheme -> its source's options (reader.kafka()...)
     unit_bytes: object = None

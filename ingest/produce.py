@@ -16,8 +16,14 @@ from .sources import expand_paths
 from .sources.compression import infer_compression
 from .sources.filesystems import open_url
 from .sources.kafka import parse_kafka_url
+from .sources.registry import scheme_of
 
-__all__ = ["produce"]
+__all__ = ["is_topic", "produce"]
+
+
+def is_topic(url):
+    """Whether ``url`` names a Kafka topic that ``produce`` writes to."""
+    return scheme_of(url) == "kafka"
 
 
 def _cuts(f, size, ftype, message_bytes):

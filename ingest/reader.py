@@ -18,27 +18,25 @@ from .pipeline.batcher import BatchBuilder
 from .pipeline.coverage import Coverage
 from .pipeline.progress import Progress
 from .pipeline.rounds import Rounds
-from .pipeline.runner import Pipeline
+from .pipeline.runner import Pipeline, PipelineDelivery
 from .pipeline.shuffle import GroupShuffle
 from .pipeline.stats import Stats
 from .pipeline.timeline import Timeline
-from .sources.plan import plan_paths
 from .sources.compression import check_codec
 from .sources.filesystems import check_writable
-from .sources.kafka import KafkaGroup, KafkaOptions, is_kafka, kafka_positions, parse_kafka_url
-from .sources.kafka_fetch import Cluster
-from .sources.kafka_group import GroupMember
+from .sources.plan import plan_paths, sources_of
+from .sources.registry import scheme_of, source_for
 
 __all__ = ["DataReader"]
 
 _POLICIES = ("raise", "skip")
 
 
-def _close(pipeline, member):
+def _close(pipeline, member, committers):
     """Stop a reader's threads (and leave its consumer group), also when it is garbage collected."""
     pipeline.close()
-    if member is not None:
-        member.close()
+    for other in ([member] if member is not None else []) + committers:
+        other.close()
 
 
 def _positive_int(name, value, minimum=1):
@@ -108,8 +106,8 @@ class DataReader:
         self._stats = Stats()
         self._progress = None
         self._saved_at = 0
-        self._kafka_group = None  # fixed assignment with group_id: commits
-        self._member = None       # group_id on topic URLs: this reader's membership of the group
+        self._committers = []     # what reports delivered positions to a source (a fixed assignment's group)
+        self._member = None       # the unit source when a group assigns the units (group_id on topic URLs)
         self._state_header = None
         self._pipeline = None
         self._started = False
@@ -270,7 +268,9 @@ class DataReader:
         ``client="direct"`` fetches over ingest's own sockets (PLAINTEXT, read_uncommitted);
         ``"kafka-python"`` through kafka-python's consumer, for TLS, SASL or ``read_committed`` (fixed
         assignments only)."""
-        return self._set(kafka=KafkaOptions(group_id, start, until, client, **consumer_config))
+        options = source_for("kafka://").options(group_id=group_id, start=start, until=until, client=client,
+                                                 **consumer_config)
+        return self._set(sources={**self._options.sources, "kafka": options})
 
     def timeline(self, path) -> "DataReader":
         """Record a Chrome trace of the run (a track per thread, an event per chunk, op and batch), written
@@ -322,20 +322,19 @@ class DataReader:
         elif o.enable_state:
             self._progress = Progress([u.index for u in mine])
         rounds = self._rounds()
-        kafka = [u.url for u in mine if is_kafka(u.url)]
-        if o.kafka.until == "forever" and len(kafka) > o.threads:
-            # a live partition holds its parse worker for good: with fewer workers, some would never be read
-            raise ConfigError(f"reader {self.name!r}: kafka(until='forever') reads each partition on a parse thread "
-                              f"of its own; this reader has {len(kafka)} partitions and threads({o.threads})")
-        if self._progress is not None and o.kafka.group_id is not None and kafka:
-            self._kafka_group = KafkaGroup(parse_kafka_url(kafka[0])[0], o.kafka)
+        by_source = self._by_source(mine)
+        for source, options, units in by_source:
+            source.check(units, options, o, self.name)
+        if self._progress is not None:
+            made = (source.committer(units, options) for source, options, units in by_source)
+            self._committers = [c for c in made if c is not None]
         dsl = _dsl_stage(schema)
         builder = BatchBuilder(schema, o.batch_size, o.pad, unique=o.unique, stats=self._stats,
                                track=self._progress is not None, keep_pieces=rounds is not None, pool=self._buffers,
                                kernels_ready=self._compile_kernels(schema, dsl is not None))
         ops = OpStage(schema.raw, o.ops) if o.ops else None  # checks built-in ops against the schema
-        # with units that come and go (a consumer group) or never end (live Kafka) no epoch ends
-        live = bool(kafka) and o.kafka.until == "forever"
+        # with units that come and go (a consumer group) or never end no epoch ends
+        live = any(source.live(options) for source, options, _ in by_source)
         self._coverage = Coverage(schema.raw, len(mine)) if self._member is None and not live else None
         self._pipeline = Pipeline(mine, o.epochs, fmt, builder, ops=ops, dsl=dsl, rounds=rounds,
                                   threads=o.threads, deterministic=o.deterministic,
@@ -350,8 +349,8 @@ class DataReader:
         self._stats.start_clock()
         self._pipeline.start()
         if self._member is not None:
-            self._member.start(self._pipeline)
-        self._finalizer = weakref.finalize(self, _close, self._pipeline, self._member)
+            self._member.start(PipelineDelivery(self._pipeline))
+        self._finalizer = weakref.finalize(self, _close, self._pipeline, self._member, self._committers)
         return self
 
     def _compile_kernels(self, schema, with_dsl):
@@ -377,41 +376,25 @@ class DataReader:
             return None
         if live or rounds is not None:
             raise ConfigError(f"reader {self.name!r}: shuffle(buffer=...) needs an input that ends and one pass "
-                              f"per group: not with kafka(until='forever'), keep_sample or pause")
+                              f"per group: not with units without end (until='forever'), keep_sample or pause")
         resume = self._progress.window if self._progress is not None else None
         return GroupShuffle(o.shuffle_buffer, o.shuffle, resume)
 
+    def _by_source(self, units):
+        """``[(source, its options, its units)]`` of ``units``."""
+        found = {}
+        for u in units:
+            source = source_for(u.url)
+            found.setdefault(id(source), (source, self._options.sources.get(scheme_of(u.url)), []))[2].append(u)
+        return list(found.values())
+
     def _join_group(self):
-        """A GroupMember when the reader joins its Kafka consumer group (``group_id`` with topic URLs), else None;
-        refuses what cannot be combined with membership."""
+        """The unit source of a group that assigns this reader its units (``kafka(group_id=...)`` on topic URLs),
+        or None."""
         o = self._options
-        paths = [o.paths] if isinstance(o.paths, str) else o.paths
-        topics = [parse_kafka_url(p) for p in paths if is_kafka(p)]
-        if o.kafka.group_id is None or not topics or all(parts is not None for _, _, parts in topics):
-            return None
-        why = None
-        if any(parts is not None for _, _, parts in topics):
-            why = "some kafka:// paths name partitions (a fixed assignment) and some do not (the group's)"
-        elif len(topics) != len(paths):
-            why = "it reads files too"
-        elif len({tuple(brokers) for brokers, _, _ in topics}) > 1:
-            why = "its topics are on different brokers"
-        elif o.task[1] > 1:
-            why = "shard() shares partitions out too; name the partitions in the URL for a fixed assignment"
-        elif o.enable_state:
-            why = ("enable_state / restore / save_state_every keep positions of a fixed assignment; a member's "
-                   "positions are the group's commits (reader.commit())")
-        elif o.deterministic or o.keep or o.pause is not None or o.epochs != 1 \
-                or o.shuffle is not None:
-            why = "deterministic, keep_sample, pause, epochs and shuffle need a fixed set of units"
-        elif o.kafka.client != "direct":
-            why = "a member commits over ingest's own PLAINTEXT connections: it needs client='direct'"
-        if why is not None:
-            raise ConfigError(f"reader {self.name!r}: kafka(group_id={o.kafka.group_id!r}) on topic URLs joins "
-                              f"the consumer group, but {why}")
-        brokers = topics[0][0]
-        return GroupMember(brokers, sorted({topic for _, topic, _ in topics}), o.kafka,
-                           Cluster(brokers, o.kafka.config))
+        paths = [o.paths] if isinstance(o.paths, str) else list(o.paths)
+        members = [m for source, _, _ in sources_of(paths) if (m := source.member(paths, o, self.name)) is not None]
+        return members[0] if members else None
 
     def _rounds(self):
         """The Rounds of ``keep_sample`` / ``pause``, or None; checks what they cannot be combined with."""
@@ -430,10 +413,10 @@ class DataReader:
         return Rounds(o.keep, limit, exactly, o.threads)
 
     def _plan_units(self, fmt):
-        """Work units of every path in order: files (or byte ranges) and Kafka partitions."""
+        """Work units of every path in order, each planned by its source."""
         o = self._options
         return plan_paths(o.paths, splittable=fmt.splittable, compression=o.compression, task_num=o.task[1],
-                          unit_bytes=o.unit_bytes, kafka=o.kafka)
+                          unit_bytes=o.unit_bytes, options=o.sources)
 
     def __iter__(self) -> "DataReader":
         return self
@@ -470,8 +453,8 @@ class DataReader:
             options["shuffle_buffer"] = o.shuffle_buffer
         if o.file_type is formats.FileType.txt:
             options["max_group_size"] = o.max_group_size
-        if any(is_kafka(p) for p in ([o.paths] if isinstance(o.paths, str) else o.paths)):
-            options["kafka_start"] = o.kafka.start
+        for source, scheme, _ in sources_of(o.paths):
+            options.update(source.state_options(o.sources.get(scheme)))
         return options
 
     def state(self) -> bytes:
@@ -490,8 +473,8 @@ class DataReader:
             self._state_header = state_format.header(self.name, self._state_options(), self._units)
         progress = self._progress.snapshot()
         data = state_format.encode(self._state_header, progress)
-        if self._kafka_group is not None:
-            self._kafka_group.commit(kafka_positions(self._units, progress))
+        for committer in self._committers:
+            committer.commit(progress)
         return data
 
     def commit(self) -> None:
@@ -501,8 +484,10 @@ class DataReader:
         end of the input and at ``shutdown()``."""
         if self._member is not None:
             self._member.commit()
-        elif self._kafka_group is not None:
-            self._kafka_group.commit(kafka_positions(self._units, self._progress.snapshot()))
+        elif self._committers:
+            progress = self._progress.snapshot()
+            for committer in self._committers:
+                committer.commit(progress)
         else:
             raise ConfigError(f"reader {self.name!r}: commit() needs kafka(group_id=...), and enable_state=True "
                               f"when the URLs name partitions, and startup()")
@@ -582,11 +567,9 @@ class DataReader:
     def shutdown(self) -> None:
         """Stop the threads (also when the consumer stopped early); the reader cannot be restarted."""
         if self._pipeline is not None:
-            _close(self._pipeline, self._member)
+            _close(self._pipeline, self._member, self._committers)
+            self._committers = []
             self._write_timeline()
-        if self._kafka_group is not None:
-            self._kafka_group.close()
-            self._kafka_group = None
         if self._finalizer is not None:
             self._finalizer.detach()
 

@@ -7,7 +7,7 @@
      "epoch": 0, "done": {"0": [[0, 3]]}, "partial": [[0, 5, 1048576, 2]], "batches": 90, "samples": 92160}
 
 ``partial`` rows are ``[epoch, unit index, position, rows]``; a position is a byte offset of
-the unit's (decompressed) stream, or ``[message offset, byte in message]`` for Kafka.
+the unit's (decompressed) stream, or a position in its source's own terms (docs/state.md).
 """
 import hashlib
 import json
@@ -16,7 +16,6 @@ import os
 from .errors import ConfigError, StateError
 from .pipeline.progress import Progress
 from .sources.filesystems import open_url, url_to_fs
-from .sources.kafka import is_kafka
 
 __all__ = ["FORMAT", "VERSION", "header", "encode", "decode", "check", "unit_digest", "write_atomic", "read"]
 
@@ -25,12 +24,11 @@ VERSION = 1
 
 
 def unit_digest(units):
-    """What identifies the unit plan: files with their byte ranges and sizes; Kafka partitions by URL
-    (their end offsets move between runs)."""
+    """What identifies the unit plan: each unit's ``ident()`` (files with their byte ranges and sizes; a
+    partition by its URL, as its end offset moves between runs)."""
     h = hashlib.sha256()
     for u in units:
-        ident = [u.index, u.url] if is_kafka(u.url) else [u.index, u.url, u.start, u.end, u.size, u.compression]
-        h.update(json.dumps(ident).encode())
+        h.update(json.dumps(u.ident()).encode())
     return h.hexdigest()
 
 

@@ -260,7 +260,7 @@ def test_a_member_whose_session_expired_goes_on_where_it_stopped(services, tmp_p
 def _wrapped_consumers(monkeypatch, wrap):
     """Group members whose real kafka-python consumers go through ``wrap(consumer, n)`` (n: the consumer's
     number, from 0) as they are made; returns the list of them."""
-    from ingest.sources import kafka_group
+    from ingest.sources.kafka import group as kafka_group
     made = []
     real = kafka_group.consumer
 
@@ -280,7 +280,7 @@ def _stalling_consumers(monkeypatch, stall):
     group itself stays settled.  The stuck limit is a quarter of the session (2.5 s with 10 s; the drain of the
     stuck consumer's revocation may take 4 sessions, a rebalance's half of one)."""
     from kafka.structs import MemberState
-    from ingest.sources import kafka_group
+    from ingest.sources.kafka import group as kafka_group
 
     def wrap(member, n):
         metadata = member.group_metadata
@@ -587,7 +587,7 @@ def test_a_lease_cut_before_reading_ends_where_it_began():
     the message boundary it reached."""
     from kafka import TopicPartition
     from ingest.sources.kafka import KafkaOptions, partition_unit
-    from ingest.sources.kafka_group import Lease
+    from ingest.sources.kafka.group import Lease
     tp = TopicPartition("t", 2)
     resume = ((102, 0), 7)
     lease = Lease(None, tp, 1)

@@ -14,8 +14,8 @@ from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
 from ingest._native import kafka as K
 from ingest.errors import SourceError
-from ingest.sources import kafka_fetch
-from ingest.sources.kafka_fetch import DirectFetch
+from ingest.sources.kafka import fetch as kafka_fetch
+from ingest.sources.kafka.fetch import DirectFetch
 
 URL = "kafka://broker:9092/t:0"
 INT64_MAX = np.iinfo(np.int64).max

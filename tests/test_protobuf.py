@@ -16,7 +16,7 @@ from ingest.features import Schema, make_feature
 from ingest.formats import protobuf as pf
 from ingest.formats.protobuf import ProtobufDecodeError, ProtobufFormat
 from ingest.pipeline.batcher import BatchBuilder, cut_batches
-from ingest.sources.files import WorkUnit
+from ingest.sources import FileRange
 
 from conftest import ROOT, as_plain, flatten
 from pbwire import encode, expected_samples, frame, length_delimited, tag, varint
@@ -153,7 +153,7 @@ def _decode(tmp_path, data, schema, simple, chunk_bytes, batch_size=3, pad=False
     path.write_bytes(data)
     fmt = ProtobufFormat(schema, simple=simple, chunk_bytes=chunk_bytes,
                          on_skip=errors.append if errors is not None else None)
-    blocks = fmt.read_unit(WorkUnit(0, str(path), 0, None, len(data), None))
+    blocks = fmt.read_unit(FileRange(0, str(path), 0, None, len(data), None))
     out = []
     with _room_to_spare(spare):
         for batch in cut_batches(blocks, BatchBuilder(schema, batch_size, pad), split_group=split_group):
@@ -286,7 +286,7 @@ def test_columns_outgrown_mid_unit_cut_blocks_short_and_lose_nothing(tmp_path):
     for spare in (0, pf._Room.SPARE):
         assert _decode(tmp_path, data, schema, False, 4096, spare=spare) == want
         with _room_to_spare(spare):
-            unit = WorkUnit(0, str(tmp_path / "x.pb"), 0, None, len(data), None)
+            unit = FileRange(0, str(tmp_path / "x.pb"), 0, None, len(data), None)
             blocks[spare] = len(list(ProtobufFormat(schema, chunk_bytes=4096).read_unit(unit)))
     assert blocks[0] > blocks[pf._Room.SPARE]  # not vacuous: without room to spare, blocks were cut short
 

@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 from ingest._native import numbers as N
 from ingest.features import Schema, make_feature
 from ingest.formats.text import TextFormat
-from ingest.sources import WorkUnit
+from ingest.sources import FileRange
 
 import naive
 
@@ -127,7 +127,7 @@ def _kernel_samples(tmp_path, data, sparse, dense, label_count, max_group_size, 
                      chunk_bytes=chunk_bytes)
     path = tmp_path / "lines.txt"
     path.write_bytes(data)
-    blocks = list(fmt.read_unit(WorkUnit(0, str(path), 0, None, len(data), None)))
+    blocks = list(fmt.read_unit(FileRange(0, str(path), 0, None, len(data), None)))
     samples = []
     for blk in blocks:
         starts = set(blk.group_offsets[:-1].tolist())

@@ -4,6 +4,7 @@ A format front end turns one work unit into Blocks (``read_unit(unit, stop)``) a
 whether its files may be cut into byte ranges (``splittable``).  Front ends are imported
 when first used.
 """
+import importlib
 from enum import Enum
 
 from ..errors import ConfigError
@@ -26,14 +27,15 @@ def file_type(value):
         raise ConfigError(f"file_type={value!r}: expected one of {[t.value for t in FileType]}") from None
 
 
+# the front end of each format, imported when first used
+_FRONT_ENDS = {FileType.txt: ".text:TextFormat", FileType.pb: ".protobuf:ProtobufFormat",
+               FileType.spb: ".protobuf:SimpleProtobufFormat"}
+
+
 def make_format(ftype, schema, **options):
     """The front end for ``ftype`` over ``schema``."""
-    ftype = file_type(ftype)
-    if ftype is FileType.txt:
-        from .text import TextFormat
-        return TextFormat(schema, **options)
-    from .protobuf import ProtobufFormat
-    return ProtobufFormat(schema, simple=ftype is FileType.spb, **options)
+    module, _, name = _FRONT_ENDS[file_type(ftype)].partition(":")
+    return getattr(importlib.import_module(module, __name__), name)(schema, **options)
 
 
 def format_of(url, given=None, flag="--from/--to"):

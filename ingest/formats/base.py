@@ -3,9 +3,9 @@ import time
 
 import numpy as np
 
-from ..sources import open_unit, read_into
+from ..sources import UnitStream, read_into
 
-__all__ = ["UnitFormat", "ReadClock", "refill", "grown", "whole_so_far", "source_at"]
+__all__ = ["UnitFormat", "ReadClock", "refill", "grown", "whole_so_far"]
 
 
 class ReadClock:
@@ -27,7 +27,7 @@ def refill(f, buf, filled, limit=None, clock=None):
     t0 = time.perf_counter()
     stop = len(buf) if limit is None else min(len(buf), limit)
     eof = False
-    live = getattr(f, "live", False)  # a stream without end: parse what has arrived
+    live = isinstance(f, UnitStream) and f.live  # a stream without end: parse what has arrived
     while filled < stop:
         n = read_into(f, memoryview(buf)[filled:stop])
         if n == 0:
@@ -51,14 +51,11 @@ class UnitFormat:
     def read_unit(self, unit, stop=None, clock=None):
         """Yield the Blocks of one work unit; skipped errors go to ``on_skip``, others raise.  The time spent
         reading is added to ``clock`` (a ``ReadClock``) when given."""
-        f = open_unit(unit)
-        if hasattr(f, "stop"):
-            f.stop = stop
-        messages = getattr(f, "messages", None)  # a Kafka stream maps positions to message offsets
+        f = unit.open()
+        f.stop = stop
         try:
             for blk in self.read_stream(f, unit, stop, clock):
-                if messages is not None:
-                    blk.messages = messages(blk.start, blk.end)
+                blk.messages = f.positions(blk.start, blk.end)
                 yield blk
         finally:
             f.close()
@@ -77,12 +74,5 @@ def grown(buf, filled, need=0):
 
 def whole_so_far(f, eof):
     """Whether the bytes read so far end with whole groups: at the end, or where a live stream's message ends."""
-    return eof or (getattr(f, "at_boundary", None) is not None and f.at_boundary())
+    return eof or f.at_boundary()
 
-
-def source_at(f, unit, offset):
-    """How an error names its source: the URL, decompressed or not, or the Kafka message holding ``offset``."""
-    locate = getattr(f, "locate", None)
-    if locate is not None:
-        return f"{unit.url} ({locate(offset)})"
-    return unit.url if unit.compression is None else f"{unit.url} (decompressed)"

@@ -16,11 +16,11 @@ from .._native.names import build_name_table
 from ..errors import DataError
 from ..features import DenseLayout
 from ..blocks import Block, Table
-from ..sources import open_unit
-from ..sources.files import skip
-from .base import UnitFormat, grown, refill, source_at, whole_so_far
+from ..sources.files.streams import skip
+from .base import UnitFormat, grown, refill, whole_so_far
 
-__all__ = ["ProtobufFormat", "ProtobufDecodeError", "DEFAULT_MAX_RECORD_BYTES", "record_starts", "framing_problem"]
+__all__ = ["ProtobufFormat", "SimpleProtobufFormat", "ProtobufDecodeError", "DEFAULT_MAX_RECORD_BYTES", "record_starts",
+           "framing_problem"]
 
 DEFAULT_MAX_RECORD_BYTES = 64 << 20
 
@@ -97,7 +97,7 @@ class _Room:
 
 def count_records_before(unit, offset, max_record):
     """Records of the unit's stream before ``offset`` (for record numbers of errors after a restore)."""
-    with open_unit(dataclasses.replace(unit, resume=None)) as f:
+    with dataclasses.replace(unit, resume=None).open() as f:
         return int(np.searchsorted(record_starts(f, offset, max_record), offset))
 
 
@@ -236,7 +236,7 @@ class ProtobufFormat(UnitFormat):
                         self.layout.total, self.schema.label_count)
 
     def read_stream(self, f, unit, stop, clock=None):
-        base = unit.stream_start  # source offset of buf[0]; open_unit positioned a whole unit there
+        base = unit.stream_start  # source offset of buf[0]; unit.open() positioned a whole unit there
         records = 0 if base == 0 else None  # records of the file before buf[0], counted on the first error
         limit = None   # bytes of the source from base that belong to this unit
         if not unit.whole:  # a byte range: the records that start in it
@@ -331,7 +331,7 @@ class ProtobufFormat(UnitFormat):
             field = f"feature_tables[{table}]" + (f".feature_lines[{line}]" if line >= 0 else "")
         else:
             field = "feature_line" if self.simple and table >= 0 else None
-        return ProtobufDecodeError(reason, source=source_at(f, unit, base + pos), offset=base + pos,
+        return ProtobufDecodeError(reason, source=f.describe(base + pos), offset=base + pos,
                                    record=records + record,
                                    expected=expected, text=text, field=field, feature=feature,
                                    kind=_KIND[code])
@@ -377,3 +377,10 @@ class ProtobufFormat(UnitFormat):
         if code == K.BAD_ENUM:
             return f"feature type {got}", "kSparse (1) or kDense (2)"
         raise AssertionError(f"unknown error code {code}")
+
+
+class SimpleProtobufFormat(ProtobufFormat):
+    """Parses ``spb`` work units: ``SampleSimple`` records, one sample each (options as ``ProtobufFormat``)."""
+
+    def __init__(self, schema, **options):
+        super().__init__(schema, simple=True, **options)

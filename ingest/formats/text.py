@@ -12,8 +12,7 @@ from .._native.names import build_name_table
 from ..errors import TextParseError
 from ..features import DenseLayout
 from ..blocks import Block, Table, empty_aux_tables
-from ..sources import open_unit
-from .base import UnitFormat, grown, refill, source_at, whole_so_far
+from .base import UnitFormat, grown, refill, whole_so_far
 
 __all__ = ["TextFormat", "group_start_at_or_after", "count_lines_before"]
 
@@ -172,7 +171,7 @@ def group_start_at_or_after(f, offset, size):
 def count_lines_before(unit, offset):
     """Number of newlines in the unit's file before ``offset`` (for line numbers of errors)."""
     n = 0
-    with open_unit(unit) as f:
+    with unit.open() as f:
         left = offset
         while left > 0:
             data = f.read(min(left, 1 << 24))
@@ -218,7 +217,7 @@ class TextFormat(UnitFormat):
                         self.layout.total, self.schema.label_count, len(self.dense))
 
     def read_stream(self, f, unit, stop, clock=None):
-        start = unit.stream_start  # open_unit positioned a whole unit there
+        start = unit.stream_start  # unit.open() positioned a whole unit there
         end = None
         if not unit.whole:
             if unit.resume is None:
@@ -305,7 +304,7 @@ class TextFormat(UnitFormat):
         context = buf[line_start:filled].tobytes().split(b"\n", 1)[0].rstrip(b"\r")
         context = context.decode("utf-8", errors="replace")
         offset = base + bad_s
-        return TextParseError(reason, source=source_at(f, unit, offset), offset=offset, expected=expected, text=text,
+        return TextParseError(reason, source=f.describe(offset), offset=offset, expected=expected, text=text,
                               line=line_base + line + 1, column=bad_s - line_start + 1,
                               field=_FIELD_NAMES[field], feature=spec.name if spec else None,
                               context=context, kind=_KIND[code])

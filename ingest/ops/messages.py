@@ -15,7 +15,7 @@ from .._native import ops as K
 from ..features import FeatureType, Schema
 from ..formats.encoding import RecordEncoder
 from ..formats.protobuf import ProtobufFormat
-from ..sources.files import WorkUnit
+from ..sources.files import FileRange, FileStream
 from .blocks import concat_blocks
 
 __all__ = ["GroupCodec"]
@@ -100,6 +100,6 @@ class GroupCodec:
         Goes through the ``pb`` front end's reader on an in-memory stream (a
         ``ProtobufFormat.decode_bytes`` would spare the work unit).
         """
-        unit = WorkUnit(index=0, url=source, start=0, end=None, size=len(records), compression=None)
-        blocks = list(self.format.read_stream(io.BytesIO(records), unit, None))
+        unit = FileRange(index=0, url=source, start=0, end=None, size=len(records), compression=None)
+        blocks = list(self.format.read_stream(FileStream(io.BytesIO(records), source), unit, None))
         return concat_blocks(blocks)

@@ -27,8 +27,9 @@ from ..ops.blocks import concat_blocks, take_rows
 from .batcher import FLUSH, cut_batches
 from .progress import Marks
 from ..queues import BoundedQueue
+from ..sources.base import Delivery
 
-__all__ = ["Pipeline"]
+__all__ = ["Pipeline", "PipelineDelivery"]
 
 _POLL = 0.05
 _ROUNDS_POLL = 0.005  # the batcher looks this often whether a round or pass has ended
@@ -96,7 +97,7 @@ class Pipeline:
 
     Parameters
     ----------
-    units : list of WorkUnit
+    units : list of Unit (ingest.sources)
         This shard's units, in order; repeated ``epochs`` times (0 = forever), in an order
         shuffled per epoch when ``shuffle`` is a seed.
     progress : Progress or None
@@ -501,3 +502,27 @@ class Pipeline:
             if t is not threading.current_thread():
                 t.join(max(0.0, deadline - time.monotonic()))
         return all(not t.is_alive() for t in self._threads)
+
+
+class PipelineDelivery(Delivery):
+    """The ``Delivery`` a unit source that assigns units (a consumer group member) gets of a running pipeline:
+    its progress over the units' indices (one epoch), its flush and whether it stops."""
+
+    def __init__(self, pipeline):
+        self._pipeline = pipeline
+        self._progress = pipeline.progress
+
+    def delivered(self, index):
+        return self._progress.delivered(0, index)
+
+    def resume(self, index):
+        return self._progress.resume(0, index)
+
+    def forget(self, index):
+        self._progress.forget(0, index)
+
+    def flush(self):
+        self._pipeline.flush()
+
+    def stopped(self):
+        return self._pipeline.stop.is_set()

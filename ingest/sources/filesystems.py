@@ -8,6 +8,7 @@ import fsspec.core
 
 from ..errors import ConfigError, SourceError
 from . import hdfs
+from .registry import schemes
 
 __all__ = ["url_to_fs", "open_url", "protocol_of", "check_writable"]
 
@@ -26,8 +27,9 @@ def url_to_fs(url):
     try:
         return fsspec.core.url_to_fs(url)
     except ValueError:  # fsspec: "Protocol not known"
+        own = "".join(f"{scheme}://, " for scheme in schemes())
         raise SourceError(f"{url}: unknown URL scheme {protocol_of(url)!r}; ingest reads local paths, file://, "
-                          f"hdfs://, kafka:// and any fsspec protocol whose package is installed "
+                          f"hdfs://, {own}and any fsspec protocol whose package is installed "
                           f"({', '.join(sorted(fsspec.available_protocols()))})", source=url) from None
     except ImportError as exc:
         raise SourceError(f"{url}: the {protocol_of(url)}:// filesystem of fsspec needs a package that is not "

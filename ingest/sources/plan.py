@@ -1,34 +1,28 @@
-"""The work units of a list of paths: files (whole, or byte ranges) and Kafka partitions, in the given order."""
-import dataclasses
+"""The work units of a list of paths, in the given order, each run of paths planned by its source."""
+import itertools
 import os
 
-from .files import expand_paths, plan_units
-from .kafka import KafkaOptions, is_kafka, kafka_units
+from .registry import scheme_of, source_for
 
-__all__ = ["plan_paths"]
+__all__ = ["plan_paths", "sources_of"]
 
 
-def plan_paths(paths, *, splittable, compression=None, task_num=1, unit_bytes=None, kafka=None):
-    """Work units of every path of ``paths`` in order (indices from 0): the files of a path (byte ranges of large
-    uncompressed ones when ``splittable``, as ``plan_units``), the partitions of a ``kafka://`` URL (``kafka``: the
-    reader's ``KafkaOptions``)."""
+def sources_of(paths):
+    """``[(source, scheme, urls)]``: ``paths`` in runs of consecutive URLs of one source."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
-    units, files = [], []
+    runs = []
+    for source, urls in itertools.groupby(map(os.fspath, paths), source_for):
+        urls = list(urls)
+        runs.append((source, scheme_of(urls[0]), urls))
+    return runs
 
-    def flush():
-        if files:
-            planned = plan_units(expand_paths(files), compression=compression, splittable=splittable,
-                                 task_num=task_num, unit_bytes=unit_bytes)
-            first = len(units)
-            units.extend(dataclasses.replace(u, index=first + i) for i, u in enumerate(planned))
-            files.clear()
 
-    for path in map(os.fspath, paths):
-        if is_kafka(path):
-            flush()
-            units.extend(kafka_units(path, kafka or KafkaOptions(), len(units)))
-        else:
-            files.append(path)
-    flush()
+def plan_paths(paths, *, splittable, compression=None, task_num=1, unit_bytes=None, options=None):
+    """Work units of every path of ``paths`` in order (indices from 0).  ``options``: each scheme's source
+    options (``ReaderOptions.sources``)."""
+    units = []
+    for source, scheme, urls in sources_of(paths):
+        units.extend(source.plan(urls, splittable=splittable, compression=compression, task_num=task_num,
+                                 unit_bytes=unit_bytes, options=(options or {}).get(scheme), first_index=len(units)))
     return units

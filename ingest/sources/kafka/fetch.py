@@ -17,10 +17,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._native import kafka as kernels
-from ..errors import ConfigError, SourceError
+from ..._native import kafka as kernels
+from ...errors import ConfigError, SourceError
 
-__all__ = ["Messages", "Cluster", "DirectFetch", "ConsumerFetch", "fetcher"]
+__all__ = ["Messages", "Cluster", "DirectFetch", "ConsumerFetch", "fetcher", "consumer"]
 
 FETCH_VERSION = 12     # the last Fetch that names topics (13+ use topic ids); Kafka 2.7 to 4.x
 METADATA_VERSION = 8
@@ -416,7 +416,6 @@ class ConsumerFetch:
     def __init__(self, url, brokers, topic, partition, config):
         from kafka import TopicPartition
 
-        from .kafka import consumer  # here: kafka.py imports this module
         self.url = url
         self.tp = TopicPartition(topic, partition)
         self.consumer = consumer(brokers, config)
@@ -446,3 +445,17 @@ class ConsumerFetch:
 
     def close(self):
         self.consumer.close()
+
+
+# fetches large enough that a partition streams at the parser's speed; an offset the broker no longer has
+# (retention) is an error, never a silent jump to another offset
+_FETCH = {"max_partition_fetch_bytes": 16 << 20, "fetch_max_bytes": 64 << 20, "auto_offset_reset": "none"}
+
+
+def consumer(brokers, config):
+    from kafka import KafkaConsumer
+    from kafka.errors import KafkaError
+    try:
+        return KafkaConsumer(bootstrap_servers=brokers, enable_auto_commit=False, **{**_FETCH, **config})
+    except KafkaError as exc:
+        raise SourceError(f"kafka://{','.join(brokers)}: cannot connect: {exc}", source=",".join(brokers)) from exc

@@ -27,9 +27,10 @@ import logging
 import threading
 import time
 
-from ..errors import SourceError
-from .kafka import (KafkaOptions, commit_metadata, committed_position, consumer, partition_unit, plan_offsets,
-                    topic_partitions)
+from ...errors import SourceError
+from .fetch import consumer
+from .offsets import commit_metadata, committed_position, plan_offsets, topic_partitions
+from .units import KafkaOptions, partition_unit
 
 __all__ = ["GroupMember", "Lease"]
 
@@ -71,15 +72,15 @@ class Lease:
     def resume_at_end(self):
         """The resume point within the message at ``end``: the lease's own when its stream was cut before
         reading past it (the rows of that message it started after are still delivered), else None."""
-        return self.unit.resume if self.end == self.unit.position[0] else None
+        return self.unit.resume if self.end == self.unit.first else None
 
 
 class GroupMember:
     """This reader in the consumer group ``options.group_id`` of ``topics``: hands out work units as partitions
     are assigned (``next_unit``), and cuts, drains and commits them as they are revoked.
 
-    ``start(pipeline)`` ties it to the pipeline whose ``progress`` (over the dynamic unit indices) tells what
-    the consumer was handed."""
+    ``start(delivery)`` ties it to the reader's pipeline, whose ``Delivery`` (over the dynamic unit indices)
+    tells what the consumer was handed."""
 
     def __init__(self, brokers, topics, options: KafkaOptions, planner):
         self.netloc = ",".join(brokers)
@@ -93,8 +94,7 @@ class GroupMember:
         self.drain_s = session_s / 2  # a revocation holds the group's rebalance up meanwhile
         self.lost_drain_s = _LOST_DRAIN_SESSIONS * session_s
         self.stuck_s = _STUCK_SESSIONS * session_s
-        self.progress = None
-        self.pipeline = None
+        self.delivery = None
         self._ends = {}                 # caught_up: the end offsets seen at startup
         if options.until == "caught_up":
             self._ends = planner.end_offsets(self._all_partitions())
@@ -123,9 +123,8 @@ class GroupMember:
             out.extend(TopicPartition(topic, p) for p in sorted(topic_partitions(self.planner, topic, self.url)))
         return out
 
-    def start(self, pipeline):
-        self.pipeline = pipeline
-        self.progress = pipeline.progress
+    def start(self, delivery):
+        self.delivery = delivery
         self._thread.start()
 
     # -- the membership thread ------------------------------------------------------------------
@@ -231,8 +230,8 @@ class GroupMember:
             lease.unit = dataclasses.replace(unit, index=self._next_index, lease=lease)
             self._next_index += 1
             chain = self._chains.setdefault(tp, [])
-            while chain and self.progress.delivered(0, chain[0].unit.index):  # delivered in order: forget them
-                self.progress.forget(0, chain.pop(0).unit.index)
+            while chain and self.delivery.delivered(chain[0].unit.index):  # delivered in order: forget them
+                self.delivery.forget(chain.pop(0).unit.index)
             chain.append(lease)
             self._queue.append(lease)
             self._cond.notify_all()
@@ -269,10 +268,10 @@ class GroupMember:
     def lease_closed(self, lease):
         """A live lease that gave its thread up goes on as a new lease, at the back of the queue."""
         if self.options.until == "forever" and not lease.revoked.is_set() and not self._closing.is_set() \
-                and not self.pipeline.stop.is_set():
+                and not self.delivery.stopped():
             self._queue_lease(lease.tp, lease.assignment,
                               dataclasses.replace(lease.unit, resume=lease.resume_at_end,
-                                                  position=(lease.end,) + lease.unit.position[1:], lease=None))
+                                                  first=lease.end, lease=None))
         with self._cond:
             self._cond.notify_all()
 
@@ -319,7 +318,7 @@ class GroupMember:
 
     def _drain_and_commit(self, tps, leases, as_member, bound_s):
         drained = self._drain([lease for lease in leases if lease.taken_at is not None], bound_s)
-        if not drained and not self.pipeline.stop.is_set():
+        if not drained and not self.delivery.stopped():
             log.warning("%s: partitions %s revoked from group %r: the consumer did not take the batches read "
                         "before the cut within %.0f s; committing what it was handed (the rest may be "
                         "delivered twice)", self.url, _names(tps), self.options.group_id, bound_s)
@@ -333,18 +332,18 @@ class GroupMember:
             return False
 
         def delivered():
-            return all(self.progress.delivered(0, lease.unit.index) for lease in started)
+            return all(self.delivery.delivered(lease.unit.index) for lease in started)
 
         while not delivered():
-            if self.pipeline.stop.is_set() or time.monotonic() > deadline:
+            if self.delivery.stopped() or time.monotonic() > deadline:
                 return False
-            self.pipeline.flush()  # the partial batch, and again until the units' completion came through
+            self.delivery.flush()  # the partial batch, and again until the units' completion came through
             self._wait(delivered, min(deadline, time.monotonic() + 0.2))
         return True
 
     def _wait(self, done, deadline):
         while not done():
-            if self.pipeline.stop.is_set() or time.monotonic() > deadline:
+            if self.delivery.stopped() or time.monotonic() > deadline:
                 return False
             time.sleep(0.01)
         return True
@@ -353,8 +352,8 @@ class GroupMember:
         """``(offset, byte in message, rows of that group)`` the consumer was handed up to in a partition."""
         chain = self._chains[tp]  # after a yield the previous lease may still be in flight
         for lease in chain:
-            if not self.progress.delivered(0, lease.unit.index):
-                return _flat(self.progress.resume(0, lease.unit.index) or lease.unit.resume, lease.unit.position[0])
+            if not self.delivery.delivered(lease.unit.index):
+                return _flat(self.delivery.resume(lease.unit.index) or lease.unit.resume, lease.unit.first)
         return _flat(chain[-1].resume_at_end, chain[-1].end)
 
     def commit(self):

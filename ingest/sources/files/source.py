@@ -1,0 +1,145 @@
+"""Files through fsspec: expansion of paths, planning them as whole files or byte ranges, opening them."""
+import os
+from dataclasses import dataclass
+
+from ...errors import ConfigError, SourceError
+from ..base import Source, Unit
+from ..compression import decompressed, infer_compression
+from ..filesystems import url_to_fs
+from ..hdfs import check_reachable
+from .streams import FileStream, RangeStream, ReadAhead, skip
+
+__all__ = ["FileRange", "FileSource", "expand_paths", "plan_units", "open_file"]
+
+_GLOB_CHARS = "*?["
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class FileRange(Unit):
+    """A file, or a nominal byte range ``[start, end)`` of one uncompressed file (``end`` None: to the end of the
+    file; the format aligns a range to its records or groups).  A resume position is a byte offset of the
+    (decompressed) stream."""
+
+    index: int
+    url: str
+    start: int
+    end: int | None
+    size: int | None
+    compression: str | None
+    resume: object = None
+
+    @property
+    def whole(self):
+        return self.start == 0 and self.end is None
+
+    @property
+    def stream_start(self):
+        return 0 if self.resume is None else self.resume[0]
+
+    def ident(self):
+        return [self.index, self.url, self.start, self.end, self.size, self.compression]
+
+    def open(self):
+        return open_file(self)
+
+
+class FileSource(Source):
+    """Local paths, ``file://``, ``hdfs://`` and every fsspec protocol: directories and globs expanded, large
+    uncompressed files of a splittable format cut into byte ranges."""
+
+    def plan(self, urls, *, splittable, compression, task_num, unit_bytes, options, first_index):
+        planned = plan_units(expand_paths(urls), compression=compression, splittable=splittable,
+                             task_num=task_num, unit_bytes=unit_bytes)
+        return [FileRange(first_index + u.index, u.url, u.start, u.end, u.size, u.compression) for u in planned]
+
+
+def _hidden(path):
+    name = path.rstrip("/").rsplit("/", 1)[-1]
+    return name.startswith(".") or name.startswith("_")
+
+
+def expand_paths(paths):
+    """Expand files, directories (recursively, hidden and ``_`` files skipped) and globs.
+
+    Returns a list of ``(url, size)``, each path's files sorted, paths in the given order.
+    A path that matches nothing is a ``SourceError``.
+    """
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    if not paths:
+        raise ConfigError("paths=[]: expected at least one file, directory, glob or URL")
+    out = []
+    for path in paths:
+        path = os.fspath(path)
+        check_reachable(path)
+        fs, root = url_to_fs(path)
+        protocol = fs.protocol[0] if isinstance(fs.protocol, (tuple, list)) else fs.protocol
+        try:
+            if any(c in root for c in _GLOB_CHARS):
+                found = sorted(p for p in fs.glob(root) if not fs.isdir(p))
+            elif fs.isdir(root):
+                found = sorted(p for p in fs.find(root) if not _hidden(p))
+            elif fs.exists(root):
+                found = [root]
+            else:
+                found = []
+            infos = [(p, fs.size(p)) for p in found]
+        except OSError as exc:
+            raise SourceError(f"{path}: {exc}", source=path) from exc
+        if not infos:
+            raise SourceError(f"{path}: no such file, or nothing matches", source=path)
+        for p, size in infos:
+            url = p if protocol in ("file", "local") else fs.unstrip_protocol(p)
+            out.append((url, size))
+    return out
+
+
+def plan_units(files, *, compression=None, splittable=True, task_num=1, unit_bytes=None):
+    """Cut files into work units.
+
+    Uncompressed files of a splittable format are cut into byte ranges of about
+    ``unit_bytes`` (default: total / (8 * task_num), within 1..64 MiB), so that every
+    shard has several units.  The plan depends only on the files and ``task_num``, so
+    every worker of a job computes the same one.
+    """
+    total = sum(size or 0 for _, size in files)
+    if unit_bytes is None:
+        unit_bytes = min(64 * MIB, max(MIB, total // (8 * max(task_num, 1)) + 1))
+    units = []
+    for url, size in files:
+        codec = compression if compression is not None else infer_compression(url)
+        if codec is None and splittable and size and size > unit_bytes:
+            n = -(-size // unit_bytes)
+            step = -(-size // n)
+            for k in range(n):
+                end = None if k == n - 1 else (k + 1) * step
+                units.append(FileRange(len(units), url, k * step, end, size, None))
+        else:
+            units.append(FileRange(len(units), url, 0, None, size, codec))
+    return units
+
+
+def open_file(unit):
+    """The unit's file opened for binary reading, decompressed, as a ``FileStream``.  Errors become
+    ``SourceError``.
+
+    A compressed unit is decompressed a few chunks ahead on a thread of its own
+    (``ReadAhead``), so that decompression overlaps with parsing.  A whole unit that resumes
+    is positioned at ``unit.stream_start`` (a compressed file by decompressing up to there).
+    An hdfs-native file is read through ranged streams (``RangeStream``).  It gets no read-ahead
+    thread when uncompressed: the stream already fetches ahead, and the extra thread halved the
+    throughput of the parse workers.
+    """
+    try:
+        fs, path = url_to_fs(unit.url)
+        f = fs.open(path, "rb")
+        if hasattr(f, "read_range_stream"):
+            f = RangeStream(f, unit.url, unit.end)
+        if unit.compression:
+            f = ReadAhead(decompressed(f, unit.compression), unit.url, under=f)
+    except (OSError, ValueError) as exc:
+        raise SourceError(f"{unit.url}: cannot open: {exc}", source=unit.url) from exc
+    if unit.whole and unit.stream_start:
+        skip(f, unit.stream_start, unit.url)
+    return FileStream(f, unit.url, decompressed=unit.compression is not None)
