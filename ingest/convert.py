@@ -19,7 +19,8 @@ import uuid
 
 import numpy as np
 
-from ._native.encode import identical_features, write_text_rows
+from ._native.encode import identical_features
+from ._native.text_write import write_text_rows
 from .discover import scan_features
 from . import warmup
 from .errors import ConfigError, DataError, SourceError

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._native.encode import last_newline, scan_names
+from ._native.scan import last_newline, scan_names
 from ._native.names import build_name_table
 from ._native.protobuf import scan_record_names
 from .errors import DataError

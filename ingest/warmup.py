@@ -27,13 +27,13 @@ _log = logging.getLogger("ingest")
 KERNELS = {
     "text": (("text", ("parse_text_chunk",)), ("columns", ("count_rows", "fill_rows"))),
     "pb": (("protobuf", ("decode_chunk",)), ("columns", ("region_offsets", "region_room", "region_decoded"))),
-    "scan-text": (("encode", ("scan_names",)),),
+    "scan-text": (("scan", ("scan_names",)),),
     "scan-pb": (("protobuf", ("scan_record_names",)),),
     "batch": (("batch", ("copy_piece", "measure_piece", "pad_batch", "feature_bases")),),
     "unique": (("unique", ("unique_ids_of_batch",)),),
     "dsl": (("dsl", ("run_plan",)),),
     "write-pb": (("encode", ("encode_groups", "identical_features")),),
-    "write-text": (("encode", ("write_text_rows",)),),
+    "write-text": (("text_write", ("write_text_rows",)),),
 }
 SECONDS = {"text": 10, "pb": 16, "scan-text": 2, "scan-pb": 5, "batch": 4, "unique": 3, "dsl": 5, "write-pb": 8,
            "write-text": 6}

@@ -1,24 +1,16 @@
-"""Kernels of ``ingest convert``: find every feature of text input, write blocks as records or lines.
+"""Kernels that write blocks as protobuf records (``ingest convert`` to pb and spb, ``produce``).
 
-``scan_names`` walks text lines for feature names not yet known (so conversion can declare
-every feature before reading, and lose none).  ``encode_groups`` writes the sample groups
-of a block as length-prefixed ``SampleGroup`` records with structured compression (aux
-features once per distinct aux line of a group) or as ``SampleSimple`` records.  Sizes of
-nested messages are computed before writing, so every length prefix is minimal.
-``write_text_rows`` writes samples as text lines, floats in the fewest digits that read
-back to the same float32.
+``encode_groups`` writes the sample groups of a block as length-prefixed ``SampleGroup`` records with
+structured compression (aux features once per distinct aux line of a group) or as ``SampleSimple`` records.
+Sizes of nested messages are computed before writing, so every length prefix is minimal.  Text output is
+``text_write.py``'s, the scan of text input for its features ``scan.py``'s.
 """
-import math
-
 import numpy as np
 from numba import njit
 
 from .index import _u
 from .jit import helper, inline
-from .names import lookup_name
-from .numbers import scan_float
-
-_PIPE, _NL, _AT, _SEMI, _COMMA = 124, 10, 64, 59, 44
+from .text_write import _int_digits, _put_bytes, _put_int_text
 
 # side of a line: the features it carries
 MAIN = 0
@@ -29,88 +21,6 @@ ALL = 2
 _AUX_LOOKBACK = 8
 
 _TIMESTAMP_ENTRY_KEY = np.frombuffer(b"\x0a\x09timestamp", np.uint8).copy()
-
-
-_SPECIAL = np.zeros(256, np.uint8)  # bytes scan_names must look at
-for _c in (_PIPE, _NL, _AT, _SEMI, _COMMA):
-    _SPECIAL[_c] = 1
-
-
-@helper
-def scan_names(buf, start, end, sp_slots, sp_names, sp_off, dn_slots, dn_names, dn_off, labels_seen):
-    """Find the first feature name in the lines of ``buf[start:end]`` that neither table knows.
-
-    Returns ``(resume, kind, name_start, name_end, width)``: ``kind`` 0 when every name is
-    known (``resume == end``), 1 for a sparse name, 2 for a dense one with ``width``
-    floats; ``resume`` is the start of its line.  ``labels_seen[0]``/``[1]`` keep the
-    fewest and most labels of a line.  One pass over the bytes, most of them only
-    classified through a table; malformed lines are passed over (reading them reports them).
-    """
-    p = start
-    while p < end:
-        line = p
-        field = 0
-        entry = p      # start of the current sparse/dense entry
-        named = False  # the entry's name was looked up
-        labels_a = labels_b = -1
-        commas = 0
-        while p < end:
-            c = buf[_u(p)]
-            if _SPECIAL[c] == 0:
-                p += 1
-                continue
-            if c == _NL:
-                break
-            if c == _PIPE:
-                field += 1
-                entry = p + 1
-                named = False
-                if field == 4:
-                    labels_a = p + 1
-                elif field == 5:
-                    labels_b = p
-            elif (field == 2 or field == 3) and not named:
-                if c == _AT:
-                    named = True
-                    if field == 2:
-                        known = lookup_name(buf, entry, p, sp_slots, sp_names, sp_off) >= 0
-                    else:
-                        known = lookup_name(buf, entry, p, dn_slots, dn_names, dn_off) >= 0
-                    if not known:
-                        width = 1
-                        q = p + 1
-                        while q < end and buf[_u(q)] != _SEMI and buf[_u(q)] != _PIPE and buf[_u(q)] != _NL:
-                            width += buf[_u(q)] == _COMMA
-                            q += 1
-                        return line, field - 1, entry, p, width
-                elif c == _SEMI:
-                    entry = p + 1
-            elif field == 2 or field == 3:
-                if c == _SEMI:
-                    entry = p + 1
-                    named = False
-            elif field == 4 and c == _COMMA:
-                commas += 1
-            p += 1
-        if field >= 4:
-            if labels_b < 0:
-                labels_b = p if p == line or buf[_u(p - 1)] != 13 else p - 1
-            n = 0 if labels_b <= labels_a else commas + 1
-            if n < labels_seen[0]:
-                labels_seen[0] = n
-            if n > labels_seen[1]:
-                labels_seen[1] = n
-        p += 1
-    return end, 0, 0, 0, 0
-
-
-@helper
-def last_newline(buf, n):
-    """Index of the last ``\\n`` in ``buf[:n]``, or -1."""
-    for p in range(n - 1, -1, -1):
-        if buf[_u(p)] == _NL:
-            return p
-    return -1
 
 
 @inline
@@ -148,45 +58,9 @@ def _put_f32(out, p, v, bits):
 
 
 @inline
-def _put_bytes(out, p, src, a, b):
-    for k in range(b - a):
-        out[_u(p + k)] = src[_u(a + k)]
-    return p + b - a
-
-
-@inline
 def _entry(body):
     """Size of a length-delimited field (one-byte tag) with a body of ``body`` bytes."""
     return 1 + _vlen(body) + body
-
-
-@helper
-def _int_digits(v):
-    """Characters of ``v`` in base 10 (with its sign)."""
-    n = 1 if v >= 0 else 2
-    while v >= 10 or v <= -10:
-        v = -(v // -10) if v < 0 else v // 10  # truncating, so INT64_MIN never overflows
-        n += 1
-    return n
-
-
-@helper
-def _put_int_text(out, p, v):
-    n = _int_digits(v)
-    q = p + n - 1
-    if v < 0:
-        out[_u(p)] = 45  # '-'
-        while v != 0:
-            out[_u(q)] = np.uint8(48 - v % -10)
-            v = -(v // -10)
-            q -= 1
-        return p + n
-    while True:
-        out[_u(q)] = np.uint8(48 + v % 10)
-        v //= 10
-        q -= 1
-        if v == 0:
-            return p + n
 
 
 _NO_HKEYS = np.empty(0, np.int64)  # text input has no high keys
@@ -527,172 +401,3 @@ def identical_features(group_offsets, offsets, keys, values, dense, dn_base, dn_
                 for r in range(r0 + 1, r1):
                     if dense[r, c] != dense[r0, c]:
                         differs[j] = True
-
-
-_NAN_TEXT = np.frombuffer(b"nan", np.uint8).copy()
-_INF_TEXT = np.frombuffer(b"inf", np.uint8).copy()
-
-
-@helper
-def _digits_text(out, p, m, n):
-    """The ``n`` decimal digits of ``m`` (zero-padded on the left) at ``out[p:p+n]``."""
-    for k in range(n - 1, -1, -1):
-        out[_u(p + k)] = np.uint8(48 + m % 10)
-        m //= 10
-    return p + n
-
-
-@helper
-def _decimal_text(out, p, neg, m, n, s):
-    """``-``? then ``m * 10**-s`` (``m`` of ``n`` digits, no trailing zero when ``s > 0``)."""
-    if neg:
-        out[_u(p)] = 45
-        p += 1
-    e = n - 1 - s  # decimal exponent of the first digit
-    if e < -7 or e > 15:
-        p = _digits_text(out, p, m, n)
-        out[_u(p)] = 101  # 'e'
-        return _put_int_text(out, p + 1, -s)
-    if s <= 0:
-        p = _digits_text(out, p, m, n)
-        for _ in range(-s):
-            out[_u(p)] = 48
-            p += 1
-        return p
-    if s >= n:
-        out[_u(p)] = 48
-        out[_u(p + 1)] = 46
-        p += 2
-        for _ in range(s - n):
-            out[_u(p)] = 48
-            p += 1
-        return _digits_text(out, p, m, n)
-    head = n - s
-    div = 1
-    for _ in range(s):
-        div *= 10
-    p = _digits_text(out, p, m // div, head)
-    out[_u(p)] = 46
-    return _digits_text(out, p + 1, m % div, s)
-
-
-@helper
-def put_float_text(out, p, v):
-    """Write float32 ``v`` in the fewest significant digits that ``scan_float`` reads back exactly."""
-    f = np.float32(v)
-    if f != f:
-        return _put_bytes(out, p, _NAN_TEXT, 0, 3)
-    neg = f < 0 or (f == 0 and math.copysign(1.0, f) < 0)
-    if neg:
-        out[_u(p)] = 45
-    if f == 0:
-        out[_u(p + neg)] = 48
-        return p + neg + 1
-    x = abs(np.float64(f))
-    if x == np.inf:
-        return _put_bytes(out, p + neg, _INF_TEXT, 0, 3)
-    e = int(math.floor(math.log10(x)))
-    for n in range(1, 10):
-        s = n - 1 - e
-        m = np.int64(round(x * 10.0 ** s) if s <= 300 else round(x * 10.0 ** 300 * 10.0 ** (s - 300)))
-        nd = n
-        if m >= 10 ** n:  # x rounded up to the next power of ten
-            m //= 10
-            s -= 1
-        while s > 0 and m % 10 == 0 and m > 0:
-            m //= 10
-            s -= 1
-            nd -= 1
-        if m == 0:
-            continue
-        q = _decimal_text(out, p, neg, m, nd, s)
-        back, status = scan_float(out, p, q)
-        if status == 0 and np.float32(back) == f:
-            return q
-    return q  # 9 significant digits always read back; not reached
-
-
-@helper
-def write_text_rows(r, nrows, sid_bytes, sid_off, gid, starts, ends, keys, values, sp_name, sp_name_off, dense,
-                    dn_name, dn_name_off, dn_base, dn_width, labels, timestamps, out, pos):
-    """Write samples ``r..nrows-1`` as text lines into ``out[pos:]``.
-
-    Sample ``r``'s sparse feature ``f`` is ``keys[starts[f, r]:ends[f, r]]``; ``gid[r]`` is its
-    group number, -1 for a group of its own (empty group id).  A value of 1.0 and a dense
-    row of zeros are left out (they read back the same).  Returns ``(next row, pos)``,
-    stopping when the next line might not fit.
-    """
-    nsp = starts.shape[0]
-    while r < nrows:
-        worst = sid_off[r + 1] - sid_off[r] + 64 + labels.shape[1] * 17
-        for f in range(nsp):
-            worst += sp_name_off[f + 1] - sp_name_off[f] + 2 + (ends[f, r] - starts[f, r]) * 40
-        for d in range(len(dn_width)):
-            worst += dn_name_off[d + 1] - dn_name_off[d] + 2 + dn_width[d] * 17
-        if pos + worst > len(out):
-            return r, pos
-        p = _put_bytes(out, pos, sid_bytes, sid_off[r], sid_off[r + 1])
-        out[_u(p)] = _PIPE
-        p += 1
-        if gid[r] >= 0:
-            p = _put_int_text(out, p, gid[r])
-        out[_u(p)] = _PIPE
-        p += 1
-        first = True
-        for f in range(nsp):
-            a = starts[f, r]
-            b = ends[f, r]
-            if a == b:
-                continue
-            if not first:
-                out[_u(p)] = _SEMI
-                p += 1
-            first = False
-            p = _put_bytes(out, p, sp_name, sp_name_off[f], sp_name_off[f + 1])
-            out[_u(p)] = _AT
-            p += 1
-            for i in range(a, b):
-                if i > a:
-                    out[_u(p)] = _COMMA
-                    p += 1
-                p = _put_int_text(out, p, keys[i])
-                if values[i] != 1.0:
-                    out[_u(p)] = 58  # ':'
-                    p = put_float_text(out, p + 1, values[i])
-        out[_u(p)] = _PIPE
-        p += 1
-        first = True
-        for d in range(len(dn_width)):
-            c0 = dn_base[d]
-            present = False
-            for c in range(c0, c0 + dn_width[d]):
-                present |= dense[r, c] != 0.0
-            if not present:
-                continue
-            if not first:
-                out[_u(p)] = _SEMI
-                p += 1
-            first = False
-            p = _put_bytes(out, p, dn_name, dn_name_off[d], dn_name_off[d + 1])
-            out[_u(p)] = _AT
-            p += 1
-            for c in range(c0, c0 + dn_width[d]):
-                if c > c0:
-                    out[_u(p)] = _COMMA
-                    p += 1
-                p = put_float_text(out, p, dense[r, c])
-        out[_u(p)] = _PIPE
-        p += 1
-        for c in range(labels.shape[1]):
-            if c:
-                out[_u(p)] = _COMMA
-                p += 1
-            p = put_float_text(out, p, labels[r, c])
-        out[_u(p)] = _PIPE
-        p += 1
-        if timestamps[r] != 0:
-            p = _put_int_text(out, p, timestamps[r])
-        out[_u(p)] = _NL
-        pos = p + 1
-        r += 1
-    return r, pos

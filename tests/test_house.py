@@ -40,3 +40,11 @@ def test_the_kernels_import_nothing_of_ingest():
                 assert not node.module.startswith("ingest"), f"{path.name} imports {node.module}"
             if isinstance(node, ast.Import):
                 assert not any(a.name.startswith("ingest") for a in node.names), f"{path.name} imports ingest"
+
+
+def test_no_module_over_600_lines():
+    """A module that outgrows 600 lines holds more than one idea: split it where the ideas part."""
+    modules = sorted([*(ROOT / "ingest").rglob("*.py"), *(ROOT / "native").glob("*.py")])
+    long = {str(p.relative_to(ROOT)): n for p in modules
+            if p.name != "sample_pb2.py" and (n := len(p.read_text().splitlines())) > 600}
+    assert long == {}
