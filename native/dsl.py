@@ -51,7 +51,7 @@ _LOG_EPS = 1e-8
 
 @inline
 def _cross(a, b):
-    x = mix64(np.uint64(a) + _GOLDEN) ^ np.uint64(b)
+    x = mix64(np.uint64(np.int64(a)) + _GOLDEN) ^ np.uint64(np.int64(b))  # wrapping, as Python too
     return np.int64(mix64(x) >> np.uint64(1))
 
 

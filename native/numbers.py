@@ -135,7 +135,7 @@ def scan_float(buf, i, end):
         e = 0
         while k < end and 48 <= buf[_u(k)] <= 57:
             if e < 100000:
-                e = e * 10 + (buf[_u(k)] - 48)
+                e = e * 10 + (np.int64(buf[_u(k)]) - 48)
             k += 1
         exp10 += -e if eneg else e
     if k != end:

@@ -1,8 +1,10 @@
-"""House rules, checked with every test run: layers that only look down, lint, kernels that import nothing of
-ingest."""
+"""House rules, checked with every test run: layers that only look down, lint, types, kernels that import nothing
+of ingest and pass their twin tests as plain Python, modules of one idea."""
 import ast
+import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -48,3 +50,18 @@ def test_no_module_over_600_lines():
     long = {str(p.relative_to(ROOT)): n for p in modules
             if p.name != "sample_pb2.py" and (n := len(p.read_text().splitlines())) > 600}
     assert long == {}
+
+
+# the tests that compare kernels with their slow twins (and the reader paths over them)
+TWIN_TESTS = ["tests/test_text_kernel.py", "tests/test_protobuf.py", "tests/test_dsl.py", "tests/test_unique.py",
+              "tests/test_batcher.py"]
+
+
+def test_twin_tests_pass_with_the_kernels_as_python():
+    """``NUMBA_DISABLE_JIT=1``: the kernels run as Python, where an index past an array's end raises and integer
+    arithmetic is checked, which compiled code lets pass (numpy's overflow warnings are left out: the digit
+    accumulators wrap on purpose, and their callers count digits)."""
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W",
+                           "ignore::RuntimeWarning", *TWIN_TESTS], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "NUMBA_DISABLE_JIT": "1"})
+    assert done.returncode == 0, done.stdout[-6000:]

@@ -42,7 +42,7 @@ class BufferPool:
         """A C-contiguous array of ``shape`` and ``dtype`` over a pooled buffer (contents undefined)."""
         dtype = np.dtype(dtype)
         count = math.prod(shape) if isinstance(shape, tuple) else shape
-        size = max(_MIN_BYTES, 1 << (count * dtype.itemsize - 1).bit_length())
+        size = max(_MIN_BYTES, 1 << (int(count) * dtype.itemsize - 1).bit_length())  # int: a kernel's count
         with self._lock:
             queue = self._classes.setdefault(size, deque())
             buf = None
