@@ -1,5 +1,6 @@
 """Helpers shared by the benchmarks: the synthetic input files under ``benchmarks/out/``,
 a description of the machine, the JSON report, markdown tables."""
+
 import argparse
 import datetime
 import json
@@ -15,8 +16,18 @@ import numpy as np
 from ingest import synthetic
 from ingest.cli.bench import measure
 
-__all__ = ["OUT", "RESULTS", "arguments", "synthetic_file", "synthetic_inputs", "machine", "save_report", "measured_on",
-           "markdown_table", "alternated_runs"]
+__all__ = [
+    "OUT",
+    "RESULTS",
+    "arguments",
+    "synthetic_file",
+    "synthetic_inputs",
+    "machine",
+    "save_report",
+    "measured_on",
+    "markdown_table",
+    "alternated_runs",
+]
 
 OUT = Path(__file__).resolve().parent / "out"  # input files, git-ignored
 RESULTS = Path(__file__).resolve().parent / "results"  # what each benchmark measured last, kept in git
@@ -52,6 +63,7 @@ def synthetic_inputs(samples):
     ``{"text": (path, "txt", set()), "pb": (path, "pb", aux)}``, with the aux feature names to declare in
     table 1."""
     from ingest.convert import convert
+
     text = synthetic_file(samples)
     pb = OUT / f"{text.stem}.pb"
     aux = set(convert([str(text)], str(pb), aux="auto", log=lambda *_: None)["aux"])
@@ -66,8 +78,13 @@ def machine():
             cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    return {"nproc": os.cpu_count(), "cpu": cpu, "python": platform.python_version(),
-            "numpy": np.__version__, "numba": numba.__version__}
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "numba": numba.__version__,
+    }
 
 
 def save_report(name, **fields):
@@ -103,6 +120,7 @@ def alternated_runs(makers, samples, runs, warmups=1):
     medians of the per-round ratios, by wall time and by CPU time of the whole process.
     Every run must deliver ``samples`` samples.
     """
+
     def run(make):
         made = make()
         return made if isinstance(made, dict) else measure(made)
@@ -122,12 +140,15 @@ def alternated_runs(makers, samples, runs, warmups=1):
     out = {}
     for name in makers:
         runs_of = [r[name] for r in rounds]
-        out[name] = {"samples_per_s": statistics.median(r["samples_per_s"] for r in runs_of),
-                     "mb_per_s": statistics.median(r["mb_per_s"] for r in runs_of),
-                     "samples_per_cpu_s": statistics.median(r["samples_per_cpu_s"] for r in runs_of),
-                     "cores": statistics.median(r["cpu_seconds"] / r["seconds"] for r in runs_of),
-                     "runs": [r["samples_per_s"] for r in runs_of],
-                     "ratio": statistics.median(r[name]["samples_per_s"] / r[first]["samples_per_s"] for r in rounds),
-                     "cpu_ratio": statistics.median(r[name]["samples_per_cpu_s"] / r[first]["samples_per_cpu_s"]
-                                                    for r in rounds)}
+        out[name] = {
+            "samples_per_s": statistics.median(r["samples_per_s"] for r in runs_of),
+            "mb_per_s": statistics.median(r["mb_per_s"] for r in runs_of),
+            "samples_per_cpu_s": statistics.median(r["samples_per_cpu_s"] for r in runs_of),
+            "cores": statistics.median(r["cpu_seconds"] / r["seconds"] for r in runs_of),
+            "runs": [r["samples_per_s"] for r in runs_of],
+            "ratio": statistics.median(r[name]["samples_per_s"] / r[first]["samples_per_s"] for r in rounds),
+            "cpu_ratio": statistics.median(
+                r[name]["samples_per_cpu_s"] / r[first]["samples_per_cpu_s"] for r in rounds
+            ),
+        }
     return out

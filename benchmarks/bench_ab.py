@@ -10,6 +10,7 @@ writes ``benchmarks/results/bench_ab.json``.
 
     python benchmarks/bench_ab.py --old main --new exp/cores-pipeline [--rounds 4] [--samples 120000] [--formats pb]
 """
+
 import argparse
 import json
 import os
@@ -46,8 +47,9 @@ def child(text, pb, aux, configs):
 def tree(revision, into):
     """``ingest/`` and ``native/`` of ``revision`` under ``into``, native as ``ingest/_native``."""
     into.mkdir()
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", revision, "ingest", "native"],
-                             check=True, capture_output=True).stdout
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", revision, "ingest", "native"], check=True, capture_output=True
+    ).stdout
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
     (into / "native").rename(into / "ingest" / "_native")
     return into
@@ -80,10 +82,13 @@ def main(argv=None):
         trees = {side: tree(rev, Path(tmp, side).resolve()) for side, rev in (("old", args.old), ("new", args.new))}
         for _ in range(args.rounds):
             for side, where in trees.items():
-                run = subprocess.run([sys.executable, __file__, "--child", str(text), str(pb), ",".join(aux),
-                                      "--formats", args.formats],
-                                     env={**os.environ, "PYTHONPATH": f"{where}{os.pathsep}{Path(__file__).parent}"},
-                                     cwd=tmp, capture_output=True, text=True)
+                run = subprocess.run(
+                    [sys.executable, __file__, "--child", str(text), str(pb), ",".join(aux), "--formats", args.formats],
+                    env={**os.environ, "PYTHONPATH": f"{where}{os.pathsep}{Path(__file__).parent}"},
+                    cwd=tmp,
+                    capture_output=True,
+                    text=True,
+                )
                 if run.returncode:
                     raise SystemExit(f"{side} ({getattr(args, side)}) failed:\n{run.stderr[-3000:]}")
                 results[side].append(dict(zip(configs, json.loads(run.stdout.splitlines()[-1]))))
@@ -94,11 +99,14 @@ def main(argv=None):
     rows = []
     for fmt, threads, unique in configs:
         c = (fmt, threads, unique)
-        rows.append([fmt, threads, "on" if unique else "off"]
-                    + [f"{median(side, lambda r: r[c]):,.0f}" for side in ("old", "new")]
-                    + [f"{statistics.median(n[c] / o[c] for o, n in zip(results['old'], results['new'])):.2f}x"])
-    print(markdown_table(["format", "threads", "unique ids", f"old ({args.old})", f"new ({args.new})", "new / old"],
-                         rows))
+        rows.append(
+            [fmt, threads, "on" if unique else "off"]
+            + [f"{median(side, lambda r: r[c]):,.0f}" for side in ("old", "new")]
+            + [f"{statistics.median(n[c] / o[c] for o, n in zip(results['old'], results['new'])):.2f}x"]
+        )
+    print(
+        markdown_table(["format", "threads", "unique ids", f"old ({args.old})", f"new ({args.new})", "new / old"], rows)
+    )
     summary = []
     for fmt in formats:
         for side in ("old", "new"):
@@ -106,10 +114,18 @@ def main(argv=None):
             cost = [median(side, lambda r: 1 - r[(fmt, t, True)] / r[(fmt, t, False)]) for t in (1, 2)]
             summary.append([fmt, side, f"{scaling[0]:.2f}x", f"{scaling[1]:.2f}x", f"{cost[0]:.0%}", f"{cost[1]:.0%}"])
     print()
-    print(markdown_table(["format", "revision", "2t / 1t", "2t / 1t, unique", "unique cost 1t", "unique cost 2t"],
-                         summary))
-    save_report("bench_ab", old=args.old, new=args.new, configs=configs,
-                samples_per_s={side: [[r[c] for c in configs] for r in runs] for side, runs in results.items()})
+    print(
+        markdown_table(
+            ["format", "revision", "2t / 1t", "2t / 1t, unique", "unique cost 1t", "unique cost 2t"], summary
+        )
+    )
+    save_report(
+        "bench_ab",
+        old=args.old,
+        new=args.new,
+        configs=configs,
+        samples_per_s={side: [[r[c] for c in configs] for r in runs] for side, runs in results.items()},
+    )
 
 
 if __name__ == "__main__":

@@ -17,8 +17,7 @@ median of the per-round ratios.  Writes ``benchmarks/results/bench_dsl.json``.
     python benchmarks/bench_dsl.py [--samples 120000] [--runs 5]
 """
 
-from _common import (RESULTS, alternated_runs, arguments, markdown_table, measured_on, save_report,
-                     synthetic_inputs)
+from _common import RESULTS, alternated_runs, arguments, markdown_table, measured_on, save_report, synthetic_inputs
 from bench_pb import reader_for
 
 CROSSES = {
@@ -42,20 +41,31 @@ def main(argv=None):
     aux = inputs["pb"][2]
     results = {}
     for name, spec in inputs.items():
-        results[name] = alternated_runs({"plain": lambda s=spec: reader_for(*s),
-                                         "dsl": lambda s=spec: with_crosses(reader_for(*s))},
-                                        args.samples, args.runs)
-    report = save_report("bench_dsl", samples=args.samples, runs=args.runs, crosses=CROSSES, aux=sorted(aux),
-                         read=results)
-    print(f"{args.samples:,} samples, 1 parse thread, batch_size 1024, median of {args.runs} rounds; "
-          f"{measured_on(report)}\n")
+        results[name] = alternated_runs(
+            {"plain": lambda s=spec: reader_for(*s), "dsl": lambda s=spec: with_crosses(reader_for(*s))},
+            args.samples,
+            args.runs,
+        )
+    report = save_report(
+        "bench_dsl", samples=args.samples, runs=args.runs, crosses=CROSSES, aux=sorted(aux), read=results
+    )
+    print(
+        f"{args.samples:,} samples, 1 parse thread, batch_size 1024, median of {args.runs} rounds; "
+        f"{measured_on(report)}\n"
+    )
     rows = []
     for name, r in results.items():
         plain, dsl = r["plain"], r["dsl"]
-        rows.append([name, f"{plain['samples_per_s']:,.0f}", f"{dsl['samples_per_s']:,.0f}",
-                     f"{1 - dsl['ratio']:.1%}", f"{1 - dsl['cpu_ratio']:.1%}"])
-    print(markdown_table(["input", "samples/s without", "samples/s with 4 crosses", "cost (wall)",
-                          "cost (CPU)"], rows))
+        rows.append(
+            [
+                name,
+                f"{plain['samples_per_s']:,.0f}",
+                f"{dsl['samples_per_s']:,.0f}",
+                f"{1 - dsl['ratio']:.1%}",
+                f"{1 - dsl['cpu_ratio']:.1%}",
+            ]
+        )
+    print(markdown_table(["input", "samples/s without", "samples/s with 4 crosses", "cost (wall)", "cost (CPU)"], rows))
     print(f"JSON: {RESULTS / 'bench_dsl.json'}")
 
 

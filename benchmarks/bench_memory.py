@@ -8,6 +8,7 @@ the RSS at 25 % (exit 1 otherwise).
 
     python benchmarks/bench_memory.py [--samples 800000]
 """
+
 import os
 import sys
 
@@ -68,12 +69,18 @@ def main(argv=None):
     ratio = peak / at[25]
 
     m = machine()
-    print(f"{args.samples:,} samples, {path.stat().st_size / 1e6:,.1f} MB, threads {THREADS}, "
-          f"batch_size {BATCH_SIZE}; {m['nproc']} cores ({m['cpu']})\n")
-    print(markdown_table(["read", "RSS (MB)"],
-                         [["before startup", f"{before:,.0f}"]]
-                         + [[f"{p} %", f"{at[p]:,.0f}"] for p in POINTS]
-                         + [["peak", f"{peak:,.0f}"]]))
+    print(
+        f"{args.samples:,} samples, {path.stat().st_size / 1e6:,.1f} MB, threads {THREADS}, "
+        f"batch_size {BATCH_SIZE}; {m['nproc']} cores ({m['cpu']})\n"
+    )
+    print(
+        markdown_table(
+            ["read", "RSS (MB)"],
+            [["before startup", f"{before:,.0f}"]]
+            + [[f"{p} %", f"{at[p]:,.0f}"] for p in POINTS]
+            + [["peak", f"{peak:,.0f}"]],
+        )
+    )
     passed = ratio <= LIMIT
     print(f"\npeak / RSS at 25 %: {ratio:.3f} (limit {LIMIT}): {'PASS' if passed else 'FAIL'}")
     return 0 if passed else 1

@@ -12,6 +12,7 @@ wall time counts and CPU time does not.  Prints markdown tables and writes
 
     python benchmarks/bench_pb.py [--samples 120000] [--runs 5]
 """
+
 import statistics
 import time
 
@@ -55,20 +56,47 @@ def main(argv=None):
         convert([str(text)], str(OUT / f"{text.stem}{suffix}"), aux="auto", **quiet)
     files = {"text": text, "pb": OUT / f"{text.stem}.pb", "pb.zst": pb_zst, "pb.lz4": OUT / f"{text.stem}.pb.lz4"}
     sizes = {name: path.stat().st_size for name, path in files.items()}
-    inputs = {"text": (text, "txt", set()), "pb": (files["pb"], "pb", aux), "pb.zst": (pb_zst, "pb", aux),
-              "pb.lz4": (files["pb.lz4"], "pb", aux)}
-    read = alternated_runs({name: (lambda i=i: reader_for(*i)) for name, i in inputs.items()},
-                           args.samples, args.runs)
-    report = save_report("bench_pb", samples=args.samples, seed=SEED, batch_size=BATCH_SIZE, runs=args.runs,
-                         aux=sorted(aux), sizes=sizes, convert_seconds=convert_s,
-                         convert_mb_per_s=sizes["text"] / convert_s / 1e6, read=read)
-    print(f"{args.samples:,} samples, aux features {', '.join(sorted(aux))}; batch_size {BATCH_SIZE}, 1 thread, "
-          f"median of {args.runs} rounds; {measured_on(report)}\n")
-    print(markdown_table(["input", "bytes", "text / size", "samples/s", "MB/s", "vs text", "samples/CPU-s",
-                          "vs text (CPU)"], [
-        [name, f"{sizes[name]:,}", f"{sizes['text'] / sizes[name]:.2f}x", f"{r['samples_per_s']:,.0f}",
-         f"{r['mb_per_s']:.1f}", f"{r['ratio']:.2f}x", f"{r['samples_per_cpu_s']:,.0f}", f"{r['cpu_ratio']:.2f}x"]
-        for name, r in read.items()]))
+    inputs = {
+        "text": (text, "txt", set()),
+        "pb": (files["pb"], "pb", aux),
+        "pb.zst": (pb_zst, "pb", aux),
+        "pb.lz4": (files["pb.lz4"], "pb", aux),
+    }
+    read = alternated_runs({name: (lambda i=i: reader_for(*i)) for name, i in inputs.items()}, args.samples, args.runs)
+    report = save_report(
+        "bench_pb",
+        samples=args.samples,
+        seed=SEED,
+        batch_size=BATCH_SIZE,
+        runs=args.runs,
+        aux=sorted(aux),
+        sizes=sizes,
+        convert_seconds=convert_s,
+        convert_mb_per_s=sizes["text"] / convert_s / 1e6,
+        read=read,
+    )
+    print(
+        f"{args.samples:,} samples, aux features {', '.join(sorted(aux))}; batch_size {BATCH_SIZE}, 1 thread, "
+        f"median of {args.runs} rounds; {measured_on(report)}\n"
+    )
+    print(
+        markdown_table(
+            ["input", "bytes", "text / size", "samples/s", "MB/s", "vs text", "samples/CPU-s", "vs text (CPU)"],
+            [
+                [
+                    name,
+                    f"{sizes[name]:,}",
+                    f"{sizes['text'] / sizes[name]:.2f}x",
+                    f"{r['samples_per_s']:,.0f}",
+                    f"{r['mb_per_s']:.1f}",
+                    f"{r['ratio']:.2f}x",
+                    f"{r['samples_per_cpu_s']:,.0f}",
+                    f"{r['cpu_ratio']:.2f}x",
+                ]
+                for name, r in read.items()
+            ],
+        )
+    )
     print(f"convert text -> pb.zst, 1 thread: {report['convert_mb_per_s']:.1f} MB/s of text ({convert_s:.2f} s)")
     print(f"JSON: {RESULTS / 'bench_pb.json'}")
 

@@ -28,6 +28,7 @@ Needs ``pip install 'ingest[tf]'``.
 
     python benchmarks/bench_peers.py [--samples 120000] [--runs 3]
 """
+
 import argparse
 import json
 import os
@@ -61,6 +62,7 @@ def ingest_reader(path, file_type, aux, threads, unique, epochs=1):
 def _tf(threads):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
+
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(threads)
     return tf
@@ -142,6 +144,7 @@ def tf_record_dataset(tf, path, threads, unique):
 
 def _rows(batch):
     import tensorflow as tf
+
     return tf.shape(batch["labels"], out_type=tf.int64)[0]
 
 
@@ -166,8 +169,9 @@ class TFReader:
     """A TensorFlow configuration in a subprocess of its own (``tf_worker``), one pass per ``run()``."""
 
     def __init__(self, kind, path, threads, unique):
-        cmd = [sys.executable, __file__, "--worker", kind, "--input", str(path), "--threads", str(threads)] + \
-            (["--unique"] if unique else [])
+        cmd = [sys.executable, __file__, "--worker", kind, "--input", str(path), "--threads", str(threads)] + (
+            ["--unique"] if unique else []
+        )
         self.kind = kind
         self.process = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
@@ -205,24 +209,31 @@ def main(argv=None):
     tfrecord = OUT / f"{text.stem}.tfrecord"
     if not tfrecord.exists():
         print(f"writing {tfrecord} ...", file=sys.stderr, flush=True)
-        subprocess.run([sys.executable, __file__, "--input", str(text), "--write-tfrecord", str(tfrecord) + ".partial"],
-                       check=True)
+        subprocess.run(
+            [sys.executable, __file__, "--input", str(text), "--write-tfrecord", str(tfrecord) + ".partial"], check=True
+        )
         os.replace(str(tfrecord) + ".partial", tfrecord)
 
     configs = [(unique, threads) for unique in (False, True) for threads in THREADS]
-    tf_readers = {(unique, threads): {"tf.data text": TFReader("tf-text", text, threads, unique),
-                                      "TFRecord": TFReader("tf-record", tfrecord, threads, unique)}
-                  for unique, threads in configs}
+    tf_readers = {
+        (unique, threads): {
+            "tf.data text": TFReader("tf-text", text, threads, unique),
+            "TFRecord": TFReader("tf-record", tfrecord, threads, unique),
+        }
+        for unique, threads in configs
+    }
 
     def one_round():
         """A pass of every reader of every configuration, back to back: samples/s by configuration and reader."""
         out = {}
         for unique, threads in configs:
             out[unique, threads] = {
-                "ingest text": measure(ingest_reader(text, "txt", set(), threads, unique, EPOCHS["txt"]))
-                ["samples_per_s"],
+                "ingest text": measure(ingest_reader(text, "txt", set(), threads, unique, EPOCHS["txt"]))[
+                    "samples_per_s"
+                ],
                 "ingest pb": measure(ingest_reader(pb, "pb", aux, threads, unique, EPOCHS["pb"]))["samples_per_s"],
-                **{name: tf.run() for name, tf in tf_readers[unique, threads].items()}}
+                **{name: tf.run() for name, tf in tf_readers[unique, threads].items()},
+            }
         return out
 
     one_round()  # warm-up: kernels, page cache, TensorFlow's graphs
@@ -233,13 +244,17 @@ def main(argv=None):
     for readers in tf_readers.values():
         for tf in readers.values():
             tf.close()
-    results = [{"unique": unique, "threads": threads, **{name: [r[unique, threads][name] for r in rounds]
-                                                          for name in READERS}} for unique, threads in configs]
-    report = save_report("bench_peers", samples=args.samples, runs=args.runs, batch_size=BATCH_SIZE,
-                         results=results)
-    print(f"{args.samples:,} samples (ingest reads them {EPOCHS['txt']} times over in text, {EPOCHS['pb']} in pb), "
-          f"batch_size {BATCH_SIZE}, median samples/s of {args.runs} rounds "
-          f"(ratios: medians of the per-round ratios); {measured_on(report)}\n")
+    results = [
+        {"unique": unique, "threads": threads, **{name: [r[unique, threads][name] for r in rounds] for name in READERS}}
+        for unique, threads in configs
+    ]
+    report = save_report("bench_peers", samples=args.samples, runs=args.runs, batch_size=BATCH_SIZE, results=results)
+    print(
+        f"{args.samples:,} samples (ingest reads them {EPOCHS['txt']} times over in text, {EPOCHS['pb']} in pb), "
+        f"batch_size {BATCH_SIZE}, median samples/s of {args.runs} rounds "
+        f"(ratios: medians of the per-round ratios); {measured_on(report)}\n"
+    )
+
     def ratio(a, b):
         """Median over the rounds of the ratio of two readers' rates in the same round: ``a`` and ``b`` are
         (configuration, reader name)."""
@@ -249,9 +264,14 @@ def main(argv=None):
     for r in results:
         config = (r["unique"], r["threads"])
         med = {name: statistics.median(r[name]) for name in READERS}
-        rows.append(["on" if r["unique"] else "off", r["threads"]] + [f"{med[k]:,.0f}" for k in READERS]
-                    + [f"{ratio((config, 'ingest text'), (config, 'tf.data text')):.1f}x",
-                       f"{ratio((config, 'ingest pb'), (config, 'TFRecord')):.1f}x"])
+        rows.append(
+            ["on" if r["unique"] else "off", r["threads"]]
+            + [f"{med[k]:,.0f}" for k in READERS]
+            + [
+                f"{ratio((config, 'ingest text'), (config, 'tf.data text')):.1f}x",
+                f"{ratio((config, 'ingest pb'), (config, 'TFRecord')):.1f}x",
+            ]
+        )
     print(markdown_table(["unique ids", "threads"] + list(READERS) + ["text vs tf.data", "pb vs TFRecord"], rows))
     for unique in (False, True):
         scaling = ", ".join(f"{k} {ratio(((unique, 2), k), ((unique, 1), k)):.2f}x" for k in READERS)

@@ -22,6 +22,7 @@ Writes ``benchmarks/results/bench_scaling.json``.  Linux only.
 
     python benchmarks/bench_scaling.py [--samples 120000] [--runs 5]
 """
+
 import multiprocessing
 import os
 import time
@@ -45,6 +46,7 @@ def main(argv=None):
             # the reader's threads start in startup() and inherit this thread's affinity
             os.sched_setaffinity(0, set(sorted(allowed)[:cores]) if cores else allowed)
             return ingest_reader(path, file_type, aux, threads, unique, EPOCHS[file_type])
+
         return make
 
     results = {}
@@ -56,20 +58,32 @@ def main(argv=None):
                 with TwoProcesses(path, file_type, aux, unique) as two:
                     makers["2 processes"] = two.run
                     results[f"{name} {'on' if unique else 'off'}"] = alternated_runs(
-                        makers, args.samples * EPOCHS[file_type], args.runs)
+                        makers, args.samples * EPOCHS[file_type], args.runs
+                    )
     finally:
         os.sched_setaffinity(0, allowed)
     report = save_report("bench_scaling", samples=args.samples, runs=args.runs, epochs=EPOCHS, read=results)
-    print(f"{args.samples:,} samples (read {EPOCHS['txt']} times over in text, {EPOCHS['pb']} in pb), batch_size "
-          f"1024, median of {args.runs} alternated rounds; {measured_on(report)}\n")
+    print(
+        f"{args.samples:,} samples (read {EPOCHS['txt']} times over in text, {EPOCHS['pb']} in pb), batch_size "
+        f"1024, median of {args.runs} alternated rounds; {measured_on(report)}\n"
+    )
     ways = ["1 thread", "1 core", "2 threads", "2 processes"]
     bases = ["1 thread", "1 core", "2 processes"]
     rows = []
     for key, r in results.items():  # ratios of the others to 2 threads, turned over
-        rows.append(key.split() + [f"{r[way]['samples_per_s']:,.0f} ({r[way]['cores']:.2f})" for way in ways]
-                    + [f"{1 / r[base]['ratio']:.2f}x" for base in bases])
-    print(markdown_table(["input", "unique ids"] + [f"{way}: samples/s (cores)" for way in ways]
-                         + [f"2 threads / {base}" for base in bases], rows))
+        rows.append(
+            key.split()
+            + [f"{r[way]['samples_per_s']:,.0f} ({r[way]['cores']:.2f})" for way in ways]
+            + [f"{1 / r[base]['ratio']:.2f}x" for base in bases]
+        )
+    print(
+        markdown_table(
+            ["input", "unique ids"]
+            + [f"{way}: samples/s (cores)" for way in ways]
+            + [f"2 threads / {base}" for base in bases],
+            rows,
+        )
+    )
     print(f"JSON: {RESULTS / 'bench_scaling.json'}")
 
 
@@ -87,8 +101,9 @@ class TwoProcesses:
         self.procs = []
         for index in range(2):
             mine, theirs = spawn.Pipe()
-            proc = spawn.Process(target=_shard_process, args=(theirs, str(path), file_type, aux, unique, index),
-                                 daemon=True)
+            proc = spawn.Process(
+                target=_shard_process, args=(theirs, str(path), file_type, aux, unique, index), daemon=True
+            )
             proc.start()
             self.pipes.append(mine)
             self.procs.append(proc)
@@ -101,9 +116,15 @@ class TwoProcesses:
         seconds = time.perf_counter() - t0
         samples = sum(r["samples"] for r in runs)
         cpu = sum(r["cpu_seconds"] for r in runs)
-        return {"samples": samples, "bytes": sum(r["bytes"] for r in runs), "seconds": seconds,
-                "samples_per_s": samples / seconds, "mb_per_s": sum(r["bytes"] for r in runs) / seconds / 1e6,
-                "cpu_seconds": cpu, "samples_per_cpu_s": samples / cpu}
+        return {
+            "samples": samples,
+            "bytes": sum(r["bytes"] for r in runs),
+            "seconds": seconds,
+            "samples_per_s": samples / seconds,
+            "mb_per_s": sum(r["bytes"] for r in runs) / seconds / 1e6,
+            "cpu_seconds": cpu,
+            "samples_per_cpu_s": samples / cpu,
+        }
 
     def __enter__(self):
         return self
@@ -116,6 +137,7 @@ class TwoProcesses:
 
 def _shard_process(pipe, path, file_type, aux, unique, index):
     """One of ``TwoProcesses``: read shard ``index`` of 2 each time the parent says so."""
+
     def reader():
         return ingest_reader(path, file_type, aux, 1, unique, EPOCHS[file_type]).shard(index, 2)
 

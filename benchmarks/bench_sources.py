@@ -9,6 +9,7 @@ the median of the per-round ratios to the local file.  Writes ``benchmarks/resul
 
     python benchmarks/bench_sources.py [--samples 120000] [--runs 3]
 """
+
 import subprocess
 import uuid
 from pathlib import Path
@@ -56,16 +57,28 @@ def main(argv=None):
     fs.mkdirs(root, exist_ok=True)
     fs.put(str(text), f"{root}/{text.name}")
     topic = produce_topic(env["KAFKA_BOOTSTRAP"], text)
-    paths = {"local": str(text), "hdfs": f"{env['HDFS_URL']}/bench/{text.name}",
-             "kafka": f"kafka://{env['KAFKA_BOOTSTRAP']}/{topic}"}
-    results = alternated_runs({name: (lambda p=p: reader(p)) for name, p in paths.items()}, args.samples, args.runs,
-                              warmups=3)
+    paths = {
+        "local": str(text),
+        "hdfs": f"{env['HDFS_URL']}/bench/{text.name}",
+        "kafka": f"kafka://{env['KAFKA_BOOTSTRAP']}/{topic}",
+    }
+    results = alternated_runs(
+        {name: (lambda p=p: reader(p)) for name, p in paths.items()}, args.samples, args.runs, warmups=3
+    )
     report = save_report("bench_sources", samples=args.samples, runs=args.runs, paths=paths, read=results)
-    print(f"{args.samples:,} samples ({text.stat().st_size / 1e6:.1f} MB of text), threads 2, batch_size 1024, "
-          f"median of {args.runs} rounds; {measured_on(report)}\n")
-    print(markdown_table(["source", "samples/s", "MB/s", "vs local"], [
-        [name, f"{r['samples_per_s']:,.0f}", f"{r['mb_per_s']:.1f}", f"{r['ratio']:.2f}x"]
-        for name, r in results.items()]))
+    print(
+        f"{args.samples:,} samples ({text.stat().st_size / 1e6:.1f} MB of text), threads 2, batch_size 1024, "
+        f"median of {args.runs} rounds; {measured_on(report)}\n"
+    )
+    print(
+        markdown_table(
+            ["source", "samples/s", "MB/s", "vs local"],
+            [
+                [name, f"{r['samples_per_s']:,.0f}", f"{r['mb_per_s']:.1f}", f"{r['ratio']:.2f}x"]
+                for name, r in results.items()
+            ],
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ median seconds of ``--runs`` cold and ``--runs`` warm runs of each (targets: the
 
     python benchmarks/bench_startup.py [--runs 3]
 """
+
 import argparse
 import os
 import statistics
@@ -51,12 +52,21 @@ def main(argv=None):
                 cold.setdefault(name, []).append(seconds(command, cache))
             for name, command in commands(tmp).items():
                 warm.setdefault(name, []).append(seconds(command, cache))
-    report = save_report("bench_startup", runs=args.runs, cold_s=cold, warm_s=warm,
-                         median_cold_s={n: statistics.median(cold[n]) for n in names},
-                         median_warm_s={n: statistics.median(warm[n]) for n in names})
+    report = save_report(
+        "bench_startup",
+        runs=args.runs,
+        cold_s=cold,
+        warm_s=warm,
+        median_cold_s={n: statistics.median(cold[n]) for n in names},
+        median_warm_s={n: statistics.median(warm[n]) for n in names},
+    )
     print(f"whole processes, median of {args.runs}; {measured_on(report)}\n")
-    print(markdown_table(["command", "cold (s)", "warm (s)"], [
-        [n, f"{report['median_cold_s'][n]:.1f}", f"{report['median_warm_s'][n]:.1f}"] for n in names]))
+    print(
+        markdown_table(
+            ["command", "cold (s)", "warm (s)"],
+            [[n, f"{report['median_cold_s'][n]:.1f}", f"{report['median_warm_s'][n]:.1f}"] for n in names],
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ same read with and without taking the state after every batch (medians of altern
 
     python benchmarks/bench_state.py [--samples 40000] [--runs 5]
 """
+
 import json
 import statistics
 import time
@@ -48,16 +49,24 @@ def main(argv=None):
             rates[take].append(rate)
             costs += c
     us = np.array(costs) * 1e6
-    result = {"machine": machine(), "units": units, "states": len(us), "median_us": float(np.median(us)),
-              "p99_us": float(np.percentile(us, 99)), "state_bytes": size,
-              "samples_per_s_without": statistics.median(rates[False]),
-              "samples_per_s_with_state_every_batch": statistics.median(rates[True])}
+    result = {
+        "machine": machine(),
+        "units": units,
+        "states": len(us),
+        "median_us": float(np.median(us)),
+        "p99_us": float(np.percentile(us, 99)),
+        "state_bytes": size,
+        "samples_per_s_without": statistics.median(rates[False]),
+        "samples_per_s_with_state_every_batch": statistics.median(rates[True]),
+    }
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "bench_state.json").write_text(json.dumps(result, indent=2) + "\n")
     print("| work units | state() median | p99 | state size | samples/s without | with a state per batch |")
     print("|---|---|---|---|---|---|")
-    print(f"| {units} | {result['median_us']:.1f} us | {result['p99_us']:.1f} us | {size} B | "
-          f"{result['samples_per_s_without']:,.0f} | {result['samples_per_s_with_state_every_batch']:,.0f} |")
+    print(
+        f"| {units} | {result['median_us']:.1f} us | {result['p99_us']:.1f} us | {size} B | "
+        f"{result['samples_per_s_without']:,.0f} | {result['samples_per_s_with_state_every_batch']:,.0f} |"
+    )
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ writes ``benchmarks/results/bench_text.json``.
 
     python benchmarks/bench_text.py [--samples 120000] [--runs 5]
 """
+
 import statistics
 
 import ingest
@@ -47,16 +48,36 @@ def main(argv=None):
     path = synthetic_file(args.samples, SEED)
     results = [bench(path, args.samples, threads, args.runs) for threads in THREADS]
     ratio = results[1]["mb_per_s"] / results[0]["mb_per_s"]
-    report = save_report("bench_text", samples=args.samples, bytes=path.stat().st_size, seed=SEED,
-                         batch_size=BATCH_SIZE, runs=args.runs, results=results, ratio_2_threads_to_1=ratio)
-    print(f"{args.samples:,} samples, {report['bytes'] / 1e6:,.1f} MB, batch_size {BATCH_SIZE}, "
-          f"median of {args.runs} runs; {measured_on(report)}\n")
-    print(markdown_table(
-        ["threads", "MB/s", "samples/s", "MB/s per core", "samples/s per core", "MB/s min-max"],
-        [[r["threads"], f"{r['mb_per_s']:.1f}", f"{r['samples_per_s']:,.0f}", f"{r['mb_per_s_per_core']:.1f}",
-          f"{r['samples_per_s_per_core']:,.0f}",
-          f"{min(x['mb_per_s'] for x in r['runs']):.1f}-{max(x['mb_per_s'] for x in r['runs']):.1f}"]
-         for r in results]))
+    report = save_report(
+        "bench_text",
+        samples=args.samples,
+        bytes=path.stat().st_size,
+        seed=SEED,
+        batch_size=BATCH_SIZE,
+        runs=args.runs,
+        results=results,
+        ratio_2_threads_to_1=ratio,
+    )
+    print(
+        f"{args.samples:,} samples, {report['bytes'] / 1e6:,.1f} MB, batch_size {BATCH_SIZE}, "
+        f"median of {args.runs} runs; {measured_on(report)}\n"
+    )
+    print(
+        markdown_table(
+            ["threads", "MB/s", "samples/s", "MB/s per core", "samples/s per core", "MB/s min-max"],
+            [
+                [
+                    r["threads"],
+                    f"{r['mb_per_s']:.1f}",
+                    f"{r['samples_per_s']:,.0f}",
+                    f"{r['mb_per_s_per_core']:.1f}",
+                    f"{r['samples_per_s_per_core']:,.0f}",
+                    f"{min(x['mb_per_s'] for x in r['runs']):.1f}-{max(x['mb_per_s'] for x in r['runs']):.1f}",
+                ]
+                for r in results
+            ],
+        )
+    )
     print(f"\n2 threads / 1 thread: {ratio:.2f}x")
     print(f"JSON: {RESULTS / 'bench_text.json'}")
 

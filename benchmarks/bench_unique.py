@@ -10,8 +10,7 @@ median of the per-round ratios on/off, by wall time and by CPU time of the whole
     python benchmarks/bench_unique.py [--samples 120000] [--runs 5]
 """
 
-from _common import (RESULTS, alternated_runs, arguments, markdown_table, measured_on, save_report,
-                     synthetic_inputs)
+from _common import RESULTS, alternated_runs, arguments, markdown_table, measured_on, save_report, synthetic_inputs
 from bench_peers import THREADS, ingest_reader
 
 
@@ -23,20 +22,32 @@ def main(argv=None):
     for name, (path, file_type, aux_of) in inputs.items():
         for threads in THREADS:
             results[f"{name} {threads}"] = alternated_runs(
-                {"off": lambda p=path, f=file_type, a=aux_of, t=threads: ingest_reader(p, f, a, t, False),
-                 "on": lambda p=path, f=file_type, a=aux_of, t=threads: ingest_reader(p, f, a, t, True)},
-                args.samples, args.runs)
+                {
+                    "off": lambda p=path, f=file_type, a=aux_of, t=threads: ingest_reader(p, f, a, t, False),
+                    "on": lambda p=path, f=file_type, a=aux_of, t=threads: ingest_reader(p, f, a, t, True),
+                },
+                args.samples,
+                args.runs,
+            )
     report = save_report("bench_unique", samples=args.samples, runs=args.runs, aux=sorted(aux), read=results)
-    print(f"{args.samples:,} samples, batch_size 1024, median of {args.runs} alternated rounds; "
-          f"{measured_on(report)}\n")
+    print(
+        f"{args.samples:,} samples, batch_size 1024, median of {args.runs} alternated rounds; {measured_on(report)}\n"
+    )
     rows = []
     for key, r in results.items():
         name, threads = key.split()
         off, on = r["off"], r["on"]
-        rows.append([name, threads, f"{off['samples_per_s']:,.0f}", f"{on['samples_per_s']:,.0f}",
-                     f"{1 - on['ratio']:.1%}", f"{1 - on['cpu_ratio']:.1%}"])
-    print(markdown_table(["input", "threads", "samples/s off", "samples/s on", "cost (wall)", "cost (CPU)"],
-                         rows))
+        rows.append(
+            [
+                name,
+                threads,
+                f"{off['samples_per_s']:,.0f}",
+                f"{on['samples_per_s']:,.0f}",
+                f"{1 - on['ratio']:.1%}",
+                f"{1 - on['cpu_ratio']:.1%}",
+            ]
+        )
+    print(markdown_table(["input", "threads", "samples/s off", "samples/s on", "cost (wall)", "cost (CPU)"], rows))
     print(f"JSON: {RESULTS / 'bench_unique.json'}")
 
 

@@ -5,6 +5,7 @@ page view (aux table 1) spread to the ads with ``indicators.0``, an MLP, Adagrad
 
     python examples/train_jax.py --data /tmp/ctr --samples 50000 --epochs 2
 """
+
 import argparse
 import json
 
@@ -80,8 +81,16 @@ def main(argv=None):
         if len(losses) % 50 == 0:
             print(f"step {len(losses)}: loss {np.mean(losses[-50:]):.4f}", flush=True)
     window = max(1, min(50, len(losses) // 4))
-    print(json.dumps({"steps": len(losses), "compilations": step._cache_size(),
-                      "first_loss": float(np.mean(losses[:window])), "last_loss": float(np.mean(losses[-window:]))}))
+    print(
+        json.dumps(
+            {
+                "steps": len(losses),
+                "compilations": step._cache_size(),
+                "first_loss": float(np.mean(losses[:window])),
+                "last_loss": float(np.mean(losses[-window:])),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ with exactly the samples the interrupted run had not yet trained on.
     python examples/train_torch.py --data /tmp/ctr --max-steps 50 --checkpoint /tmp/ctr/ck.pt   # stops early
     python examples/train_torch.py --data /tmp/ctr --checkpoint /tmp/ctr/ck.pt --resume          # and goes on
 """
+
 import argparse
 import json
 import os
@@ -28,8 +29,8 @@ try:
 except ImportError:  # or torchrec's fbgemm does not load here
     EmbeddingBagCollection = None
 
-USER = ["uid", "age", "gender", "clk_hist", "cate_pref"]    # sparse, table 1 (one row per page view)
-AD = ["item", "cate", "shop", "brand", "title", "tags"]     # sparse, table 0 (one row per ad)
+USER = ["uid", "age", "gender", "clk_hist", "cate_pref"]  # sparse, table 1 (one row per page view)
+AD = ["item", "cate", "shop", "brand", "title", "tags"]  # sparse, table 0 (one row per ad)
 BUCKETS = 20_011  # ids are hashed into this many rows per feature
 DIM = 8
 
@@ -62,22 +63,31 @@ class Bags(nn.Module):
         super().__init__()
         self.names = names
         if EmbeddingBagCollection is not None:
-            self.ebc = EmbeddingBagCollection(tables=[
-                EmbeddingBagConfig(name=n, embedding_dim=DIM, num_embeddings=BUCKETS, feature_names=[n])
-                for n in names])
+            self.ebc = EmbeddingBagCollection(
+                tables=[
+                    EmbeddingBagConfig(name=n, embedding_dim=DIM, num_embeddings=BUCKETS, feature_names=[n])
+                    for n in names
+                ]
+            )
         else:
             self.bags = nn.ModuleList(nn.EmbeddingBag(BUCKETS, DIM, mode="sum") for _ in names)
 
     def forward(self, batch):
         if EmbeddingBagCollection is not None:
             from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
             rows = len(batch[f"{self.names[0]}.offsets"]) - 1
             kjt = KeyedJaggedTensor(
-                keys=self.names, values=torch.cat([batch[f"{n}.ids"] % BUCKETS for n in self.names]),
-                lengths=torch.cat([torch.diff(batch[f"{n}.offsets"]) for n in self.names]).int(), stride=rows)
+                keys=self.names,
+                values=torch.cat([batch[f"{n}.ids"] % BUCKETS for n in self.names]),
+                lengths=torch.cat([torch.diff(batch[f"{n}.offsets"]) for n in self.names]).int(),
+                stride=rows,
+            )
             return self.ebc(kjt).values()
-        return torch.cat([bag(batch[f"{n}.ids"] % BUCKETS, batch[f"{n}.offsets"][:-1])
-                          for n, bag in zip(self.names, self.bags)], dim=1)
+        return torch.cat(
+            [bag(batch[f"{n}.ids"] % BUCKETS, batch[f"{n}.offsets"][:-1]) for n, bag in zip(self.names, self.bags)],
+            dim=1,
+        )
 
 
 class CTR(nn.Module):
@@ -108,8 +118,9 @@ def main(argv=None):
     pb = prepare(args.data, args.samples)
     model = CTR()
     optimizer = torch.optim.Adagrad(model.parameters(), lr=0.05)
-    loader = StatefulDataLoader(ReaderDataset(make_reader(pb, args.epochs, args.batch_size)), batch_size=None,
-                                num_workers=args.workers)
+    loader = StatefulDataLoader(
+        ReaderDataset(make_reader(pb, args.epochs, args.batch_size)), batch_size=None, num_workers=args.workers
+    )
     step, samples, losses = 0, 0, []
     if args.resume:
         saved = torch.load(args.checkpoint, weights_only=False)
@@ -130,12 +141,28 @@ def main(argv=None):
         if args.max_steps is not None and step >= args.max_steps:
             break
     if args.checkpoint:
-        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "loader": loader.state_dict(),
-                    "step": step, "samples": samples}, args.checkpoint)
+        torch.save(
+            {
+                "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "loader": loader.state_dict(),
+                "step": step,
+                "samples": samples,
+            },
+            args.checkpoint,
+        )
     window = max(1, min(50, len(losses) // 4))
-    print(json.dumps({"steps": step, "samples": samples, "torchrec": EmbeddingBagCollection is not None,
-                      "first_loss": sum(losses[:window]) / window if losses else None,
-                      "last_loss": sum(losses[-window:]) / window if losses else None}))
+    print(
+        json.dumps(
+            {
+                "steps": step,
+                "samples": samples,
+                "torchrec": EmbeddingBagCollection is not None,
+                "first_loss": sum(losses[:window]) / window if losses else None,
+                "last_loss": sum(losses[-window:]) / window if losses else None,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 """The batch handed to the trainer (docs/formats.md, the batch)."""
+
 import numpy as np
 
 from ._native.batch import fixed_width_rows
@@ -25,8 +26,7 @@ class SparseFeature:
         Filled with ``reader.unique_ids(True)``, else None.
     """
 
-    __slots__ = ("name", "ids", "values", "offsets", "unique_ids", "inverse", "unique_rows",
-                 "unique_row_offsets")
+    __slots__ = ("name", "ids", "values", "offsets", "unique_ids", "inverse", "unique_rows", "unique_row_offsets")
 
     def __init__(self, name, ids, values, offsets):
         self.name = name
@@ -60,8 +60,6 @@ def _nothing():
     pass
 
 
-
-
 class Batch:
     """One batch: ``n`` samples (``len(batch)``), padded to ``batch_size`` rows when asked.
 
@@ -73,8 +71,9 @@ class Batch:
     table k + 1.  All arrays are C-contiguous numpy arrays owned by the batch.
     """
 
-    def __init__(self, size, labels, timestamps, sid_bytes, sid_offsets, features, indicators=(), tables=None,
-                 table_rows=None):
+    def __init__(
+        self, size, labels, timestamps, sid_bytes, sid_offsets, features, indicators=(), tables=None, table_rows=None
+    ):
         self.size = size
         self.labels = labels
         self.timestamps = timestamps
@@ -135,7 +134,7 @@ class Batch:
 
     def sample_id(self, r: int) -> bytes:
         """The exact bytes of sample ``r``'s id."""
-        return self.sid_bytes[self.sid_offsets[r]:self.sid_offsets[r + 1]].tobytes()
+        return self.sid_bytes[self.sid_offsets[r] : self.sid_offsets[r + 1]].tobytes()
 
     def arrays(self) -> dict:
         """Every array of the batch by a flat name (``labels``, ``f.ids``, ``indicators.0``...)."""
@@ -196,6 +195,7 @@ class Batch:
 
     def validate(self) -> bool:
         """Check every invariant of docs/formats.md, the batch; raise ``InvalidBatchError`` on the first broken one."""
+
         def check(ok, what):
             if not ok:
                 raise InvalidBatchError(f"batch invariant broken: {what}")
@@ -205,8 +205,10 @@ class Batch:
         check(self.labels.dtype == np.float32 and self.labels.ndim == 2, "labels float32 [R, label_count]")
         check(self.timestamps.dtype == np.int64 and self.timestamps.shape == (rows,), "timestamps int64 [R]")
         so = self.sid_offsets
-        check(len(so) == self.size + 1 and so[0] == 0 and so[-1] == len(self.sid_bytes)
-              and np.all(np.diff(so) >= 0), "sample id offsets cover the id bytes")
+        check(
+            len(so) == self.size + 1 and so[0] == 0 and so[-1] == len(self.sid_bytes) and np.all(np.diff(so) >= 0),
+            "sample id offsets cover the id bytes",
+        )
         tr = self.table_rows
         for name, feat in self._features.items():
             want = tr[self.table_of(name)]
@@ -217,18 +219,30 @@ class Batch:
                 check(o.dtype == np.int64 and o.ndim == 1 and o[0] == 0, f"{name}: offsets int64, start at 0")
                 check(np.all(np.diff(o) >= 0), f"{name}: offsets non-decreasing")
                 check(o[-1] == len(feat.ids) == len(feat.values), f"{name}: offsets end at len(ids)")
-                check(feat.ids.dtype == np.int64 and feat.ids.ndim in (1, 2)
-                      and (feat.ids.ndim == 1 or feat.ids.shape[1] == 2), f"{name}: ids int64 [N] or [N, 2]")
+                check(
+                    feat.ids.dtype == np.int64
+                    and feat.ids.ndim in (1, 2)
+                    and (feat.ids.ndim == 1 or feat.ids.shape[1] == 2),
+                    f"{name}: ids int64 [N] or [N, 2]",
+                )
                 check(feat.values.dtype == np.float32, f"{name}: values float32")
                 arrays = [o, feat.ids, feat.values]
                 if feat.unique_ids is not None:
                     u, uo = len(feat.unique_ids), feat.unique_row_offsets
-                    check(feat.inverse.dtype == np.int32 and feat.unique_rows.dtype == np.int32
-                          and uo.dtype == np.int64, f"{name}: inverse, unique_rows int32, unique_row_offsets int64")
-                    check(np.array_equal(feat.unique_ids[feat.inverse], feat.ids),
-                          f"{name}: unique_ids[inverse] == ids")
-                    check(len(uo) == u + 1 and uo[0] == 0 and uo[-1] == len(feat.ids) == len(feat.unique_rows)
-                          and np.all(np.diff(uo) > 0), f"{name}: unique_row_offsets cover unique_rows")
+                    check(
+                        feat.inverse.dtype == np.int32 and feat.unique_rows.dtype == np.int32 and uo.dtype == np.int64,
+                        f"{name}: inverse, unique_rows int32, unique_row_offsets int64",
+                    )
+                    check(
+                        np.array_equal(feat.unique_ids[feat.inverse], feat.ids), f"{name}: unique_ids[inverse] == ids"
+                    )
+                    check(
+                        len(uo) == u + 1
+                        and uo[0] == 0
+                        and uo[-1] == len(feat.ids) == len(feat.unique_rows)
+                        and np.all(np.diff(uo) > 0),
+                        f"{name}: unique_row_offsets cover unique_rows",
+                    )
                     arrays += [feat.unique_ids, feat.inverse, feat.unique_rows, uo]
             else:
                 check(feat.dtype == np.float32 and feat.ndim == 2, f"{name}: dense float32 [R, width]")
@@ -251,8 +265,7 @@ def _ids_64(feat):
     if ids.ndim == 1:
         return ids
     if ids[:, 0].any():
-        raise ConfigError(f"feature {feat.name!r} holds 128-bit ids (hkey != 0), which a KeyedJaggedTensor cannot "
-                          f"hold")
+        raise ConfigError(f"feature {feat.name!r} holds 128-bit ids (hkey != 0), which a KeyedJaggedTensor cannot hold")
     return ids[:, 1]
 
 
@@ -293,5 +306,6 @@ def _kjt(batch, table, expand):
     if table and not expand:
         per_sample = torch.from_numpy(batch.rows_of_samples()[table].astype(np.int64))
         inverse = (names, per_sample.expand(len(names), -1).contiguous())
-    return kjt_class(keys=names, values=values, lengths=lengths, weights=weights, stride=stride,
-                     inverse_indices=inverse)
+    return kjt_class(
+        keys=names, values=values, lengths=lengths, weights=weights, stride=stride, inverse_indices=inverse
+    )

@@ -1,4 +1,5 @@
 """Block: the columnar result of parsing one chunk of one work unit, what every stage after the parse passes on."""
+
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -148,7 +149,14 @@ def placeholder_block(schema):
         refer = np.zeros(1, np.int64) if t < schema.tables - 1 else None
         dense = tuple(np.zeros((1, s.width), np.float32) for s in schema.dense_in(t))
         tables.append(Table(1, np.zeros((len(schema.sparse_in(t)), 2), np.int64), dense, refer))
-    return Block(tables=tuple(tables), group_offsets=np.array([0, 1], np.int64), sp_keys=np.zeros(0, np.int64),
-                 sp_hkeys=None, sp_values=np.zeros(0, np.float32),
-                 labels=np.zeros((1, schema.label_count), np.float32), timestamps=np.zeros(1, np.int64),
-                 sid_bytes=np.zeros(0, np.uint8), sid_offsets=np.zeros(2, np.int64))
+    return Block(
+        tables=tuple(tables),
+        group_offsets=np.array([0, 1], np.int64),
+        sp_keys=np.zeros(0, np.int64),
+        sp_hkeys=None,
+        sp_values=np.zeros(0, np.float32),
+        labels=np.zeros((1, schema.label_count), np.float32),
+        timestamps=np.zeros(1, np.int64),
+        sid_bytes=np.zeros(0, np.uint8),
+        sid_offsets=np.zeros(2, np.int64),
+    )

@@ -11,6 +11,7 @@ writer appends their records in input order; at most ``2 * threads`` ranges are 
 flight, so memory does not grow with the input.  Outputs are written under a temporary
 name and renamed when complete.
 """
+
 import concurrent.futures
 import contextlib
 import os
@@ -38,7 +39,7 @@ from .sources.filesystems import check_writable, url_to_fs
 
 __all__ = ["choose_aux", "convert", "LEAD_BYTES"]
 
-LEAD_BYTES = 4 << 20   # leading sample read by --aux auto
+LEAD_BYTES = 4 << 20  # leading sample read by --aux auto
 SCHEDULER_TIMEOUT = 8  # seconds to wait for a Dask scheduler to answer
 
 
@@ -74,8 +75,17 @@ class _Identical:
     def add(self, blk):
         table = blk.tables[0]
         dense = np.hstack(table.dense) if table.dense else np.zeros((blk.nrows, 0), np.float32)
-        identical_features(blk.group_offsets, table.sp_offsets, blk.sp_keys, blk.sp_values, dense,
-                           self.layout.first_col, self.layout.width, self.differs, self.present)
+        identical_features(
+            blk.group_offsets,
+            table.sp_offsets,
+            blk.sp_keys,
+            blk.sp_values,
+            dense,
+            self.layout.first_col,
+            self.layout.width,
+            self.differs,
+            self.present,
+        )
 
     def names(self):
         """The features identical in every group so far, sparse then dense, in input order."""
@@ -162,8 +172,12 @@ class _TextWriter:
         self.dn_names = byte_blob([s.name.encode() for s in schema.dense])
         self.layout = DenseLayout(schema.dense)
         # each feature's position among its table's features of its kind (names are unique)
-        self.place = {s.name: j for t in range(schema.tables) for specs in (schema.sparse_in(t), schema.dense_in(t))
-                      for j, s in enumerate(specs)}
+        self.place = {
+            s.name: j
+            for t in range(schema.tables)
+            for specs in (schema.sparse_in(t), schema.dense_in(t))
+            for j, s in enumerate(specs)
+        }
         self.out = np.empty(1 << 22, np.uint8)
 
     def write(self, blk, first_group, write):
@@ -180,16 +194,36 @@ class _TextWriter:
             off = blk.tables[spec.table].sp_offsets[place[spec.name]]
             starts[f] = off[rows[spec.table]]
             ends[f] = off[rows[spec.table] + 1]
-        dense = (np.hstack([blk.tables[s.table].dense[place[s.name]][rows[s.table]] for s in schema.dense])
-                 if schema.dense else np.zeros((n, 0), np.float32))
+        dense = (
+            np.hstack([blk.tables[s.table].dense[place[s.name]][rows[s.table]] for s in schema.dense])
+            if schema.dense
+            else np.zeros((n, 0), np.float32)
+        )
         sizes = np.diff(blk.group_offsets)
         numbers = np.where(sizes > 1, first_group + np.arange(len(sizes)), -1)
         gid = np.repeat(numbers, sizes).astype(np.int64)
         r = 0
         while r < n:
-            r2, pos = write_text_rows(r, n, blk.sid_bytes, blk.sid_offsets, gid, starts, ends, blk.sp_keys,
-                                      blk.sp_values, *self.names, dense, *self.dn_names, self.layout.first_col,
-                                      self.layout.width, blk.labels, blk.timestamps, self.out, 0)
+            r2, pos = write_text_rows(
+                r,
+                n,
+                blk.sid_bytes,
+                blk.sid_offsets,
+                gid,
+                starts,
+                ends,
+                blk.sp_keys,
+                blk.sp_values,
+                *self.names,
+                dense,
+                *self.dn_names,
+                self.layout.first_col,
+                self.layout.width,
+                blk.labels,
+                blk.timestamps,
+                self.out,
+                0,
+            )
             if r2 == r:
                 self.out = np.empty(2 * len(self.out), np.uint8)  # one line longer than the buffer
                 continue
@@ -204,8 +238,14 @@ def _records_to_text(unit, schema, simple, write, first_group, progress=None):
     group = first_group
     for blk in ProtobufFormat(schema, simple=simple).read_unit(unit):
         if blk.sp_hkeys is not None and blk.sp_hkeys.any():
-            raise DataError("a 128-bit id (hkey != 0) has no text form;", source=unit.url, offset=blk.start,
-                            text="", expected="64-bit ids (hkey 0) for text output", kind="HKEY")
+            raise DataError(
+                "a 128-bit id (hkey != 0) has no text form;",
+                source=unit.url,
+                offset=blk.start,
+                text="",
+                expected="64-bit ids (hkey 0) for text output",
+                kind="HKEY",
+            )
         group += writer.write(blk, group, write)
         if progress is not None:
             progress.update(blk.nbytes)
@@ -226,16 +266,33 @@ def _warm_text_writer():
 def warm_decoder(payload):
     """Compile the pb/spb decoder (``payload["simple"]``: spb) on one record written by protobuf's own module."""
     from .sample_pb2 import SampleGroup, SampleSimple
+
     simple = payload["simple"]
     if simple:
-        record = SampleSimple(sample_id="a", label={"values": [1.0]}, feature_line={"features": [
-            {"type": 1, "name": "s", "values": [{"key": 1}]}]})
+        record = SampleSimple(
+            sample_id="a",
+            label={"values": [1.0]},
+            feature_line={"features": [{"type": 1, "name": "s", "values": [{"key": 1}]}]},
+        )
     else:
-        record = SampleGroup(sample_ids=["a"], labels=[{"values": [1.0]}], feature_tables=[
-            {"feature_lines": [{"features": [{"type": 1, "name": "s", "values": [{"key": 1, "value": 2.0}]},
-                                             {"type": 2, "name": "d", "values": [{"vector": [1.0, 2.0]}]}],
-                                "refer": 0}]},
-            {"feature_lines": [{"features": [{"type": 1, "name": "u", "values": [{"key": 3}]}]}]}])
+        record = SampleGroup(
+            sample_ids=["a"],
+            labels=[{"values": [1.0]}],
+            feature_tables=[
+                {
+                    "feature_lines": [
+                        {
+                            "features": [
+                                {"type": 1, "name": "s", "values": [{"key": 1, "value": 2.0}]},
+                                {"type": 2, "name": "d", "values": [{"vector": [1.0, 2.0]}]},
+                            ],
+                            "refer": 0,
+                        }
+                    ]
+                },
+                {"feature_lines": [{"features": [{"type": 1, "name": "u", "values": [{"key": 3}]}]}]},
+            ],
+        )
     data = record.SerializeToString()
     with tempfile.TemporaryDirectory(prefix="ingest-warm-") as tmp:
         path = os.path.join(tmp, "one.pb")
@@ -277,8 +334,11 @@ def _compile_side_by_side(src, dst):
 def _output_plan(inputs, output, dst):
     """``[(input files, output url)]``: one output file, or one per input file in a directory."""
     fs, path = url_to_fs(output)
-    is_dir = (output.endswith("/") or (fs.exists(path) and fs.isdir(path))
-              or (len(inputs) > 1 and not os.path.splitext(path)[1]))
+    is_dir = (
+        output.endswith("/")
+        or (fs.exists(path) and fs.isdir(path))
+        or (len(inputs) > 1 and not os.path.splitext(path)[1])
+    )
     if not is_dir:
         return [(inputs, output)]
     plan = []
@@ -289,8 +349,7 @@ def _output_plan(inputs, output, dst):
     return plan
 
 
-def convert(inputs, output, *, src=None, dst=None, aux=None, threads=None, scheduler=None, log=print,
-            progress=None):
+def convert(inputs, output, *, src=None, dst=None, aux=None, threads=None, scheduler=None, log=print, progress=None):
     """Convert sample files; returns a summary dict (inputs, outputs, aux features, bytes).
 
     Parameters
@@ -317,8 +376,7 @@ def convert(inputs, output, *, src=None, dst=None, aux=None, threads=None, sched
         with tempfile.TemporaryDirectory(prefix="ingest-convert-") as tmp:
             dst = format_of("x.pb", dst)
             staged = os.path.join(tmp, f"staged.{dst.value}")
-            summary = convert(inputs, staged, src=src, dst=dst, aux=aux, threads=threads, scheduler=scheduler,
-                              log=log)
+            summary = convert(inputs, staged, src=src, dst=dst, aux=aux, threads=threads, scheduler=scheduler, log=log)
             summary["kafka"] = produce([staged], output, dst.value, log=log)
             summary["outputs"] = [output]
             return summary
@@ -338,10 +396,15 @@ def convert(inputs, output, *, src=None, dst=None, aux=None, threads=None, sched
         kernels_ready = _compile_side_by_side(src, dst)
         features = scan_features(plan_units(files, splittable=False), src, threads)
         if features.label_count != features.max_labels:
-            raise DataError(f"samples have {features.label_count} to {features.max_labels} labels;",
-                            source=files[0][0], offset=0, text="", kind="TOO_FEW_LABELS",
-                            expected="the same number of labels in every sample: a converted file has one label "
-                                     "count, so extra labels would be lost")
+            raise DataError(
+                f"samples have {features.label_count} to {features.max_labels} labels;",
+                source=files[0][0],
+                offset=0,
+                text="",
+                kind="TOO_FEW_LABELS",
+                expected="the same number of labels in every sample: a converted file has one label "
+                "count, so extra labels would be lost",
+            )
         if src is FileType.txt:
             if aux == "auto":
                 aux = choose_aux(files[0][0], features)
@@ -349,8 +412,9 @@ def convert(inputs, output, *, src=None, dst=None, aux=None, threads=None, sched
                 known = {name for name, *_ in features.declarations()}
                 missing = [a for a in aux if a not in known]
                 if missing:
-                    raise ConfigError(f"--aux {','.join(missing)}: no such feature in the input; it has "
-                                      f"{', '.join(sorted(known))}")
+                    raise ConfigError(
+                        f"--aux {','.join(missing)}: no such feature in the input; it has {', '.join(sorted(known))}"
+                    )
             aux = list(aux or [])
             summary["aux"] = aux
             summary["features"] = {"declared": features.declarations(), "label_count": features.label_count}
@@ -378,8 +442,11 @@ def _dask_client(address):
     try:
         return client_class(address, timeout=SCHEDULER_TIMEOUT)
     except (OSError, ValueError) as exc:
-        raise SourceError(f"--scheduler {address}: no Dask scheduler answered within {SCHEDULER_TIMEOUT} s "
-                          f"({' '.join(str(exc).split())})", source=address) from exc
+        raise SourceError(
+            f"--scheduler {address}: no Dask scheduler answered within {SCHEDULER_TIMEOUT} s "
+            f"({' '.join(str(exc).split())})",
+            source=address,
+        ) from exc
 
 
 def _convert_one(files, output, *, src, dst, aux, features, threads, progress=None):
@@ -388,13 +455,13 @@ def _convert_one(files, output, *, src, dst, aux, features, threads, progress=No
     try:
         if src is FileType.txt:
             units = plan_units(files, splittable=True, task_num=threads)
-            _text_to_records(units, features.schema(), aux, dst is FileType.spb, threads, writer.write,
-                             progress=progress)
+            _text_to_records(
+                units, features.schema(), aux, dst is FileType.spb, threads, writer.write, progress=progress
+            )
         elif dst is FileType.txt:
             group = 0
             for unit in plan_units(files, splittable=False):
-                group += _records_to_text(unit, features.schema(), src is FileType.spb, writer.write, group,
-                                          progress)
+                group += _records_to_text(unit, features.schema(), src is FileType.spb, writer.write, group, progress)
         else:
             raise ConfigError(f"{src.value} -> {dst.value}: convert through text (txt)")
         writer.commit()

@@ -5,6 +5,7 @@ Used where nothing is declared: ``ingest convert`` (which must lose no feature),
 (``scan_names`` for text, ``scan_record_names`` for pb/spb) that stop at each name not
 seen before; Python work is per new name, not per line.
 """
+
 import concurrent.futures
 from dataclasses import dataclass
 
@@ -41,12 +42,12 @@ class FoundFeatures:
 
     def declarations(self):
         """``(name, type, table, nvec)`` of every feature, sparse ones first (nvec None)."""
-        return ([(n, "sparse", t, None) for n, t in self.sparse]
-                + [(n, "dense", t, w) for n, (w, t) in self.dense.items()])
+        return [(n, "sparse", t, None) for n, t in self.sparse] + [
+            (n, "dense", t, w) for n, (w, t) in self.dense.items()
+        ]
 
     def schema(self, serialized=False):
-        specs = [make_feature(n, kind, table=t, nvec=w, serialized=serialized)
-                 for n, kind, t, w in self.declarations()]
+        specs = [make_feature(n, kind, table=t, nvec=w, serialized=serialized) for n, kind, t, w in self.declarations()]
         return Schema(specs, self.label_count)
 
 
@@ -69,7 +70,7 @@ def _scan_file(unit, limit, scan):
             if used == 0:  # a line or record longer than the buffer
                 buf = grown(buf, filled)
                 continue
-            buf[:filled - used] = buf[used:filled]
+            buf[: filled - used] = buf[used:filled]
             filled -= used
             done += used
 
@@ -91,9 +92,14 @@ def _scan_unit(unit, limit):
             raw = buf[a:b]
             name = raw.tobytes().decode("utf-8", "replace")
             if len(sparse) + len(dense) >= MAX_FEATURES or (raw < 32).any():
-                raise DataError(f"a feature name with control bytes, or more than {MAX_FEATURES} names;",
-                                source=unit.url, offset=base + a, text=name[:80], kind="NOT_TEXT",
-                                expected="a text sample file (is this a pb or binary file read as text?)")
+                raise DataError(
+                    f"a feature name with control bytes, or more than {MAX_FEATURES} names;",
+                    source=unit.url,
+                    offset=base + a,
+                    text=name[:80],
+                    kind="NOT_TEXT",
+                    expected="a text sample file (is this a pb or binary file read as text?)",
+                )
             if kind == 1:
                 sparse.append(name)
                 tables[0] = build_name_table(sparse)
@@ -118,12 +124,18 @@ def scan_text_features(units, threads=1, limit=None):
                 sparse.append(name)
         for name, width in dn.items():
             if dense.setdefault(name, width) != width:
-                raise DataError(f"dense feature {name!r} has {width} floats here and {dense[name]} elsewhere;",
-                                source=unit.url, offset=0, text=name, expected="one width per dense feature",
-                                kind="DENSE_WIDTH")
+                raise DataError(
+                    f"dense feature {name!r} has {width} floats here and {dense[name]} elsewhere;",
+                    source=unit.url,
+                    offset=0,
+                    text=name,
+                    expected="one width per dense feature",
+                    kind="DENSE_WIDTH",
+                )
         lo, hi = min(lo, int(labels_seen[0])), max(hi, int(labels_seen[1]))
-    return FoundFeatures([(n, 0) for n in sparse], {n: (w, 0) for n, w in dense.items()},
-                         max(lo, 0) if hi >= 0 else 0, max(hi, 0))
+    return FoundFeatures(
+        [(n, 0) for n in sparse], {n: (w, 0) for n, w in dense.items()}, max(lo, 0) if hi >= 0 else 0, max(hi, 0)
+    )
 
 
 def _scan_records_unit(unit, simple, limit):
@@ -134,11 +146,16 @@ def _scan_records_unit(unit, simple, limit):
     known = [build_name_table([]), np.empty(0, np.int64), np.empty(0, np.int64)]
 
     def scan(buf, filled, at_end, base):
-        if base == 0 and (problem := framing_problem(buf[:min(filled, 16)], unit.size, simple)):
+        if base == 0 and (problem := framing_problem(buf[: min(filled, 16)], unit.size, simple)):
             message = "SampleSimple" if simple else "SampleGroup"
-            raise DataError(f"does not look like length-prefixed {message} records: {problem};", source=unit.url,
-                            offset=0, text=bytes(buf[:min(filled, 8)]).hex(" "), kind="NOT_RECORDS",
-                            expected=f"a {'spb' if simple else 'pb'} file (is it text? then the format is txt)")
+            raise DataError(
+                f"does not look like length-prefixed {message} records: {problem};",
+                source=unit.url,
+                offset=0,
+                text=bytes(buf[: min(filled, 8)]).hex(" "),
+                kind="NOT_RECORDS",
+                expected=f"a {'spb' if simple else 'pb'} file (is it text? then the format is txt)",
+            )
         pos = 0
         while True:
             pos = scan_record_names(buf, pos, filled, simple, *known[0], known[1], known[2], labels_seen, found)
@@ -147,13 +164,20 @@ def _scan_records_unit(unit, simple, limit):
             kind, a, b, table, width = (int(v) for v in found)
             name = buf[a:b].tobytes().decode("utf-8", "replace")
             if kind == 3:
-                raise DataError(f"feature {name!r} appears in more than one table or with two types;",
-                                source=unit.url, offset=base + a, text=name,
-                                expected="each feature name in one table with one type (text holds one)",
-                                kind="FEATURE_CONFLICT")
+                raise DataError(
+                    f"feature {name!r} appears in more than one table or with two types;",
+                    source=unit.url,
+                    offset=base + a,
+                    text=name,
+                    expected="each feature name in one table with one type (text holds one)",
+                    kind="FEATURE_CONFLICT",
+                )
             features.append((kind, name, table, width))
-            known[:] = [build_name_table([f[1] for f in features]), np.array([f[0] for f in features], np.int64),
-                        np.array([f[2] for f in features], np.int64)]
+            known[:] = [
+                build_name_table([f[1] for f in features]),
+                np.array([f[0] for f in features], np.int64),
+                np.array([f[2] for f in features], np.int64),
+            ]
 
     _scan_file(unit, limit, scan)
     return features, labels_seen
@@ -169,9 +193,14 @@ def scan_record_features(units, simple, threads=1, limit=None):
         for kind, name, table, width in features:
             other_width = kind == 2 and dense.get(name, (width,))[0] != width
             if where.setdefault(name, (kind, table)) != (kind, table) or other_width:
-                raise DataError(f"feature {name!r} differs between files (table, type or width);", source=unit.url,
-                                offset=0, text=name, expected="one table, type and width per feature",
-                                kind="FEATURE_CONFLICT")
+                raise DataError(
+                    f"feature {name!r} differs between files (table, type or width);",
+                    source=unit.url,
+                    offset=0,
+                    text=name,
+                    expected="one table, type and width per feature",
+                    kind="FEATURE_CONFLICT",
+                )
             if kind == 1 and (name, table) not in sparse:
                 sparse.append((name, table))
             elif kind == 2:

@@ -1,8 +1,17 @@
 """The exception tree of ``ingest``: one root, located data errors, config errors that are also ValueError."""
 
 __all__ = [
-    "IngestError", "ConfigError", "SourceError", "DataError", "TextParseError",
-    "GroupTooLargeError", "ReaderClosedError", "DslError", "DslLimitError", "StateError", "OpError",
+    "IngestError",
+    "ConfigError",
+    "SourceError",
+    "DataError",
+    "TextParseError",
+    "GroupTooLargeError",
+    "ReaderClosedError",
+    "DslError",
+    "DslLimitError",
+    "StateError",
+    "OpError",
     "UnseenFeatureWarning",
 ]
 
@@ -68,8 +77,22 @@ class DataError(IngestError):
         A stable short name of the problem (``BAD_KEY``, ``TOO_FEW_FIELDS``...).
     """
 
-    def __init__(self, reason, *, source, offset, expected, text="", line=None, record=None,
-                 column=None, field=None, feature=None, context=None, kind=None):
+    def __init__(
+        self,
+        reason,
+        *,
+        source,
+        offset,
+        expected,
+        text="",
+        line=None,
+        record=None,
+        column=None,
+        field=None,
+        feature=None,
+        context=None,
+        kind=None,
+    ):
         self.reason = reason
         self.kind = kind or type(self).__name__
         self.source = source
@@ -103,7 +126,7 @@ class DataError(IngestError):
         ctx = self.context
         col = self.column - 1
         left = max(0, col - width // 2)
-        snippet = ctx[left:left + width]
+        snippet = ctx[left : left + width]
         return f"{self}\n  {snippet}\n  {' ' * (col - left)}^"
 
 
@@ -153,8 +176,10 @@ class OpError(IngestError):
         self.block_offset = block_offset
         self.group = group
         self.sample_id = sample_id
-        super().__init__(f"{source}, byte {offset}: op {op}: {reason}; in group {group} of the chunk at byte "
-                         f"{block_offset} (first sample id {sample_id!r})")
+        super().__init__(
+            f"{source}, byte {offset}: op {op}: {reason}; in group {group} of the chunk at byte "
+            f"{block_offset} (first sample id {sample_id!r})"
+        )
 
 
 class UnseenFeatureWarning(UserWarning):

@@ -1,4 +1,5 @@
 """Feature declarations: what a reader emits, validated once at ``feature()`` time."""
+
 from dataclasses import dataclass
 from enum import Enum
 from typing import Optional
@@ -112,7 +113,6 @@ class Schema:
         return tuple(s for s in self.dense if s.table == table)
 
 
-
 class DenseLayout:
     """Dense features laid side by side in one float32 row, as the kernels fill and read them.
 
@@ -133,7 +133,6 @@ class DenseLayout:
         self.width = np.array([s.width for s in specs], np.int64)
         self.first_col = np.cumsum(self.width) - self.width
         self.first_elem = np.cumsum(self.nvec) - self.nvec
-        cols = [np.where(s.kept_elements >= 0, s.kept_elements + first, -1)
-                for s, first in zip(specs, self.first_col)]
+        cols = [np.where(s.kept_elements >= 0, s.kept_elements + first, -1) for s, first in zip(specs, self.first_col)]
         self.elem_col = np.concatenate(cols).astype(np.int64) if cols else np.empty(0, np.int64)
         self.total = int(self.width.sum())

@@ -1,4 +1,5 @@
 """``ingest inspect``: tables, features, counts and the first samples of any sample file."""
+
 from . import warmup
 from .formats import format_of
 from .discover import scan_features
@@ -40,10 +41,21 @@ def inspect(path, n=3, file_type=None, progress=None):
         stats = reader.stats()
     tables = max([t for _, _, t, _ in declared] + [0]) + 1
     return {
-        "path": path, "format": ftype.value, "files": len(units), "bytes": sum(u.size or 0 for u in units),
-        "label_count": features.label_count, "groups": stats["groups"], "samples": stats["samples"],
-        "tables": [[{"name": name, "type": kind, **({"nvec": nvec} if nvec else {})}
-                    for name, kind, t, nvec in declared if t == k] for k in range(tables)],
+        "path": path,
+        "format": ftype.value,
+        "files": len(units),
+        "bytes": sum(u.size or 0 for u in units),
+        "label_count": features.label_count,
+        "groups": stats["groups"],
+        "samples": stats["samples"],
+        "tables": [
+            [
+                {"name": name, "type": kind, **({"nvec": nvec} if nvec else {})}
+                for name, kind, t, nvec in declared
+                if t == k
+            ]
+            for k in range(tables)
+        ],
         "first": first,
     }
 
@@ -57,8 +69,11 @@ def _sample(batch, r):
     rows = [r]
     for ind in batch.indicators:
         rows.append(int(ind[rows[-1]]))
-    out = {"sample_id": batch.sample_id(r).decode("utf-8", "replace"), "labels": _floats(batch.labels[r]),
-           "timestamp": int(batch.timestamps[r])}
+    out = {
+        "sample_id": batch.sample_id(r).decode("utf-8", "replace"),
+        "labels": _floats(batch.labels[r]),
+        "timestamp": int(batch.timestamps[r]),
+    }
     for name in batch:
         feat = batch[name]
         row = rows[batch.table_of(name)]

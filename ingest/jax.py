@@ -5,6 +5,7 @@ Importing ``ingest`` never imports this module; it needs ``pip install 'ingest[j
     for batch in ingest.jax.batches(reader):       # reader: configured, not started
         loss = step(params, batch)                 # a jitted step: one compilation per bucket
 """
+
 import numpy as np
 
 from .errors import ConfigError
@@ -31,7 +32,7 @@ def _pad(arr, length, fill=0):
     if len(arr) == length:
         return arr
     out = np.full((length, *arr.shape[1:]), fill, arr.dtype)
-    out[:len(arr)] = arr
+    out[: len(arr)] = arr
     return out
 
 
@@ -77,8 +78,10 @@ def batches(reader, buckets=None, device=None):
     (the default device when None), so that a jitted function compiles once per bucket of ids.  Asks the reader
     to pad table 0 (``pad(True)``).  Needs ``jax_enable_x64`` (the ids are int64)."""
     if not jax.config.jax_enable_x64:
-        raise ConfigError("ingest.jax.batches: ids are 64-bit, and JAX in its default 32-bit mode would cut them; "
-                          "enable it first with jax.config.update('jax_enable_x64', True)")
+        raise ConfigError(
+            "ingest.jax.batches: ids are 64-bit, and JAX in its default 32-bit mode would cut them; "
+            "enable it first with jax.config.update('jax_enable_x64', True)"
+        )
     reader.pad(True)
     with reader:
         for batch in reader.startup():

@@ -1,4 +1,5 @@
 """Optional dependencies: imported where their path is taken, a clear error where they are absent."""
+
 import importlib
 
 from .errors import ConfigError
@@ -12,11 +13,15 @@ def require(module, package, extra):
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        raise ConfigError(f"this needs the package {package!r}, which is not installed: "
-                          f"pip install 'ingest[{extra}]' (or pip install {package})") from exc
+        raise ConfigError(
+            f"this needs the package {package!r}, which is not installed: "
+            f"pip install 'ingest[{extra}]' (or pip install {package})"
+        ) from exc
     except OSError as exc:  # installed, but a native library of it does not load
         hint = ""
         if "fbgemm" in str(exc):
-            hint = ("; torchrec's fbgemm-gpu needs CUDA, on a CPU machine: "
-                    "pip install --no-deps --force-reinstall fbgemm-gpu-cpu==1.9.0")
+            hint = (
+                "; torchrec's fbgemm-gpu needs CUDA, on a CPU machine: "
+                "pip install --no-deps --force-reinstall fbgemm-gpu-cpu==1.9.0"
+            )
         raise ConfigError(f"{package!r} is installed but does not load: {exc}{hint}") from exc

@@ -1,4 +1,5 @@
 """The options of a DataReader: one frozen value, replaced by each option method, pickled with the reader."""
+
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -14,13 +15,13 @@ class ReaderOptions:
     paths: object = None
     file_type: FileType = FileType.txt
     enable_state: bool = False
-    restored: object = None        # the decoded state of restore()
+    restored: object = None  # the decoded state of restore()
     save_every: Optional[tuple] = None  # (batches, url) of save_state_every()
-    shuffle: object = None         # seed
+    shuffle: object = None  # seed
     shuffle_buffer: object = None  # sample groups a window of the group shuffle holds
     ops: tuple = ()
     keep: bool = False
-    pause: object = None           # (groups, wait_exactly)
+    pause: object = None  # (groups, wait_exactly)
     epochs: int = 1
     batch_size: int = 1024
     label_count: int = 1

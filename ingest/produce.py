@@ -5,6 +5,7 @@ same alignment as byte-range work units) or whole length-prefixed records (pb, s
 ``message_bytes`` each, sent round-robin over the topic's partitions (or those named in
 the URL), so that ``kafka://`` readers see exactly the samples of the files.
 """
+
 import numpy as np
 
 from .formats import format_of
@@ -50,6 +51,7 @@ def produce(inputs, url, file_type=None, message_bytes=1 << 20, log=print, progr
     """
     from kafka import KafkaProducer
     from kafka.errors import KafkaError
+
     brokers, topic, chosen = parse_kafka_url(url)
     files = expand_paths(inputs)
     for path, _ in files:

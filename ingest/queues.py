@@ -1,4 +1,5 @@
 """The bounded queues between threads: the pipeline's stages, and a source's read-ahead."""
+
 import queue
 
 __all__ = ["BoundedQueue"]

@@ -1,17 +1,16 @@
 """DataReader: options, lifecycle and iteration (docs/formats.md, reader options)."""
+
 import dataclasses
-import difflib
 import warnings
 import weakref
 
 from . import formats, warmup
 from . import state as state_format
 from .batch import Batch
-from .dsl.compiler import check, compile_feature, home_table, parse, single_valued
-from .dsl.stage import DslStage
-from .discover import names_in
-from .errors import ConfigError, DslError, IngestError, ReaderClosedError, SourceError, UnseenFeatureWarning
-from .features import FeatureType, Schema, make_feature
+from .dsl.compiler import check_feature
+from .dsl.stage import dsl_stage
+from .errors import ConfigError, ReaderClosedError, SourceError
+from .features import Schema, make_feature
 from .ops import OpStage, as_op
 from .options import ReaderOptions
 from .pipeline.batcher import BatchBuilder
@@ -45,31 +44,6 @@ def _positive_int(name, value, minimum=1):
     return value
 
 
-def _check_dsl(spec, known):
-    """Check a DSL feature against the features declared before it; returns its checked tree."""
-    tree = check(parse(spec.dsl, spec.name), spec.dsl, spec.name, known)
-    home = home_table(tree, known)
-    if spec.table > home:
-        raise DslError(f"feature {spec.name!r}: table={spec.table}, but its expression reads table {home}; "
-                       f"a DSL feature lives in the shallowest table it reads ({home}) or a shallower one",
-                       feature=spec.name, expression=spec.dsl, column=1)
-    if spec.type is FeatureType.dense and not single_valued(tree, known):
-        raise DslError(f"feature {spec.name!r}: a dense DSL feature needs an expression of one value per row "
-                       f"(an aggregate, cosine or dot), got\n  {spec.dsl}\n  ^",
-                       feature=spec.name, expression=spec.dsl, column=1)
-    return tree
-
-
-def _dsl_stage(schema):
-    """The op stage computing the schema's DSL features, or None when there are none."""
-    specs = {s.name: s for s in schema.specs}
-    plans = []
-    for spec in schema.specs:
-        if spec.dsl is not None:
-            plans += compile_feature(spec, _check_dsl(spec, specs), specs)
-    return DslStage(schema, schema.raw, plans) if plans else None
-
-
 class DataReader:
     """Reads sample files into batches.
 
@@ -97,8 +71,9 @@ class DataReader:
     def __init__(self, name: str, paths=None, file_type=formats.FileType.txt, enable_state: bool = False) -> None:
         self.name = name
         paths = list(paths) if paths is not None and not isinstance(paths, str) else paths
-        self._options = ReaderOptions(paths=paths, file_type=formats.file_type(file_type),
-                                      enable_state=bool(enable_state))
+        self._options = ReaderOptions(
+            paths=paths, file_type=formats.file_type(file_type), enable_state=bool(enable_state)
+        )
         self._runtime()
 
     def _runtime(self):
@@ -106,8 +81,8 @@ class DataReader:
         self._stats = Stats()
         self._progress = None
         self._saved_at = 0
-        self._committers = []     # what reports delivered positions to a source (a fixed assignment's group)
-        self._member = None       # the unit source when a group assigns the units (group_id on topic URLs)
+        self._committers = []  # what reports delivered positions to a source (a fixed assignment's group)
+        self._member = None  # the unit source when a group assigns the units (group_id on topic URLs)
         self._state_header = None
         self._pipeline = None
         self._started = False
@@ -150,10 +125,13 @@ class DataReader:
         self._option()
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
             raise ConfigError(f"shuffle(seed={seed!r}): expected an int >= 0 or None")
-        if buffer is not None and (seed is None or isinstance(buffer, bool) or not isinstance(buffer, int)
-                                   or buffer < 1):
-            raise ConfigError(f"shuffle(seed={seed!r}, buffer={buffer!r}): expected a buffer of an int >= 1 "
-                              f"sample groups, with a seed")
+        if buffer is not None and (
+            seed is None or isinstance(buffer, bool) or not isinstance(buffer, int) or buffer < 1
+        ):
+            raise ConfigError(
+                f"shuffle(seed={seed!r}, buffer={buffer!r}): expected a buffer of an int >= 1 "
+                f"sample groups, with a seed"
+            )
         return self._set(shuffle=seed, shuffle_buffer=buffer)
 
     def epochs(self, n) -> "DataReader":
@@ -178,7 +156,7 @@ class DataReader:
         if any(s.name == spec.name for s in self._options.specs):
             raise ConfigError(f"feature {name!r} is declared twice")
         if spec.dsl is not None:
-            _check_dsl(spec, {s.name: s for s in self._options.specs})
+            check_feature(spec, {s.name: s for s in self._options.specs})
         return self._set(specs=self._options.specs + (spec,))
 
     def features(self, specs) -> "DataReader":
@@ -252,8 +230,9 @@ class DataReader:
         """Per batch and sparse feature: ``unique_ids``, ``inverse``, ``unique_rows``, ``unique_row_offsets``."""
         return self._set(unique=bool(on))
 
-    def kafka(self, group_id=None, start="earliest", until="caught_up", client="direct",
-              **consumer_config) -> "DataReader":
+    def kafka(
+        self, group_id=None, start="earliest", until="caught_up", client="direct", **consumer_config
+    ) -> "DataReader":
         """Kafka settings for ``kafka://`` paths: where partitions start (``"earliest"``, ``"latest"`` or a
         timestamp in ms), where they end (``"caught_up"``: the end offsets seen at startup, or
         ``"forever"``), and kafka-python consumer settings.
@@ -268,8 +247,9 @@ class DataReader:
         ``client="direct"`` fetches over ingest's own sockets (PLAINTEXT, read_uncommitted);
         ``"kafka-python"`` through kafka-python's consumer, for TLS, SASL or ``read_committed`` (fixed
         assignments only)."""
-        options = source_for("kafka://").options(group_id=group_id, start=start, until=until, client=client,
-                                                 **consumer_config)
+        options = source_for("kafka://").options(
+            group_id=group_id, start=start, until=until, client=client, **consumer_config
+        )
         return self._set(sources={**self._options.sources, "kafka": options})
 
     def timeline(self, path) -> "DataReader":
@@ -315,7 +295,7 @@ class DataReader:
             mine = []
             self._progress = Progress([])
         else:
-            mine = self._plan_units(fmt)[o.task[0]::o.task[1]]
+            mine = self._plan_units(fmt)[o.task[0] :: o.task[1]]
         self._units = mine
         if o.restored is not None:
             self._progress = state_format.check(o.restored, self.name, self._state_options(), mine)
@@ -328,21 +308,46 @@ class DataReader:
         if self._progress is not None:
             made = (source.committer(units, options) for source, options, units in by_source)
             self._committers = [c for c in made if c is not None]
-        dsl = _dsl_stage(schema)
-        builder = BatchBuilder(schema, o.batch_size, o.pad, unique=o.unique, stats=self._stats,
-                               track=self._progress is not None, keep_pieces=rounds is not None, pool=self._buffers,
-                               kernels_ready=self._compile_kernels(schema, dsl is not None))
+        dsl = dsl_stage(schema)
+        builder = BatchBuilder(
+            schema,
+            o.batch_size,
+            o.pad,
+            unique=o.unique,
+            stats=self._stats,
+            track=self._progress is not None,
+            keep_pieces=rounds is not None,
+            pool=self._buffers,
+            kernels_ready=warmup.for_reader(
+                schema, o.file_type is formats.FileType.txt, o.batch_size, o.pad, o.unique, dsl is not None
+            ),
+        )
         ops = OpStage(schema.raw, o.ops) if o.ops else None  # checks built-in ops against the schema
         # with units that come and go (a consumer group) or never end no epoch ends
         live = any(source.live(options) for source, options, _ in by_source)
         self._coverage = Coverage(schema.raw, len(mine)) if self._member is None and not live else None
-        self._pipeline = Pipeline(mine, o.epochs, fmt, builder, ops=ops, dsl=dsl, rounds=rounds,
-                                  threads=o.threads, deterministic=o.deterministic,
-                                  split_group=o.split_group,
-                                  drop_last=o.drop_last, on_skip=on_skip, stats=self._stats,
-                                  prefetch=o.prefetch, shuffle=o.shuffle, progress=self._progress,
-                                  group_shuffle=self._group_shuffle(live, rounds),
-                                  unit_source=self._member, live=live, coverage=self._coverage)
+        self._pipeline = Pipeline(
+            mine,
+            o.epochs,
+            fmt,
+            builder,
+            ops=ops,
+            dsl=dsl,
+            rounds=rounds,
+            threads=o.threads,
+            deterministic=o.deterministic,
+            split_group=o.split_group,
+            drop_last=o.drop_last,
+            on_skip=on_skip,
+            stats=self._stats,
+            prefetch=o.prefetch,
+            shuffle=o.shuffle,
+            progress=self._progress,
+            group_shuffle=self._group_shuffle(live, rounds),
+            unit_source=self._member,
+            live=live,
+            coverage=self._coverage,
+        )
         self._started = True
         if o.timeline_path is not None:
             self._stats.timeline = Timeline()
@@ -353,21 +358,6 @@ class DataReader:
         self._finalizer = weakref.finalize(self, _close, self._pipeline, self._member, self._committers)
         return self
 
-    def _compile_kernels(self, schema, with_dsl):
-        """Say which kernels this run compiles (only when the on-disk cache lacks them), and when the parse
-        kernels are among them, have a second process compile the batch kernels meanwhile; returns what the
-        batch builder calls before its first batch (None when there is nothing to wait for)."""
-        o = self._options
-        groups = ["text" if o.file_type is formats.FileType.txt else "pb", "batch"]
-        groups += (["unique"] if o.unique else []) + (["dsl"] if with_dsl else [])
-        parallel = warmup.ahead(warmup.cold(groups))
-        warmup.notice(groups, parallel)
-        if not parallel:
-            return None
-        payload = {"specs": [dataclasses.asdict(s) for s in schema.specs], "label_count": schema.label_count,
-                   "batch_size": o.batch_size, "pad": o.pad, "unique": o.unique}
-        return warmup.compile_ahead("ingest.pipeline.batcher:warm", payload).wait
-
     def _group_shuffle(self, live, rounds):
         """The GroupShuffle of ``shuffle(seed, buffer=n)``, or None; refuses what cannot follow one ordered
         stream of windows."""
@@ -375,8 +365,10 @@ class DataReader:
         if o.shuffle_buffer is None:
             return None
         if live or rounds is not None:
-            raise ConfigError(f"reader {self.name!r}: shuffle(buffer=...) needs an input that ends and one pass "
-                              f"per group: not with units without end (until='forever'), keep_sample or pause")
+            raise ConfigError(
+                f"reader {self.name!r}: shuffle(buffer=...) needs an input that ends and one pass "
+                f"per group: not with units without end (until='forever'), keep_sample or pause"
+            )
         resume = self._progress.window if self._progress is not None else None
         return GroupShuffle(o.shuffle_buffer, o.shuffle, resume)
 
@@ -402,11 +394,15 @@ class DataReader:
         if not o.keep and o.pause is None:
             return None
         if o.keep and not o.ops:
-            raise ConfigError(f"reader {self.name!r}: keep_sample(True) needs an op that drops groups (add_op); "
-                              f"without one no group would ever leave")
+            raise ConfigError(
+                f"reader {self.name!r}: keep_sample(True) needs an op that drops groups (add_op); "
+                f"without one no group would ever leave"
+            )
         if o.keep and self._progress is not None:
-            raise ConfigError(f"reader {self.name!r}: keep_sample(True) with enable_state=True is not available: "
-                              f"the state would have to hold every live group")
+            raise ConfigError(
+                f"reader {self.name!r}: keep_sample(True) with enable_state=True is not available: "
+                f"the state would have to hold every live group"
+            )
         if o.deterministic:
             raise ConfigError(f"reader {self.name!r}: keep_sample / pause with deterministic=True is not available")
         limit, exactly = o.pause if o.pause is not None else (None, False)
@@ -415,8 +411,14 @@ class DataReader:
     def _plan_units(self, fmt):
         """Work units of every path in order, each planned by its source."""
         o = self._options
-        return plan_paths(o.paths, splittable=fmt.splittable, compression=o.compression, task_num=o.task[1],
-                          unit_bytes=o.unit_bytes, options=o.sources)
+        return plan_paths(
+            o.paths,
+            splittable=fmt.splittable,
+            compression=o.compression,
+            task_num=o.task[1],
+            unit_bytes=o.unit_bytes,
+            options=o.sources,
+        )
 
     def __iter__(self) -> "DataReader":
         return self
@@ -447,8 +449,13 @@ class DataReader:
     def _state_options(self):
         """What fixes the sequence of samples: a state resumes only a reader with the same."""
         o = self._options
-        options = {"file_type": o.file_type.name, "shard": list(o.task), "epochs": o.epochs,
-                   "split_group": o.split_group, "shuffle": o.shuffle}
+        options = {
+            "file_type": o.file_type.name,
+            "shard": list(o.task),
+            "epochs": o.epochs,
+            "split_group": o.split_group,
+            "shuffle": o.shuffle,
+        }
         if o.shuffle_buffer is not None:
             options["shuffle_buffer"] = o.shuffle_buffer
         if o.file_type is formats.FileType.txt:
@@ -465,8 +472,10 @@ class DataReader:
         ``kafka(group_id=...)`` and partitions named in the URLs the Kafka positions are also committed to the
         group (a group member has no state: ``commit()``)."""
         if self._member is not None:
-            raise ConfigError(f"reader {self.name!r}: a consumer group member has no state of its own: its positions "
-                              f"are the group's commits (reader.commit())")
+            raise ConfigError(
+                f"reader {self.name!r}: a consumer group member has no state of its own: its positions "
+                f"are the group's commits (reader.commit())"
+            )
         if self._progress is None:
             raise ConfigError(f"reader {self.name!r}: state() needs enable_state=True and startup()")
         if self._state_header is None:
@@ -489,8 +498,10 @@ class DataReader:
             for committer in self._committers:
                 committer.commit(progress)
         else:
-            raise ConfigError(f"reader {self.name!r}: commit() needs kafka(group_id=...), and enable_state=True "
-                              f"when the URLs name partitions, and startup()")
+            raise ConfigError(
+                f"reader {self.name!r}: commit() needs kafka(group_id=...), and enable_state=True "
+                f"when the URLs name partitions, and startup()"
+            )
 
     def restore(self, state) -> "DataReader":
         """Continue from ``state`` (bytes of ``state()``) at ``startup()``: no sample delivered before it
@@ -522,25 +533,16 @@ class DataReader:
     def _report_skipped(self):
         stats = self._stats.snapshot()
         if stats["errors_skipped"]:
-            warnings.warn(f"reader {self.name!r}: skipped {stats['errors_skipped']} bad lines or records; "
-                          f"first: {stats['first_errors'][0]}", RuntimeWarning, stacklevel=3)
+            warnings.warn(
+                f"reader {self.name!r}: skipped {stats['errors_skipped']} bad lines or records; "
+                f"first: {stats['first_errors'][0]}",
+                RuntimeWarning,
+                stacklevel=3,
+            )
 
     def _report_unseen(self):
-        """A warning for each declared feature an epoch that ended never held, with the closest name of an
-        undeclared feature in the input (from the first 4 MiB of the first work unit)."""
-        ended = self._coverage.ended() if self._coverage is not None else []
-        if not ended:
-            return
-        try:
-            present = names_in(self._units[0], self._options.file_type)
-        except IngestError:
-            present = []
-        for epoch, names, samples in ended:
-            for name in names:
-                close = difflib.get_close_matches(name, [p for p in present if p not in self.schema.by_name], n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else ""
-                warnings.warn(f"reader {self.name!r}: feature {name!r} was declared but never seen in {samples:,} "
-                              f"samples (epoch {epoch}){hint}", UnseenFeatureWarning, stacklevel=3)
+        if self._coverage is not None:
+            self._coverage.warn_unseen(self.name, self._units, self._options.file_type, self.schema.by_name)
 
     def stats(self) -> dict:
         """Counters (bytes, samples, groups, blocks, batches, units, errors_skipped) and seconds per stage.
@@ -561,8 +563,9 @@ class DataReader:
             try:
                 timeline.write(self._options.timeline_path)
             except OSError as exc:
-                raise SourceError(f"timeline {self._options.timeline_path}: cannot write: {exc}",
-                                  source=self._options.timeline_path) from exc
+                raise SourceError(
+                    f"timeline {self._options.timeline_path}: cannot write: {exc}", source=self._options.timeline_path
+                ) from exc
 
     def shutdown(self) -> None:
         """Stop the threads (also when the consumer stopped early); the reader cannot be restarted."""

@@ -9,6 +9,7 @@
 ``partial`` rows are ``[epoch, unit index, position, rows]``; a position is a byte offset of
 the unit's (decompressed) stream, or a position in its source's own terms (docs/state.md).
 """
+
 import hashlib
 import json
 import os
@@ -34,8 +35,14 @@ def unit_digest(units):
 
 def header(name, options, units):
     """The part of a reader's state fixed at startup."""
-    return {"format": FORMAT, "version": VERSION, "reader": name, "options": options,
-            "units": unit_digest(units), "unit_count": len(units)}
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "reader": name,
+        "options": options,
+        "units": unit_digest(units),
+        "unit_count": len(units),
+    }
 
 
 def encode(head, progress):
@@ -61,12 +68,16 @@ def check(obj, name, options, units):
     for key in sorted(set(options) | set(obj["options"])):
         saved, now = obj["options"].get(key), options.get(key)
         if saved != now:
-            raise StateError(f"reader {name!r}: the state was saved with {key}={saved!r}, this reader has "
-                             f"{key}={now!r}; a state resumes only the same input with the same options")
+            raise StateError(
+                f"reader {name!r}: the state was saved with {key}={saved!r}, this reader has "
+                f"{key}={now!r}; a state resumes only the same input with the same options"
+            )
     if obj["units"] != unit_digest(units):
-        raise StateError(f"reader {name!r}: the state was saved over another input ({obj['unit_count']} work "
-                         f"units, now {len(units)}, or the same number of other files, ranges or sizes); "
-                         f"a state resumes only the same paths")
+        raise StateError(
+            f"reader {name!r}: the state was saved over another input ({obj['unit_count']} work "
+            f"units, now {len(units)}, or the same number of other files, ranges or sizes); "
+            f"a state resumes only the same paths"
+        )
     return Progress.from_json([u.index for u in units], obj)
 
 

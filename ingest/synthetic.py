@@ -12,6 +12,7 @@ trained on them sees its loss fall.  Lines are about 1.3 KB.
 
     python -m ingest.synthetic OUT.txt N [--seed S] [--learnable]
 """
+
 import argparse
 import sys
 
@@ -22,8 +23,19 @@ from ._native.synthetic import format_ads_lines
 __all__ = ["SPARSE", "DENSE", "LABEL_COUNT", "declare", "generate", "write", "click_probability"]
 
 # sparse feature -> bit width of its ids
-SPARSE = {"uid": 52, "age": 4, "gender": 2, "clk_hist": 52, "cate_pref": 14, "item": 52,
-          "cate": 14, "shop": 30, "brand": 24, "title": 32, "tags": 17}
+SPARSE = {
+    "uid": 52,
+    "age": 4,
+    "gender": 2,
+    "clk_hist": 52,
+    "cate_pref": 14,
+    "item": 52,
+    "cate": 14,
+    "shop": 30,
+    "brand": 24,
+    "title": 32,
+    "tags": 17,
+}
 DENSE = {"user_emb": 8, "ad_ctx": 4}
 LABEL_COUNT = 2
 _ORDER = list(SPARSE) + list(DENSE)
@@ -82,14 +94,21 @@ def _chunk_arrays(rng, n, first_ts, learnable=False):
         group=group_local,
         pos_in_group=pos_in_group.astype(np.int64),
         ts=(first_ts + group_local * 3).astype(np.int64),
-        uid=_ids(rng, g, "uid", SPARSE["uid"]), age=rng.integers(0, 10, g), gender=rng.integers(0, 3, g),
-        clk_keys=_ids(rng, (g, 40), "clk_hist", SPARSE["clk_hist"]), clk_cnt=rng.integers(1, 6, (g, 40)),
-        pref_keys=_ids(rng, (g, 8), "cate_pref", SPARSE["cate_pref"]), pref_w=rng.integers(0, 10000, (g, 8)),
+        uid=_ids(rng, g, "uid", SPARSE["uid"]),
+        age=rng.integers(0, 10, g),
+        gender=rng.integers(0, 3, g),
+        clk_keys=_ids(rng, (g, 40), "clk_hist", SPARSE["clk_hist"]),
+        clk_cnt=rng.integers(1, 6, (g, 40)),
+        pref_keys=_ids(rng, (g, 8), "cate_pref", SPARSE["cate_pref"]),
+        pref_w=rng.integers(0, 10000, (g, 8)),
         user_emb=rng.integers(-20000, 20000, (g, 8)),
-        item=_ids(rng, n, "item", SPARSE["item"]), cate=_ids(rng, n, "cate", SPARSE["cate"]),
+        item=_ids(rng, n, "item", SPARSE["item"]),
+        cate=_ids(rng, n, "cate", SPARSE["cate"]),
         shop=_ids(rng, n, "shop", SPARSE["shop"]),
-        brand=_ids(rng, n, "brand", SPARSE["brand"]), title=_ids(rng, (n, 12), "title", SPARSE["title"]),
-        tags=_ids(rng, (n, 4), "tags", SPARSE["tags"]), tag_w=rng.integers(0, 10000, (n, 4)),
+        brand=_ids(rng, n, "brand", SPARSE["brand"]),
+        title=_ids(rng, (n, 12), "title", SPARSE["title"]),
+        tags=_ids(rng, (n, 4), "tags", SPARSE["tags"]),
+        tag_w=rng.integers(0, 10000, (n, 4)),
         ad_ctx=rng.integers(-20000, 20000, (n, 4)),
     )
     draw = rng.random(n)
@@ -144,8 +163,9 @@ def main(argv=None):
     parser.add_argument("out")
     parser.add_argument("n", type=int)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--learnable", action="store_true",
-                        help="clicks depend on the ad's category and the user's age and gender")
+    parser.add_argument(
+        "--learnable", action="store_true", help="clicks depend on the ad's category and the user's age and gender"
+    )
     args = parser.parse_args(argv)
     size = write(args.out, args.n, args.seed, args.learnable)
     print(f"wrote {args.n} samples, {size} bytes to {args.out}")

@@ -6,6 +6,7 @@ Importing ``ingest`` never imports this module; it needs ``pip install 'ingest[t
     for batch in ds:
         ids = batch["item"]                        # tf.RaggedTensor, one row per sample
 """
+
 import pickle
 
 from .features import FeatureType
@@ -23,9 +24,12 @@ def element_signature(reader):
     samples), ``size`` and one ``indicators.k`` per aux table."""
     schema = reader.schema
     ragged = dict(ragged_rank=1, row_splits_dtype=tf.int64)
-    spec = {"labels": tf.TensorSpec([None, schema.label_count], tf.float32),
-            "timestamps": tf.TensorSpec([None], tf.int64), "sample_ids": tf.TensorSpec([None], tf.string),
-            "size": tf.TensorSpec([], tf.int64)}
+    spec = {
+        "labels": tf.TensorSpec([None, schema.label_count], tf.float32),
+        "timestamps": tf.TensorSpec([None], tf.int64),
+        "sample_ids": tf.TensorSpec([None], tf.string),
+        "size": tf.TensorSpec([], tf.int64),
+    }
     for s in schema.specs:
         if s.type is FeatureType.sparse:
             shape = [None, None] if s.serialized else [None, None, 2]
@@ -55,8 +59,7 @@ def _flat_signature(reader):
 
 
 def _flat(batch):
-    out = {"labels": batch.labels, "timestamps": batch.timestamps, "sample_ids": batch.sample_ids,
-           "size": batch.size}
+    out = {"labels": batch.labels, "timestamps": batch.timestamps, "sample_ids": batch.sample_ids, "size": batch.size}
     for name in batch:
         feat = batch[name]
         if name in batch.sparse_names:

@@ -8,6 +8,7 @@ Importing ``ingest`` never imports this module; it needs ``pip install 'ingest[t
     for step, batch in enumerate(ingest.torch.even_batches(loader)):
         ids, offsets = batch["item.ids"], batch["item.offsets"]
 """
+
 import collections
 import pickle
 import weakref
@@ -131,8 +132,10 @@ class ReaderDataset(torch.utils.data.IterableDataset):  # type: ignore[name-defi
     def __init__(self, reader, transform=batch_tensors):
         self.transform = transform
         if reader._started:
-            raise ConfigError(f"ReaderDataset(reader {reader.name!r}): give a reader that has not started; each "
-                              f"process starts its own copy")
+            raise ConfigError(
+                f"ReaderDataset(reader {reader.name!r}): give a reader that has not started; each "
+                f"process starts its own copy"
+            )
         self._config = pickle.dumps(reader)  # each iteration reads with a fresh copy
         self._resume = None  # a state to continue from, for the next iteration
         self._running = None

@@ -10,6 +10,8 @@ from the cache.  ``notice`` prints what is about to be compiled, and about how l
 ``python -m ingest.warmup module:function JSON`` is the helper process: it calls the function with the
 decoded JSON, which exercises the kernels on a miniature input of the same types.
 """
+
+import dataclasses
 import importlib
 import json
 import logging
@@ -18,7 +20,7 @@ import sys
 import threading
 import time
 
-__all__ = ["KERNELS", "SECONDS", "cold", "ahead", "notice", "compile_ahead", "CompileAhead"]
+__all__ = ["KERNELS", "SECONDS", "cold", "ahead", "notice", "compile_ahead", "CompileAhead", "for_reader"]
 
 _log = logging.getLogger("ingest")
 
@@ -35,8 +37,17 @@ KERNELS = {
     "write-pb": (("encode", ("encode_groups", "identical_features")),),
     "write-text": (("text_write", ("write_text_rows",)),),
 }
-SECONDS = {"text": 10, "pb": 16, "scan-text": 2, "scan-pb": 5, "batch": 4, "unique": 3, "dsl": 5, "write-pb": 8,
-           "write-text": 6}
+SECONDS = {
+    "text": 10,
+    "pb": 16,
+    "scan-text": 2,
+    "scan-pb": 5,
+    "batch": 4,
+    "unique": 3,
+    "dsl": 5,
+    "write-pb": 8,
+    "write-text": 6,
+}
 
 
 def _dispatchers(group):
@@ -76,8 +87,11 @@ def notice(groups, parallel=(), stream=None):
     _announced.update(groups)
     here = sum(SECONDS[g] for g in groups if g not in parallel)
     seconds = max(here, sum(SECONDS[g] for g in groups if g in parallel))
-    print(f"ingest: compiling kernels ({', '.join(groups)}), once per install: ~{seconds} s",
-          file=stream or sys.stderr, flush=True)
+    print(
+        f"ingest: compiling kernels ({', '.join(groups)}), once per install: ~{seconds} s",
+        file=stream or sys.stderr,
+        flush=True,
+    )
 
 
 class CompileAhead:
@@ -110,10 +124,33 @@ class CompileAhead:
 def compile_ahead(function, payload):
     """Run ``function`` (``"module:name"``, a warmer that exercises kernels) with ``payload`` (JSON-able) in a
     new Python process; returns its ``CompileAhead``."""
-    process = subprocess.Popen([sys.executable, "-m", "ingest.warmup", function, json.dumps(payload)],
-                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "ingest.warmup", function, json.dumps(payload)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     return CompileAhead(process)
+
+
+def for_reader(schema, text, batch_size, pad, unique, with_dsl):
+    """Say which kernels a reader's run compiles (only when the on-disk cache lacks them), and when the parse
+    kernels are among them, have a second process compile the batch kernels meanwhile; returns what the batch
+    builder calls before its first batch (None when there is nothing to wait for)."""
+    groups = ["text" if text else "pb", "batch"] + (["unique"] if unique else []) + (["dsl"] if with_dsl else [])
+    parallel = ahead(cold(groups))
+    notice(groups, parallel)
+    if not parallel:
+        return None
+    payload = {
+        "specs": [dataclasses.asdict(s) for s in schema.specs],
+        "label_count": schema.label_count,
+        "batch_size": batch_size,
+        "pad": pad,
+        "unique": unique,
+    }
+    return compile_ahead("ingest.pipeline.batcher:warm", payload).wait
 
 
 def _main(argv):

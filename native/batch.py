@@ -1,4 +1,5 @@
 """Kernels that build batches from blocks: row-range copies, aux-table ranges, indicators."""
+
 import numpy as np
 from numba import njit
 
@@ -6,8 +7,26 @@ from .jit import brief, helper
 
 
 @helper
-def copy_sparse_ranges(src_offsets, src_keys, src_hkeys, src_values, dsl_keys, dsl_values, from_dsl, lo, hi,
-                       nranges, row0, pair, key_base, value_base, dst_offsets, dst_keys, dst_pairs, dst_values):
+def copy_sparse_ranges(
+    src_offsets,
+    src_keys,
+    src_hkeys,
+    src_values,
+    dsl_keys,
+    dsl_values,
+    from_dsl,
+    lo,
+    hi,
+    nranges,
+    row0,
+    pair,
+    key_base,
+    value_base,
+    dst_offsets,
+    dst_keys,
+    dst_pairs,
+    dst_values,
+):
     """Append rows ``lo[g]:hi[g]`` (g < nranges) of every sparse feature of a table at row ``row0``.
 
     ``dst_offsets[f]`` (int64 ``[R + 1]``) holds row offsets local to feature ``f``;
@@ -32,13 +51,13 @@ def copy_sparse_ranges(src_offsets, src_keys, src_hkeys, src_values, dsl_keys, d
             cur = dst_offsets[f, row]
             dsl = len(from_dsl) > 0 and from_dsl[f]
             keys = (dsl_keys if dsl else src_keys)[s0:s1]
-            out_values = dst_values[value_base[f] + cur:value_base[f] + cur + n]
+            out_values = dst_values[value_base[f] + cur : value_base[f] + cur + n]
             in_values = (dsl_values if dsl else src_values)[s0:s1]
             for i in range(n):
                 out_values[i] = in_values[i]
             kb = key_base[f] + cur
             if pair[f]:
-                out = dst_pairs[kb:kb + n]
+                out = dst_pairs[kb : kb + n]
                 if has_hkeys and not dsl:
                     hkeys = src_hkeys[s0:s1]
                     for i in range(n):
@@ -49,11 +68,11 @@ def copy_sparse_ranges(src_offsets, src_keys, src_hkeys, src_values, dsl_keys, d
                         out[i, 0] = 0
                         out[i, 1] = keys[i]
             else:
-                out_keys = dst_keys[kb:kb + n]
+                out_keys = dst_keys[kb : kb + n]
                 for i in range(n):
                     out_keys[i] = keys[i]
-            out_offsets = dst_offsets[f][row + 1:row + 1 + r1 - r0]
-            in_offsets = src_offsets[f][r0 + 1:r1 + 1]
+            out_offsets = dst_offsets[f][row + 1 : row + 1 + r1 - r0]
+            in_offsets = src_offsets[f][r0 + 1 : r1 + 1]
             shift = cur - s0
             for r in range(r1 - r0):
                 out_offsets[r] = in_offsets[r] + shift
@@ -67,8 +86,8 @@ def copy_dense_ranges(src, lo, hi, nranges, dst, row0):
     row = row0
     for g in range(nranges):
         n = hi[g] - lo[g]
-        out = dst[row:row + n]
-        src_rows = src[lo[g]:hi[g]]
+        out = dst[row : row + n]
+        src_rows = src[lo[g] : hi[g]]
         for r in range(n):
             for c in range(src.shape[1]):
                 out[r, c] = src_rows[r, c]
@@ -229,10 +248,40 @@ def measure_piece(group_offsets, refers, sp_offsets, sid_offsets, r0, r1, counts
 
 
 @njit(nogil=True, cache=True)
-def copy_piece(sp_offsets, from_dsl, src_dense, refers, src_keys, src_hkeys, src_values, dsl_keys, dsl_values,
-               src_labels, src_timestamps, src_sid_bytes, src_sid_offsets, r0, r1, ranges, m, pair, key_base,
-               value_base, dense_table, at, offsets, keys, pairs, values, dense, indicators, labels, timestamps,
-               sid_bytes, sid_offsets):
+def copy_piece(
+    sp_offsets,
+    from_dsl,
+    src_dense,
+    refers,
+    src_keys,
+    src_hkeys,
+    src_values,
+    dsl_keys,
+    dsl_values,
+    src_labels,
+    src_timestamps,
+    src_sid_bytes,
+    src_sid_offsets,
+    r0,
+    r1,
+    ranges,
+    m,
+    pair,
+    key_base,
+    value_base,
+    dense_table,
+    at,
+    offsets,
+    keys,
+    pairs,
+    values,
+    dense,
+    indicators,
+    labels,
+    timestamps,
+    sid_bytes,
+    sid_offsets,
+):
     """Copy a piece planned by ``measure_piece`` into the arrays of a batch.
 
     Per table t of the block: ``sp_offsets[t]`` and ``from_dsl[t]`` (see ``copy_sparse_ranges``);
@@ -259,15 +308,41 @@ def copy_piece(sp_offsets, from_dsl, src_dense, refers, src_keys, src_hkeys, src
         if row == 0:
             offsets[t][:, 0] = 0
         f1 = f0 + nf
-        at[t] = copy_sparse_ranges(sp_offsets[t], src_keys, src_hkeys, src_values, dsl_keys, dsl_values, from_dsl[t],
-                                   lo, hi, n, row, pair[f0:f1], key_base[f0:f1], value_base[f0:f1], offsets[t], keys,
-                                   pairs, values)
+        at[t] = copy_sparse_ranges(
+            sp_offsets[t],
+            src_keys,
+            src_hkeys,
+            src_values,
+            dsl_keys,
+            dsl_values,
+            from_dsl[t],
+            lo,
+            hi,
+            n,
+            row,
+            pair[f0:f1],
+            key_base[f0:f1],
+            value_base[f0:f1],
+            offsets[t],
+            keys,
+            pairs,
+            values,
+        )
         for d in range(len(dense_table)):
             if dense_table[d] == t:
                 copy_dense_ranges(src_dense[d], lo, hi, n, dense[d], row)
         if t < tables - 1:
-            _, packed = write_indicators(refers[t], ranges[t, 0], ranges[t, 1], ranges[t + 1, 0], ranges[t + 1, 1], m,
-                                         indicators[t], row, at[tables + t])
+            _, packed = write_indicators(
+                refers[t],
+                ranges[t, 0],
+                ranges[t, 1],
+                ranges[t + 1, 0],
+                ranges[t + 1, 1],
+                m,
+                indicators[t],
+                row,
+                at[tables + t],
+            )
             at[tables + t] = packed
         f0 = f1
     # element loops, not slice assignments: a slice assignment compiles numpy's shape-mismatch error message,
@@ -298,11 +373,11 @@ def pad_batch(at, rows, offsets, dense, dense_table, indicators, labels, timesta
         row = at[t]
         o = offsets[t]
         for f in range(o.shape[0]):
-            o[f, row + 1:rows[t] + 1] = o[f, row]
+            o[f, row + 1 : rows[t] + 1] = o[f, row]
         for d in range(len(dense_table)):
             if dense_table[d] == t:
                 dense[d][row:] = 0
         if t < tables - 1:
             indicators[t][row:] = rows[t + 1] - 1
-    labels[at[0]:] = 0
-    timestamps[at[0]:] = 0
+    labels[at[0] :] = 0
+    timestamps[at[0] :] = 0

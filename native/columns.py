@@ -6,6 +6,7 @@ tokens of a row contiguous, and says where each row's tokens are (``tok0[r]:tok1
 The pb decoder writes each feature's values straight into a region of its own;
 ``region_offsets`` makes the table's offsets of where its rows end (and applies cutoffs).
 """
+
 import numpy as np
 from numba import njit
 
@@ -57,8 +58,7 @@ def count_rows(tok_feat, tok0, tok1, nrows, feat_map, cutoff, base, offsets):
 
 
 @njit(nogil=True, cache=True)
-def fill_rows(tok_feat, tok_key, tok_hkey, tok_val, tok0, tok1, nrows, feat_map, cutoff, offsets,
-              keys, hkeys, values):
+def fill_rows(tok_feat, tok_key, tok_hkey, tok_val, tok0, tok1, nrows, feat_map, cutoff, offsets, keys, hkeys, values):
     """Scatter tokens into ``keys``/``hkeys``/``values`` laid out by ``count_rows``.
 
     A positive cutoff keeps the first values of a row, a negative one the last, both in

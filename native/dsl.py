@@ -7,6 +7,7 @@ per-row arena (int64 keys, float64 values), and the output register of each row 
 appended to one CSR feature.  Inputs (leaves) are declared features read through the
 ``refer`` chain when they live in a deeper (aux) table.
 """
+
 import numpy as np
 from numba import njit
 
@@ -15,19 +16,19 @@ from .jit import inline
 from .mix import mix64
 
 # opcodes: (op, dst, a, b, c)
-LEAF_SPARSE = 1   # a: leaf
-LEAF_DENSE = 2    # a: leaf
-CARTESIAN = 3     # a, b: registers
-MATCH = 4         # a, b: registers
-HASH = 5          # a: register, b: buckets
-BUCKETIZE = 6     # a: register, b: first constant, c: number of boundaries
-LOG = 7           # a: register
+LEAF_SPARSE = 1  # a: leaf
+LEAF_DENSE = 2  # a: leaf
+CARTESIAN = 3  # a, b: registers
+MATCH = 4  # a, b: registers
+HASH = 5  # a: register, b: buckets
+BUCKETIZE = 6  # a: register, b: first constant, c: number of boundaries
+LOG = 7  # a: register
 SUM = 8
 COUNT = 9
 AVG = 10
 MAX = 11
 MIN = 12
-COSINE = 13       # a, b: registers
+COSINE = 13  # a, b: registers
 DOT = 14
 OP_COLUMNS = 5
 
@@ -42,8 +43,8 @@ LEAF_COLUMNS = 4
 # status of run_plan
 DONE = 0
 GROW_ARENA = 1  # a row needs more arena: grow to at least `need`, call again from `row`
-GROW_OUT = 2    # the output is full: grow it to at least `need`, call again from `row`
-TOO_MANY = 3    # a row's result would exceed `limit` pairs
+GROW_OUT = 2  # the output is full: grow it to at least `need`, call again from `row`
+TOO_MANY = 3  # a row's result would exceed `limit` pairs
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _LOG_EPS = 1e-8
@@ -62,9 +63,33 @@ def cross64(a, b):
 
 
 @njit(nogil=True, cache=True)
-def run_plan(ops, consts, out_reg, nregs, leaves, leaf_off, raw_keys, raw_hkeys, raw_vals, dsl_keys, dsl_vals,
-             dense_flat, refer_flat, refer_base, table, ntables, row, nrows, akeys, avals, out_off, out_keys,
-             out_vals, out_n, limit):
+def run_plan(
+    ops,
+    consts,
+    out_reg,
+    nregs,
+    leaves,
+    leaf_off,
+    raw_keys,
+    raw_hkeys,
+    raw_vals,
+    dsl_keys,
+    dsl_vals,
+    dense_flat,
+    refer_flat,
+    refer_base,
+    table,
+    ntables,
+    row,
+    nrows,
+    akeys,
+    avals,
+    out_off,
+    out_keys,
+    out_vals,
+    out_n,
+    limit,
+):
     """Evaluate the plan for rows ``row .. nrows - 1`` of ``table``; returns ``(status, row, need, out_n)``.
 
     Row ``r``'s result is ``out_keys/out_vals[out_off[r]:out_off[r + 1]]``; ``out_off[row]``

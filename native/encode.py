@@ -5,6 +5,7 @@ structured compression (aux features once per distinct aux line of a group) or a
 Sizes of nested messages are computed before writing, so every length prefix is minimal.  Text output is
 ``text_write.py``'s, the scan of text input for its features ``scan.py``'s.
 """
+
 import numpy as np
 from numba import njit
 
@@ -124,8 +125,23 @@ def _dense_body(d, dn_width, hdr_off):
 
 
 @helper
-def _line_size(r, side, refer, offsets, keys, values, sp_aux, sp_hdr_off, dense, dn_base, dn_width, dn_aux,
-               dn_hdr_off, bodies, slot):
+def _line_size(
+    r,
+    side,
+    refer,
+    offsets,
+    keys,
+    values,
+    sp_aux,
+    sp_hdr_off,
+    dense,
+    dn_base,
+    dn_width,
+    dn_aux,
+    dn_hdr_off,
+    bodies,
+    slot,
+):
     """Size of the line of row ``r`` with the features of ``side``; keeps each sparse body size in ``bodies[slot]``."""
     size = 0
     for f in range(offsets.shape[0]):
@@ -172,14 +188,35 @@ def write_dense_feature(out, p, d, r, dense, dn_base, dn_width, dn_hdr, dn_hdr_o
 
 
 @helper
-def _write_line(out, p, r, side, refer, offsets, keys, values, sp_aux, sp_hdr, sp_hdr_off, dense, dn_base, dn_width,
-                dn_aux, dn_hdr, dn_hdr_off, bits, bodies, slot):
+def _write_line(
+    out,
+    p,
+    r,
+    side,
+    refer,
+    offsets,
+    keys,
+    values,
+    sp_aux,
+    sp_hdr,
+    sp_hdr_off,
+    dense,
+    dn_base,
+    dn_width,
+    dn_aux,
+    dn_hdr,
+    dn_hdr_off,
+    bits,
+    bodies,
+    slot,
+):
     """Write the line sized by ``_line_size`` (same row, side and slot)."""
     for f in range(offsets.shape[0]):
         if side == ALL or sp_aux[f] == (side == AUX):
             if bodies[slot, f]:
-                p = write_sparse_feature(out, p, f, r, bodies[slot, f], offsets, keys, _NO_HKEYS, values, sp_hdr,
-                                         sp_hdr_off, bits)
+                p = write_sparse_feature(
+                    out, p, f, r, bodies[slot, f], offsets, keys, _NO_HKEYS, values, sp_hdr, sp_hdr_off, bits
+                )
     for d in range(len(dn_width)):
         if (side == ALL or dn_aux[d] == (side == AUX)) and _dense_present(d, r, dense, dn_base, dn_width):
             p = write_dense_feature(out, p, d, r, dense, dn_base, dn_width, dn_hdr, dn_hdr_off, bits)
@@ -235,9 +272,33 @@ def _ext_body(ts):
 
 
 @njit(nogil=True, cache=True)
-def encode_groups(g0, group_offsets, simple, offsets, keys, values, sp_aux, sp_hdr, sp_hdr_off, dense, dn_base,
-                  dn_width, dn_aux, dn_hdr, dn_hdr_off, labels, timestamps, sid_bytes, sid_off, out, out_pos,
-                  refer, distinct, line_size, bodies):
+def encode_groups(
+    g0,
+    group_offsets,
+    simple,
+    offsets,
+    keys,
+    values,
+    sp_aux,
+    sp_hdr,
+    sp_hdr_off,
+    dense,
+    dn_base,
+    dn_width,
+    dn_aux,
+    dn_hdr,
+    dn_hdr_off,
+    labels,
+    timestamps,
+    sid_bytes,
+    sid_off,
+    out,
+    out_pos,
+    refer,
+    distinct,
+    line_size,
+    bodies,
+):
     """Write groups ``g0..`` as length-prefixed records into ``out[out_pos:]``.
 
     Returns ``(next group, out_pos)``: it stops early, at a group boundary, when the next
@@ -262,8 +323,23 @@ def encode_groups(g0, group_offsets, simple, offsets, keys, values, sp_aux, sp_h
             # one SampleSimple per row
             need = 0
             for r in range(r0, r1):
-                ls = _line_size(r, ALL, 0, offsets, keys, values, sp_aux, sp_hdr_off, dense, dn_base, dn_width,
-                                dn_aux, dn_hdr_off, bodies, r - r0)
+                ls = _line_size(
+                    r,
+                    ALL,
+                    0,
+                    offsets,
+                    keys,
+                    values,
+                    sp_aux,
+                    sp_hdr_off,
+                    dense,
+                    dn_base,
+                    dn_width,
+                    dn_aux,
+                    dn_hdr_off,
+                    bodies,
+                    r - r0,
+                )
                 line_size[r - r0] = ls
                 need += 4 + _entry(sid_off[r + 1] - sid_off[r]) + _entry(label_body) + _entry(ls)
             if out_pos + need > len(out):
@@ -281,8 +357,28 @@ def encode_groups(g0, group_offsets, simple, offsets, keys, values, sp_aux, sp_h
                 p = _write_labels(out, p, labels, r, bits)
                 out[_u(p)] = 0x1A  # feature_line
                 p = _put_varint(out, p + 1, ls)
-                p = _write_line(out, p, r, ALL, 0, offsets, keys, values, sp_aux, sp_hdr, sp_hdr_off, dense, dn_base,
-                                dn_width, dn_aux, dn_hdr, dn_hdr_off, bits, bodies, r - r0)
+                p = _write_line(
+                    out,
+                    p,
+                    r,
+                    ALL,
+                    0,
+                    offsets,
+                    keys,
+                    values,
+                    sp_aux,
+                    sp_hdr,
+                    sp_hdr_off,
+                    dense,
+                    dn_base,
+                    dn_width,
+                    dn_aux,
+                    dn_hdr,
+                    dn_hdr_off,
+                    bits,
+                    bodies,
+                    r - r0,
+                )
                 out_pos = p
             g += 1
             continue
@@ -302,15 +398,45 @@ def encode_groups(g0, group_offsets, simple, offsets, keys, values, sp_aux, sp_h
                 refer[r - r0] = match
         table0 = 0
         for r in range(r0, r1):
-            ls = _line_size(r, MAIN, refer[r - r0] if has_aux else 0, offsets, keys, values, sp_aux, sp_hdr_off,
-                            dense, dn_base, dn_width, dn_aux, dn_hdr_off, bodies, r - r0)
+            ls = _line_size(
+                r,
+                MAIN,
+                refer[r - r0] if has_aux else 0,
+                offsets,
+                keys,
+                values,
+                sp_aux,
+                sp_hdr_off,
+                dense,
+                dn_base,
+                dn_width,
+                dn_aux,
+                dn_hdr_off,
+                bodies,
+                r - r0,
+            )
             line_size[r - r0] = ls
             table0 += _entry(ls)
         table1 = 0
         n = r1 - r0
         for d in range(ndist):  # aux lines keep their sizes after the group's rows
-            aux_size = _line_size(distinct[d], AUX, 0, offsets, keys, values, sp_aux, sp_hdr_off, dense, dn_base,
-                                  dn_width, dn_aux, dn_hdr_off, bodies, n + d)
+            aux_size = _line_size(
+                distinct[d],
+                AUX,
+                0,
+                offsets,
+                keys,
+                values,
+                sp_aux,
+                sp_hdr_off,
+                dense,
+                dn_base,
+                dn_width,
+                dn_aux,
+                dn_hdr_off,
+                bodies,
+                n + d,
+            )
             line_size[n + d] = aux_size
             table1 += _entry(aux_size)
         any_sid = sid_off[r1] > sid_off[r0]
@@ -341,8 +467,28 @@ def encode_groups(g0, group_offsets, simple, offsets, keys, values, sp_aux, sp_h
         for r in range(r0, r1):
             out[_u(p)] = 0x0A  # feature_lines
             p = _put_varint(out, p + 1, line_size[r - r0])
-            p = _write_line(out, p, r, MAIN, refer[r - r0] if has_aux else 0, offsets, keys, values, sp_aux, sp_hdr,
-                            sp_hdr_off, dense, dn_base, dn_width, dn_aux, dn_hdr, dn_hdr_off, bits, bodies, r - r0)
+            p = _write_line(
+                out,
+                p,
+                r,
+                MAIN,
+                refer[r - r0] if has_aux else 0,
+                offsets,
+                keys,
+                values,
+                sp_aux,
+                sp_hdr,
+                sp_hdr_off,
+                dense,
+                dn_base,
+                dn_width,
+                dn_aux,
+                dn_hdr,
+                dn_hdr_off,
+                bits,
+                bodies,
+                r - r0,
+            )
         if has_aux:
             out[_u(p)] = 0x1A  # feature_tables[1]
             p = _put_varint(out, p + 1, table1)
@@ -350,8 +496,28 @@ def encode_groups(g0, group_offsets, simple, offsets, keys, values, sp_aux, sp_h
                 r = distinct[d]
                 out[_u(p)] = 0x0A
                 p = _put_varint(out, p + 1, line_size[n + d])
-                p = _write_line(out, p, r, AUX, 0, offsets, keys, values, sp_aux, sp_hdr, sp_hdr_off, dense, dn_base,
-                                dn_width, dn_aux, dn_hdr, dn_hdr_off, bits, bodies, n + d)
+                p = _write_line(
+                    out,
+                    p,
+                    r,
+                    AUX,
+                    0,
+                    offsets,
+                    keys,
+                    values,
+                    sp_aux,
+                    sp_hdr,
+                    sp_hdr_off,
+                    dense,
+                    dn_base,
+                    dn_width,
+                    dn_aux,
+                    dn_hdr,
+                    dn_hdr_off,
+                    bits,
+                    bodies,
+                    n + d,
+                )
         if any_ts:
             for r in range(r0, r1):
                 p = write_timestamp_ext(out, p, timestamps[r])

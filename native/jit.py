@@ -11,6 +11,7 @@ Each is compiled once per combination of argument *types*: numba would compile a
 distinct constant a call site passes (``_fail(st, MALFORMED, p, 0, -1, -1, 0)`` and its forty siblings),
 which made a cold start seconds longer and bought nothing.
 """
+
 from numba import njit, types
 
 __all__ = ["helper", "brief", "inline"]

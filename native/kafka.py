@@ -11,6 +11,7 @@ caller, which decompresses their records and walks them with ``walk_records``.  
 the caller too (the ``crc32c`` package uses the CPU's CRC instruction: 8 GB/s, 7x a table-driven
 kernel here); ``scan_batches`` lists the byte range and expected value of each batch's.
 """
+
 import numpy as np
 from numba import njit
 
@@ -19,14 +20,14 @@ from .jit import helper
 from .protobuf import _varint
 
 # status of scan_batches
-DONE = 0            # every whole batch walked; the rest (if any) is a truncated batch
-COMPRESSED = 1      # stopped after listing a compressed batch (at the returned position): decompress, walk, go on
-FULL = 2            # the output arrays cannot take the next batch: grow them and go on
-BAD_MAGIC = 3       # a batch of message format v0/v1 (not produced by Kafka >= 0.11 clients)
-MALFORMED = 4       # a record runs past its batch, or its lengths do not add up
+DONE = 0  # every whole batch walked; the rest (if any) is a truncated batch
+COMPRESSED = 1  # stopped after listing a compressed batch (at the returned position): decompress, walk, go on
+FULL = 2  # the output arrays cannot take the next batch: grow them and go on
+BAD_MAGIC = 3  # a batch of message format v0/v1 (not produced by Kafka >= 0.11 clients)
+MALFORMED = 4  # a record runs past its batch, or its lengths do not add up
 
-BATCH_HEADER = 61   # bytes before the first record
-_CONTROL = 0x20     # attribute bit of transaction markers: no user records
+BATCH_HEADER = 61  # bytes before the first record
+_CONTROL = 0x20  # attribute bit of transaction markers: no user records
 
 
 @helper
@@ -60,8 +61,8 @@ def walk_records(buf, p, end, base_offset, count, first, last, offsets, starts, 
         if p < 0 or size < 0 or p + size > end:
             return -1
         stop = p + size
-        q = p + 1                                   # attributes (unused)
-        _, q = _zigzag(buf, q, stop)                # timestamp delta
+        q = p + 1  # attributes (unused)
+        _, q = _zigzag(buf, q, stop)  # timestamp delta
         if q < 0:
             return -1
         delta, q = _zigzag(buf, q, stop)
@@ -80,7 +81,7 @@ def walk_records(buf, p, end, base_offset, count, first, last, offsets, starts, 
             starts[k] = q
             lens[k] = max(value_len, 0)
             k += 1
-        p = stop                                    # headers are not read
+        p = stop  # headers are not read
     return k
 
 
@@ -104,7 +105,7 @@ def scan_batches(buf, p, first, last, offsets, starts, lens, checks):
         length = _be(buf, p + 8, 4)
         stop = p + 12 + length
         if p + BATCH_HEADER > end or stop > end:
-            break                                   # the truncated batch that ends a fetch
+            break  # the truncated batch that ends a fetch
         base = _be(buf, p, 8)
         attributes = _be(buf, p + 21, 2)
         last_delta = _signed(_be(buf, p + 23, 4), 32)

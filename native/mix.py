@@ -1,4 +1,5 @@
 """The splitmix64 finalizer, shared by the DSL's key crossing and the unique-id hash table."""
+
 import numpy as np
 
 from .jit import inline

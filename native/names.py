@@ -3,6 +3,7 @@
 Built once per reader in Python (``build_name_table``), probed per feature entry in the
 parse kernels (``lookup_name``) without creating a Python object.
 """
+
 import numpy as np
 
 from .index import _u

@@ -4,6 +4,7 @@ Each scanner reads exactly the bytes ``buf[i:end]`` and reports whether they for
 number; nothing outside the range is read.  They are the only place that turns text into
 numbers, shared by every text kernel.
 """
+
 import numpy as np
 
 from .index import _u
@@ -18,7 +19,7 @@ _INT64_MIN = np.int64(-9223372036854775808)
 _NEG_LIMIT = np.int64(-922337203685477580)
 
 # 10**k for k in 0..22 are exact in float64 (Clinger's fast path)
-_EXACT_POW10 = np.array([10.0 ** k for k in range(23)], dtype=np.float64)
+_EXACT_POW10 = np.array([10.0**k for k in range(23)], dtype=np.float64)
 
 
 @helper
@@ -97,7 +98,7 @@ def scan_float(buf, i, end):
             return np.nan, OK
         return 0.0, BAD
     mant = np.int64(0)
-    ndig = 0          # significant digits kept in mant
+    ndig = 0  # significant digits kept in mant
     exp10 = 0
     seen_digit = False
     k = i
@@ -155,7 +156,7 @@ def scan_float(buf, i, end):
     elif exp10 < -300:
         v = v * 10.0 ** (exp10 + 300) * 1e-300
     else:
-        v = v * 10.0 ** exp10
+        v = v * 10.0**exp10
     return (-v if neg else v), OK
 
 

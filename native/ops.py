@@ -13,11 +13,25 @@ every record is written in place: ``group_line_ranges`` and ``line_sizes`` per t
 primitives (varints, floats, labels, the timestamp extension) are those of
 ``native/encode.py``, the conversion encoder.
 """
+
 import numpy as np
 
 from .batch import refer_ranges
-from .encode import (_dense_body, _dense_present, _entry, _ext_body, _labels_body, _put_bytes, _put_varint, _vlen,
-                     _write_labels, sparse_body, write_dense_feature, write_sparse_feature, write_timestamp_ext)
+from .encode import (
+    _dense_body,
+    _dense_present,
+    _entry,
+    _ext_body,
+    _labels_body,
+    _put_bytes,
+    _put_varint,
+    _vlen,
+    _write_labels,
+    sparse_body,
+    write_dense_feature,
+    write_sparse_feature,
+    write_timestamp_ext,
+)
 from .index import _u
 from .jit import helper
 from .names import lookup_name
@@ -141,8 +155,22 @@ def _line_body(r, offsets, keys, hkeys, values, sp_hdr_off, dense, dn_base, dn_w
 
 
 @helper
-def line_sizes(lo, hi, offsets, keys, hkeys, values, sp_hdr_off, dense, dn_base, dn_width, dn_hdr_off,
-               local_refer, sizes, table_body):
+def line_sizes(
+    lo,
+    hi,
+    offsets,
+    keys,
+    hkeys,
+    values,
+    sp_hdr_off,
+    dense,
+    dn_base,
+    dn_width,
+    dn_hdr_off,
+    local_refer,
+    sizes,
+    table_body,
+):
     """Body size of every line of one table (``sizes[r]``) and of each group's ``FeatureTable``.
 
     ``local_refer`` is empty for the last table (no ``refer``); ``hkeys`` empty means all 0.
@@ -151,8 +179,19 @@ def line_sizes(lo, hi, offsets, keys, hkeys, values, sp_hdr_off, dense, dn_base,
     for g in range(len(lo)):
         total = 0
         for r in range(lo[g], hi[g]):
-            s = _line_body(r, offsets, keys, hkeys, values, sp_hdr_off, dense, dn_base, dn_width, dn_hdr_off,
-                           local_refer[r] if with_refer else 0)
+            s = _line_body(
+                r,
+                offsets,
+                keys,
+                hkeys,
+                values,
+                sp_hdr_off,
+                dense,
+                dn_base,
+                dn_width,
+                dn_hdr_off,
+                local_refer[r] if with_refer else 0,
+            )
             sizes[r] = s
             total += _entry(s)
         table_body[g] = total
@@ -199,8 +238,27 @@ def record_layout(group_offsets, sid_offsets, label_count, timestamps, table_bod
 
 
 @helper
-def write_table(lo, hi, table_pos, table_body, sizes, offsets, keys, hkeys, values, sp_hdr, sp_hdr_off, dense,
-                dn_base, dn_width, dn_hdr, dn_hdr_off, local_refer, bits, out):
+def write_table(
+    lo,
+    hi,
+    table_pos,
+    table_body,
+    sizes,
+    offsets,
+    keys,
+    hkeys,
+    values,
+    sp_hdr,
+    sp_hdr_off,
+    dense,
+    dn_base,
+    dn_width,
+    dn_hdr,
+    dn_hdr_off,
+    local_refer,
+    bits,
+    out,
+):
     """Write each group's ``FeatureTable`` of one table at ``table_pos[g]`` (sized by ``line_sizes``)."""
     with_refer = len(local_refer) > 0
     for g in range(len(lo)):
@@ -213,8 +271,7 @@ def write_table(lo, hi, table_pos, table_body, sizes, offsets, keys, hkeys, valu
             for f in range(offsets.shape[0]):
                 body = sparse_body(f, r, offsets, keys, hkeys, values, sp_hdr_off)
                 if body:
-                    p = write_sparse_feature(out, p, f, r, body, offsets, keys, hkeys, values, sp_hdr, sp_hdr_off,
-                                             bits)
+                    p = write_sparse_feature(out, p, f, r, body, offsets, keys, hkeys, values, sp_hdr, sp_hdr_off, bits)
             for d in range(len(dn_width)):
                 if _dense_present(d, r, dense, dn_base, dn_width):
                     p = write_dense_feature(out, p, d, r, dense, dn_base, dn_width, dn_hdr, dn_hdr_off, bits)

@@ -17,6 +17,7 @@ not, unknown fields (groups included) skipped, the last value of a repeated opti
 scalar kept.  A record that breaks the wire format or the schema's rules is rolled back
 whole and reported in the error table; the next record is found by its length prefix.
 """
+
 import numpy as np
 from numba import njit
 
@@ -24,18 +25,74 @@ from .jit import helper
 from .names import lookup_name
 from .protobuf_codes import *  # noqa: F403 - the codes are part of this module's interface (the front end's)
 from .protobuf_codes import (
-    DONE, FULL, STOPPED_AT_ERROR, UNFRAMED, TRUNCATED, TOO_LONG, E_CODE, E_RECORD, E_RECORD_POS, E_POS, E_TABLE,
-    E_LINE, E_FEATURE, E_GOT, S_FULL_FEATURE, S_NSID, S_NROWS, S_NGROUPS, S_ANY_HKEY, S_POS, S_TABLE, S_LINE,
-    S_FEATURE, S_GOT, STATE_SLOTS, REGION_FULL)
-from .protobuf_record import _GUESSES, _decode_record
+    DONE,
+    FULL,
+    STOPPED_AT_ERROR,
+    UNFRAMED,
+    TRUNCATED,
+    TOO_LONG,
+    E_CODE,
+    E_RECORD,
+    E_RECORD_POS,
+    E_POS,
+    E_TABLE,
+    E_LINE,
+    E_FEATURE,
+    E_GOT,
+    S_FULL_FEATURE,
+    S_NSID,
+    S_NROWS,
+    S_NGROUPS,
+    S_ANY_HKEY,
+    S_POS,
+    S_TABLE,
+    S_LINE,
+    S_FEATURE,
+    S_GOT,
+    STATE_SLOTS,
+    REGION_FULL,
+)
+from .protobuf_parts import _GUESSES
+from .protobuf_record import _decode_record
 from .protobuf_wire import _len_field, _skip, _tag, _u32, _varint
 
 
 @njit(nogil=True, cache=True)
-def decode_chunk(buf, end, final, simple, max_record, stop_on_error, label_count,
-                 slots, names, name_off, feat, dn_feat, dn_elem_col, tab_feats, tab_feat_off,
-                 keys, hkeys, values, first, cur, lim, ends, refer, tab_rows, dense, labels,
-                 timestamps, sid_bytes, sid_off, group_start, group_pos, errors, st):
+def decode_chunk(
+    buf,
+    end,
+    final,
+    simple,
+    max_record,
+    stop_on_error,
+    label_count,
+    slots,
+    names,
+    name_off,
+    feat,
+    dn_feat,
+    dn_elem_col,
+    tab_feats,
+    tab_feat_off,
+    keys,
+    hkeys,
+    values,
+    first,
+    cur,
+    lim,
+    ends,
+    refer,
+    tab_rows,
+    dense,
+    labels,
+    timestamps,
+    sid_bytes,
+    sid_off,
+    group_start,
+    group_pos,
+    errors,
+    st,
+):
     """Decode the whole records in ``buf[:end]``; ``group_pos`` gets each group's record position.
 
     Returns ``(status, consumed, records, nerr)``; counts of rows, groups and sample-id bytes
@@ -87,9 +144,12 @@ def decode_chunk(buf, end, final, simple, max_record, stop_on_error, label_count
                 return UNFRAMED, end, records, nerr + 1
             return DONE, pos, records, nerr
         # worst case of one record: a line or label per 2 bytes
-        if (st[S_NSID] + length > len(sid_bytes)
-                or st[S_NROWS] + length // 2 + 2 > len(timestamps) or st[S_NGROUPS] + 2 > len(group_start)
-                or nerr + 2 > len(errors)):
+        if (
+            st[S_NSID] + length > len(sid_bytes)
+            or st[S_NROWS] + length // 2 + 2 > len(timestamps)
+            or st[S_NGROUPS] + 2 > len(group_start)
+            or nerr + 2 > len(errors)
+        ):
             return FULL, pos, records, nerr
         full = False
         for k in range(ntables):
@@ -104,10 +164,43 @@ def decode_chunk(buf, end, final, simple, max_record, stop_on_error, label_count
         for f in range(len(cur)):  # loops, not slice copies: those compile numpy's shape-mismatch error message
             saved_cur[f] = cur[f]
         groups0 = st[S_NGROUPS]
-        err = _decode_record(buf, a, b, simple, label_count, slots, names, name_off, feat, dn_feat, dn_elem_col, keys,
-                             hkeys, val_bits, first, cur, lim, ends, tab_feats, tab_feat_off, refer, tab_rows, dense,
-                             labels, timestamps, sid_bytes, sid_off, group_start, spans, dn_seen, vec, bits, lines0,
-                             guess, st)
+        err = _decode_record(
+            buf,
+            a,
+            b,
+            simple,
+            label_count,
+            slots,
+            names,
+            name_off,
+            feat,
+            dn_feat,
+            dn_elem_col,
+            keys,
+            hkeys,
+            val_bits,
+            first,
+            cur,
+            lim,
+            ends,
+            tab_feats,
+            tab_feat_off,
+            refer,
+            tab_rows,
+            dense,
+            labels,
+            timestamps,
+            sid_bytes,
+            sid_off,
+            group_start,
+            spans,
+            dn_seen,
+            vec,
+            bits,
+            lines0,
+            guess,
+            st,
+        )
         if err != 0:
             st[S_NSID] = nsid
             st[S_ANY_HKEY] = any_h
@@ -118,8 +211,9 @@ def decode_chunk(buf, end, final, simple, max_record, stop_on_error, label_count
             if err == REGION_FULL:
                 return FULL, pos, records, nerr
             if err > 0:
-                _error_row(errors, nerr, err, records, pos, st[S_POS], st[S_TABLE], st[S_LINE], st[S_FEATURE],
-                           st[S_GOT])
+                _error_row(
+                    errors, nerr, err, records, pos, st[S_POS], st[S_TABLE], st[S_LINE], st[S_FEATURE], st[S_GOT]
+                )
                 nerr += 1
                 if stop_on_error:
                     return STOPPED_AT_ERROR, pos, records, nerr

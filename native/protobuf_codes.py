@@ -3,9 +3,9 @@ table, slots of the state array the decoding functions share, kinds of declared 
 
 # status of decode_chunk
 DONE = 0
-FULL = 1              # scratch full: a block of what was decoded, then call again
+FULL = 1  # scratch full: a block of what was decoded, then call again
 STOPPED_AT_ERROR = 2  # stop_on_error and a bad record: records before it were kept
-UNFRAMED = 3          # a record length that cannot be trusted: the rest of the input is lost
+UNFRAMED = 3  # a record length that cannot be trusted: the rest of the input is lost
 
 # error codes
 TRUNCATED = 1
@@ -27,13 +27,13 @@ BAD_ENUM = 16
 
 # columns of the error table
 E_CODE = 0
-E_RECORD = 1      # record index within the chunk
+E_RECORD = 1  # record index within the chunk
 E_RECORD_POS = 2  # buffer position of the record's length prefix
-E_POS = 3         # buffer position of the offending bytes
+E_POS = 3  # buffer position of the offending bytes
 E_TABLE = 4
-E_LINE = 5        # line within the group's table
-E_FEATURE = 6     # declared feature (index in the name table) or -1
-E_GOT = 7         # the count or value found
+E_LINE = 5  # line within the group's table
+E_FEATURE = 6  # declared feature (index in the name table) or -1
+E_GOT = 7  # the count or value found
 ERROR_COLUMNS = 8
 
 # slots of the state array shared by the decoding functions

@@ -1,145 +1,75 @@
 """Decoding one length-prefixed record (a ``SampleGroup``, or a ``SampleSimple``) into the chunk's columns:
 the heart of ``protobuf.decode_chunk`` (whose module says how the columns are laid out)."""
+
 import numpy as np
 
 from .index import _u
-from .jit import helper, inline
-from .names import is_name, lookup_name
-from .numbers import OK, scan_int64
+from .jit import helper
 from .protobuf_codes import (
-    BAD_ENUM, BAD_REFER, BAD_TIMESTAMP, DENSE, DENSE_REPEATED, DENSE_VALUES, DENSE_WIDTH, LINE_COUNT, MALFORMED,
-    MISSING_KEY, MISSING_REQUIRED, REGION_FULL, S_ANY_HKEY, S_FEATURE, S_FULL_FEATURE, S_GOT, S_LINE, S_NGROUPS,
-    S_NROWS, S_NSID, S_POS, S_TABLE, SAMPLE_ID_COUNT, SPARSE, TOO_FEW_LABELS, TYPE_MISMATCH, WRONG_WIRE_TYPE)
+    MALFORMED,
+    WRONG_WIRE_TYPE,
+    MISSING_REQUIRED,
+    MISSING_KEY,
+    TYPE_MISMATCH,
+    DENSE_VALUES,
+    DENSE_WIDTH,
+    DENSE_REPEATED,
+    TOO_FEW_LABELS,
+    LINE_COUNT,
+    SAMPLE_ID_COUNT,
+    BAD_ENUM,
+    S_FULL_FEATURE,
+    S_NSID,
+    S_NROWS,
+    S_ANY_HKEY,
+    REGION_FULL,
+    SPARSE,
+    DENSE,
+)
+from .protobuf_parts import _declared, _fail, _finish_group, _timestamp
 from .protobuf_wire import _f32, _len_field, _skip, _tag, _u32, _varint
 
 _ONE_BITS = np.uint32(0x3F800000)  # float32 1.0, the value of a sparse value without one
-_TIMESTAMP = np.frombuffer(b"timestamp", np.uint8).copy()
-
-
-_GUESSES = 64  # Feature entries of a line whose names are remembered (``_declared``)
-
-
-@inline
-def _declared(buf, na, nb, slots, names, name_off, guess, k, nth):
-    """``lookup_name`` of a line's ``nth`` Feature entry (counted from 1) in table ``k``.
-
-    Lines of a file mostly name the same features in the same order, so the feature found at
-    this place of the previous line is tried first: one comparison instead of a hash and a probe.
-    """
-    if nth <= _GUESSES:
-        g = guess[k, nth - 1]
-        if g >= 0 and is_name(buf, na, nb, g, names, name_off):
-            return g
-    code = lookup_name(buf, na, nb, slots, names, name_off)
-    if nth <= _GUESSES:
-        guess[k, nth - 1] = code
-    return code
 
 
 @helper
-def _fail(st, code, pos, table, line, feature, got):
-    st[S_POS] = pos
-    st[S_TABLE] = table
-    st[S_LINE] = line
-    st[S_FEATURE] = feature
-    st[S_GOT] = got
-    return code
-
-
-@helper
-def _timestamp(buf, a, b, st):
-    """The ``timestamp`` entry of an ``Extensions`` message: ``(value, error code)``; 0 when absent."""
-    ts = np.int64(0)
-    p = a
-    while p < b:
-        fpos = p
-        field, wt, p = _tag(buf, p, b)
-        if p < 0:
-            return ts, _fail(st, MALFORMED, fpos, 0, -1, -1, 0)
-        if field != 1 or wt != 2:
-            p = _skip(buf, p, b, wt, field)
-            if p < 0:
-                return ts, _fail(st, MALFORMED, fpos, 0, -1, -1, 0)
-            continue
-        ea, eb = _len_field(buf, p, b)
-        if ea < 0:
-            return ts, _fail(st, MALFORMED, fpos, 0, -1, -1, 0)
-        p = eb
-        ka = kb = va = vb = -1
-        q = ea
-        while q < eb:
-            f, w, q = _tag(buf, q, eb)
-            if q < 0:
-                return ts, _fail(st, MALFORMED, fpos, 0, -1, -1, 0)
-            if (f == 1 or f == 2) and w == 2:
-                s0, s1 = _len_field(buf, q, eb)
-                if s0 < 0:
-                    return ts, _fail(st, MALFORMED, fpos, 0, -1, -1, 0)
-                if f == 1:
-                    ka, kb = s0, s1
-                else:
-                    va, vb = s0, s1
-                q = s1
-            else:
-                q = _skip(buf, q, eb, w, f)
-                if q < 0:
-                    return ts, _fail(st, MALFORMED, fpos, 0, -1, -1, 0)
-        if ka >= 0 and kb - ka == len(_TIMESTAMP):
-            same = True
-            for k in range(kb - ka):
-                if buf[_u(ka + k)] != _TIMESTAMP[k]:
-                    same = False
-            if same:
-                if va < 0:
-                    ts = np.int64(0)
-                else:
-                    v, status = scan_int64(buf, va, vb)
-                    if status != OK:
-                        return ts, _fail(st, BAD_TIMESTAMP, va, 0, -1, -1, 0)
-                    ts = v
-    return ts, 0
-
-
-@helper
-def _empty_line(table, row, cur, ends, tab_feats, tab_feat_off, refer, dense):
-    """Add an empty line (only for lines a group lacks: the hot path does lines inline)."""
-    for j in range(tab_feat_off[table], tab_feat_off[table + 1]):
-        f = tab_feats[j]
-        ends[row, f] = cur[f]
-    refer[table, row] = 0
-    for c in range(dense.shape[2]):
-        dense[table, row, c] = 0.0
-
-
-@helper
-def _finish_group(n, lines0, tab_rows, ntables, cur, ends, tab_feats, tab_feat_off, refer, dense, group_start, st,
-                  pos):
-    """Checks after a group's fields: aux tables it lacks get one empty line, refers become block rows."""
-    for k in range(1, ntables):
-        if tab_rows[k] == lines0[k]:
-            row = tab_rows[k]
-            _empty_line(k, row, cur, ends, tab_feats, tab_feat_off, refer, dense)
-            tab_rows[k] = row + 1
-            for r in range(lines0[k - 1], tab_rows[k - 1]):
-                refer[k - 1, r] = 0
-    for k in range(ntables - 1):
-        m = tab_rows[k + 1] - lines0[k + 1]
-        for r in range(lines0[k], tab_rows[k]):
-            v = refer[k, r]
-            if v < 0 or v >= m:
-                return _fail(st, BAD_REFER, pos, k, r - lines0[k], -1, v)
-            refer[k, r] = lines0[k + 1] + v
-    g = st[S_NGROUPS]
-    group_start[g] = st[S_NROWS]
-    st[S_NGROUPS] = g + 1
-    st[S_NROWS] += n
-    return 0
-
-
-@helper
-def _decode_record(buf, a, b, simple, label_count, slots, names, name_off, feat, dn_feat, dn_elem_col, keys,
-                   hkeys, val_bits, first, cur, lim, ends, tab_feats, tab_feat_off, refer, tab_rows, dense, labels,
-                   timestamps, sid_bytes, sid_off, group_start, spans, dn_seen, vec, bits, lines0, guess, st):
+def _decode_record(
+    buf,
+    a,
+    b,
+    simple,
+    label_count,
+    slots,
+    names,
+    name_off,
+    feat,
+    dn_feat,
+    dn_elem_col,
+    keys,
+    hkeys,
+    val_bits,
+    first,
+    cur,
+    lim,
+    ends,
+    tab_feats,
+    tab_feat_off,
+    refer,
+    tab_rows,
+    dense,
+    labels,
+    timestamps,
+    sid_bytes,
+    sid_off,
+    group_start,
+    spans,
+    dn_seen,
+    vec,
+    bits,
+    lines0,
+    guess,
+    st,
+):
     """One record: a ``SampleGroup``, or a ``SampleSimple`` when ``simple``.  Returns 0 or an error code.
 
     Everything per line, feature and value is decoded in this one function, with only
@@ -338,8 +268,14 @@ def _decode_record(buf, a, b, simple, label_count, slots, names, name_off, feat,
             # name (12 n ...), then only values each of exactly key (08 ...) and maybe value
             # (15 ....).  Anything else rolls its tokens back and takes the general path below,
             # which alone decides what the bytes mean and which error they are.
-            if (fa + 4 <= fb and buf[_u(fa)] == 0x08 and buf[_u(fa + 1)] == 1 and buf[_u(fa + 2)] == 0x12
-                    and buf[_u(fa + 3)] < 0x80 and fa + 4 + np.int64(buf[_u(fa + 3)]) <= fb):
+            if (
+                fa + 4 <= fb
+                and buf[_u(fa)] == 0x08
+                and buf[_u(fa + 1)] == 1
+                and buf[_u(fa + 2)] == 0x12
+                and buf[_u(fa + 3)] < 0x80
+                and fa + 4 + np.int64(buf[_u(fa + 3)]) <= fb
+            ):
                 na = fa + 4
                 nb = na + np.int64(buf[_u(fa + 3)])
                 code = _declared(buf, na, nb, slots, names, name_off, guess, k, nth)
@@ -349,7 +285,7 @@ def _decode_record(buf, a, b, simple, label_count, slots, names, name_off, feat,
                     room = lim[fi]
                     q = nb
                     while q < fb:
-                        if buf[_u(q)] != 0x1a or q + 1 >= fb:
+                        if buf[_u(q)] != 0x1A or q + 1 >= fb:
                             break
                         va = q + 2
                         vb = va + np.int64(buf[_u(q + 1)])
@@ -535,8 +471,9 @@ def _decode_record(buf, a, b, simple, label_count, slots, names, name_off, feat,
         tab_rows[0] += 1
         sid_off[row0 + 1] = st[S_NSID]
         timestamps[row0] = 0
-        return _finish_group(1, lines0, tab_rows, ntables, cur, ends, tab_feats, tab_feat_off, refer, dense,
-                             group_start, st, a)
+        return _finish_group(
+            1, lines0, tab_rows, ntables, cur, ends, tab_feats, tab_feat_off, refer, dense, group_start, st, a
+        )
     # -- checks of a group -----------------------------------------------------------------------
     n = nlabels
     if tab_rows[0] - lines0[0] != n:
@@ -550,5 +487,6 @@ def _decode_record(buf, a, b, simple, label_count, slots, names, name_off, feat,
         timestamps[row0 + r] = 0
     if n == 0:
         return -1  # an empty group: nothing to deliver, rolled back quietly
-    return _finish_group(n, lines0, tab_rows, ntables, cur, ends, tab_feats, tab_feat_off, refer, dense,
-                         group_start, st, a)
+    return _finish_group(
+        n, lines0, tab_rows, ntables, cur, ends, tab_feats, tab_feat_off, refer, dense, group_start, st, a
+    )

@@ -1,6 +1,7 @@
 """Protobuf wire-format primitives over a byte buffer: varints, tags, fixed 32-bit values, length-delimited
 fields, skipping a field of any wire type.  Each returns the position after what it read (-1: truncated or
 malformed), so that callers stay free of exceptions."""
+
 import numpy as np
 
 from .index import _u
@@ -30,7 +31,7 @@ def _varint(buf, p, end):
         x = _load8(buf, p)
         stops = ~x & _HIGH_BITS
         if stops != 0:
-            low = stops & (~stops + np.uint64(1))     # the first stop bit, 1 << (8k + 7)
+            low = stops & (~stops + np.uint64(1))  # the first stop bit, 1 << (8k + 7)
             k = np.int64(((low >> np.uint64(7)) * _BYTE_INDEX) >> np.uint64(56))
             if p + k + 1 > end:
                 return np.uint64(0), -1
@@ -61,8 +62,12 @@ def _tag(buf, p, end):
 
 @inline
 def _u32(buf, p):
-    return (np.uint32(buf[_u(p)]) | (np.uint32(buf[_u(p + 1)]) << np.uint32(8))
-            | (np.uint32(buf[_u(p + 2)]) << np.uint32(16)) | (np.uint32(buf[_u(p + 3)]) << np.uint32(24)))
+    return (
+        np.uint32(buf[_u(p)])
+        | (np.uint32(buf[_u(p + 1)]) << np.uint32(8))
+        | (np.uint32(buf[_u(p + 2)]) << np.uint32(16))
+        | (np.uint32(buf[_u(p + 3)]) << np.uint32(24))
+    )
 
 
 @inline

@@ -1,5 +1,6 @@
 """Kernels that find what text input holds before it is converted: every feature name (``scan_names``), so that
 conversion declares every feature before reading and loses none, and where whole lines end."""
+
 import numpy as np
 
 from .index import _u
@@ -27,7 +28,7 @@ def scan_names(buf, start, end, sp_slots, sp_names, sp_off, dn_slots, dn_names, 
     while p < end:
         line = p
         field = 0
-        entry = p      # start of the current sparse/dense entry
+        entry = p  # start of the current sparse/dense entry
         named = False  # the entry's name was looked up
         labels_a = labels_b = -1
         commas = 0

@@ -1,4 +1,5 @@
 """Kernel that formats generated ads samples as text lines (see ``ingest.synthetic``)."""
+
 import numpy as np
 from numba import njit
 
@@ -78,9 +79,33 @@ def _put_dense(out, pos, name, vals):
 
 
 @njit(nogil=True, cache=True)
-def format_ads_lines(out, names, name_off, group_base, group, pos_in_group, ts,
-                     uid, age, gender, clk_keys, clk_cnt, pref_keys, pref_w, user_emb,
-                     item, cate, shop, brand, title, tags, tag_w, ad_ctx, clk, conv):
+def format_ads_lines(
+    out,
+    names,
+    name_off,
+    group_base,
+    group,
+    pos_in_group,
+    ts,
+    uid,
+    age,
+    gender,
+    clk_keys,
+    clk_cnt,
+    pref_keys,
+    pref_w,
+    user_emb,
+    item,
+    cate,
+    shop,
+    brand,
+    title,
+    tags,
+    tag_w,
+    ad_ctx,
+    clk,
+    conv,
+):
     """Write one text line per sample into ``out``; returns the bytes written.
 
     Group-level arrays are indexed by ``group[i]``, sample-level ones by ``i``; group ids
@@ -106,28 +131,28 @@ def format_ads_lines(out, names, name_off, group_base, group, pos_in_group, ts,
         pos += 1
         singles_g = (uid[g], age[g], gender[g])
         for j in range(3):
-            pos = _put(out, pos, names[name_off[j]:name_off[j + 1]])
+            pos = _put(out, pos, names[name_off[j] : name_off[j + 1]])
             out[pos] = 64
             pos = _put_int(out, pos + 1, singles_g[j])
             out[pos] = 59
             pos += 1
-        pos = _put_list(out, pos, names[name_off[3]:name_off[4]], clk_keys[g], clk_cnt[g], False)
+        pos = _put_list(out, pos, names[name_off[3] : name_off[4]], clk_keys[g], clk_cnt[g], False)
         out[pos] = 59
-        pos = _put_list(out, pos + 1, names[name_off[4]:name_off[5]], pref_keys[g], pref_w[g], True)
+        pos = _put_list(out, pos + 1, names[name_off[4] : name_off[5]], pref_keys[g], pref_w[g], True)
         singles_s = (item[i], cate[i], shop[i], brand[i])
         for j in range(4):
             out[pos] = 59
-            pos = _put(out, pos + 1, names[name_off[5 + j]:name_off[6 + j]])
+            pos = _put(out, pos + 1, names[name_off[5 + j] : name_off[6 + j]])
             out[pos] = 64
             pos = _put_int(out, pos + 1, singles_s[j])
         out[pos] = 59
-        pos = _put_list(out, pos + 1, names[name_off[9]:name_off[10]], title[i], none, False)
+        pos = _put_list(out, pos + 1, names[name_off[9] : name_off[10]], title[i], none, False)
         out[pos] = 59
-        pos = _put_list(out, pos + 1, names[name_off[10]:name_off[11]], tags[i], tag_w[i], True)
+        pos = _put_list(out, pos + 1, names[name_off[10] : name_off[11]], tags[i], tag_w[i], True)
         out[pos] = 124
-        pos = _put_dense(out, pos + 1, names[name_off[11]:name_off[12]], user_emb[g])
+        pos = _put_dense(out, pos + 1, names[name_off[11] : name_off[12]], user_emb[g])
         out[pos] = 59
-        pos = _put_dense(out, pos + 1, names[name_off[12]:name_off[13]], ad_ctx[i])
+        pos = _put_dense(out, pos + 1, names[name_off[12] : name_off[13]], ad_ctx[i])
         out[pos] = 124
         pos = _put_int(out, pos + 1, clk[i])
         out[pos] = 46

@@ -11,6 +11,7 @@ parsed whole with the next chunk.  A kernel that runs out of scratch space stops
 last group boundary too and says so; the caller grows the scratch when not even one group
 fitted.
 """
+
 import numpy as np
 from numba import njit
 
@@ -192,12 +193,39 @@ def _same_bytes(buf, a0, a1, b0, b1):
 
 
 @njit(nogil=True, cache=True)
-def parse_text_chunk(buf, start, end, final, stop_on_error, label_count, max_group_size,
-                     sp_slots, sp_names, sp_name_off,
-                     dn_slots, dn_names, dn_name_off, dn_nvec, dn_elem_base, dn_elem_col,
-                     dn_out_base, dn_out_width,
-                     tok_feat, tok_key, tok_val, row_tok, dense, labels, timestamps,
-                     sid_bytes, sid_off, group_start, group_pos, errors, dn_seen):
+def parse_text_chunk(
+    buf,
+    start,
+    end,
+    final,
+    stop_on_error,
+    label_count,
+    max_group_size,
+    sp_slots,
+    sp_names,
+    sp_name_off,
+    dn_slots,
+    dn_names,
+    dn_name_off,
+    dn_nvec,
+    dn_elem_base,
+    dn_elem_col,
+    dn_out_base,
+    dn_out_width,
+    tok_feat,
+    tok_key,
+    tok_val,
+    row_tok,
+    dense,
+    labels,
+    timestamps,
+    sid_bytes,
+    sid_off,
+    group_start,
+    group_pos,
+    errors,
+    dn_seen,
+):
     """Parse the whole lines of ``buf[start:end]`` into the scratch arrays.
 
     Returns ``(status, consumed, lines, nrows, ngroups, ntok, nsid, nerr)``: the byte
@@ -264,9 +292,13 @@ def parse_text_chunk(buf, start, end, final, stop_on_error, label_count, max_gro
         else:
             gid_s = pos
             gid_e = pos  # unreadable group id: the line is a group of its own
-        new_group = (prev_gid_s < 0 or gid_e == gid_s or prev_gid_e == prev_gid_s
-                     or group_lines >= max_group_size
-                     or not _same_bytes(buf, gid_s, gid_e, prev_gid_s, prev_gid_e))
+        new_group = (
+            prev_gid_s < 0
+            or gid_e == gid_s
+            or prev_gid_e == prev_gid_s
+            or group_lines >= max_group_size
+            or not _same_bytes(buf, gid_s, gid_e, prev_gid_s, prev_gid_e)
+        )
         if new_group:
             if ngroups > 0 and group_start[ngroups - 1] == nrows:
                 ngroups -= 1  # the previous group lost all its lines to errors
@@ -303,8 +335,8 @@ def parse_text_chunk(buf, start, end, final, stop_on_error, label_count, max_gro
         if code == 0:
             field = F_SPARSE
             ntok, code, bad_s, bad_e, feat = _parse_sparse_field(
-                buf, pipes[1] + 1, pipes[2], sp_slots, sp_names, sp_name_off,
-                tok_feat, tok_key, tok_val, ntok)
+                buf, pipes[1] + 1, pipes[2], sp_slots, sp_names, sp_name_off, tok_feat, tok_key, tok_val, ntok
+            )
             if code == _NO_ROOM:
                 return FULL, c_pos, c_line, c_rows, c_groups, c_tok, c_sid, c_err
         if code == 0:
@@ -312,8 +344,18 @@ def parse_text_chunk(buf, start, end, final, stop_on_error, label_count, max_gro
             for d in range(n_dense):
                 dn_seen[d] = False
             code, bad_s, bad_e, feat = _parse_dense_field(
-                buf, pipes[2] + 1, pipes[3], dn_slots, dn_names, dn_name_off,
-                dn_nvec, dn_elem_base, dn_elem_col, dense[nrows], dn_seen)
+                buf,
+                pipes[2] + 1,
+                pipes[3],
+                dn_slots,
+                dn_names,
+                dn_name_off,
+                dn_nvec,
+                dn_elem_base,
+                dn_elem_col,
+                dense[nrows],
+                dn_seen,
+            )
         if code == 0:
             field = F_LABELS
             lab_end = pipes[4] if npipe == 5 else line_end

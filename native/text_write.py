@@ -1,5 +1,6 @@
 """Kernels that write samples as text lines (``write_text_rows``), floats in the fewest digits that read back
 to the same float32; and the byte and integer writers the record encoder shares."""
+
 import math
 
 import numpy as np
@@ -9,6 +10,7 @@ from .jit import helper, inline
 from .numbers import scan_float
 
 _PIPE, _NL, _AT, _SEMI, _COMMA = 124, 10, 64, 59, 44
+
 
 @inline
 def _put_bytes(out, p, src, a, b):
@@ -111,9 +113,9 @@ def put_float_text(out, p, v):
     e = int(math.floor(math.log10(x)))
     for n in range(1, 10):
         s = n - 1 - e
-        m = np.int64(round(x * 10.0 ** s) if s <= 300 else round(x * 10.0 ** 300 * 10.0 ** (s - 300)))
+        m = np.int64(round(x * 10.0**s) if s <= 300 else round(x * 10.0**300 * 10.0 ** (s - 300)))
         nd = n
-        if m >= 10 ** n:  # x rounded up to the next power of ten
+        if m >= 10**n:  # x rounded up to the next power of ten
             m //= 10
             s -= 1
         while s > 0 and m % 10 == 0 and m > 0:
@@ -130,8 +132,28 @@ def put_float_text(out, p, v):
 
 
 @helper
-def write_text_rows(r, nrows, sid_bytes, sid_off, gid, starts, ends, keys, values, sp_name, sp_name_off, dense,
-                    dn_name, dn_name_off, dn_base, dn_width, labels, timestamps, out, pos):
+def write_text_rows(
+    r,
+    nrows,
+    sid_bytes,
+    sid_off,
+    gid,
+    starts,
+    ends,
+    keys,
+    values,
+    sp_name,
+    sp_name_off,
+    dense,
+    dn_name,
+    dn_name_off,
+    dn_base,
+    dn_width,
+    labels,
+    timestamps,
+    out,
+    pos,
+):
     """Write samples ``r..nrows-1`` as text lines into ``out[pos:]``.
 
     Sample ``r``'s sparse feature ``f`` is ``keys[starts[f, r]:ends[f, r]]``; ``gid[r]`` is its

@@ -5,6 +5,7 @@ first occurrence, ``inverse`` (``unique[inverse] == ids``), and for each distinc
 it occurs in (``unique_rows[unique_row_offsets[u]:unique_row_offsets[u + 1]]``, in occurrence
 order: XDL's sidx/sseg).  A 128-bit id is the pair (hkey, key).
 """
+
 import numpy as np
 
 from .jit import brief, helper, inline
@@ -29,8 +30,7 @@ def table_size(n):
 
 
 @helper
-def unique_ids(hkeys, keys, offsets, slots, places, uniq_h, uniq_k, inverse, counts, unique_row_offsets,
-               unique_rows):
+def unique_ids(hkeys, keys, offsets, slots, places, uniq_h, uniq_k, inverse, counts, unique_row_offsets, unique_rows):
     """Fill the outputs for ids ``(hkeys[i], keys[i])`` (``hkeys`` empty: all 0); returns ``U``.
 
     ``slots`` (int32, a power of two > N, all -1) is the table.  ``places`` (each id's first slot, then its
@@ -75,7 +75,7 @@ def unique_ids(hkeys, keys, offsets, slots, places, uniq_h, uniq_k, inverse, cou
         unique_row_offsets[u + 1] = total
     # Each id's row counts the rows that start at or before it, marked where they start: one flat loop over
     # the ids (a loop a row cost more than its ids in the one-id rows of most features: 0.95-0.97x the time).
-    starts = counts[:n + 1]
+    starts = counts[: n + 1]
     starts[:] = 0
     for r in range(1, len(offsets) - 1):
         starts[offsets[r]] += 1
@@ -88,8 +88,9 @@ def unique_ids(hkeys, keys, offsets, slots, places, uniq_h, uniq_k, inverse, cou
 
 
 @helper
-def unique_ids_of_batch(keys, pairs, pair, key_base, counts, offsets, table_of, row_of, slots, places, work_counts,
-                        small, big, layout):
+def unique_ids_of_batch(
+    keys, pairs, pair, key_base, counts, offsets, table_of, row_of, slots, places, work_counts, small, big, layout
+):
     """``unique_ids`` for every sparse feature of a batch, in one call.
 
     Feature ``f`` has ``counts[f]`` ids from ``key_base[f]`` in ``keys`` (or ``pairs`` when
@@ -102,29 +103,51 @@ def unique_ids_of_batch(keys, pairs, pair, key_base, counts, offsets, table_of, 
     ``table_size(max(counts))`` entries, ``places`` room for max(counts), ``work_counts`` for one more.
     """
     nf = len(counts)
-    at = layout[:nf + 1]
-    words = layout[nf + 1:2 * nf + 2]
-    nunique = layout[2 * nf + 2:]
+    at = layout[: nf + 1]
+    words = layout[nf + 1 : 2 * nf + 2]
+    nunique = layout[2 * nf + 2 :]
     unique_layout(counts, pair, at, words)
     for f in range(nf):
         n = counts[f]
         kb = key_base[f]
         a = at[f]
         w = words[f]
-        table = slots[:table_size(n)]
+        table = slots[: table_size(n)]
         table[:] = -1
-        inverse = small[a:a + n]
-        rows = small[at[nf] + a:at[nf] + a + n]
+        inverse = small[a : a + n]
+        rows = small[at[nf] + a : at[nf] + a + n]
         o = words[nf] + a + f
-        row_offsets = big[o:o + n + 1]
+        row_offsets = big[o : o + n + 1]
         row_offsets_in = offsets[table_of[f]][row_of[f]]
         if pair[f]:
-            uniq = big[w:w + 2 * n].reshape((n, 2))
-            nunique[f] = unique_ids(pairs[kb:kb + n, 0], pairs[kb:kb + n, 1], row_offsets_in, table, places,
-                                    uniq[:, 0], uniq[:, 1], inverse, work_counts, row_offsets, rows)
+            uniq = big[w : w + 2 * n].reshape((n, 2))
+            nunique[f] = unique_ids(
+                pairs[kb : kb + n, 0],
+                pairs[kb : kb + n, 1],
+                row_offsets_in,
+                table,
+                places,
+                uniq[:, 0],
+                uniq[:, 1],
+                inverse,
+                work_counts,
+                row_offsets,
+                rows,
+            )
         else:
-            nunique[f] = unique_ids(keys[:0], keys[kb:kb + n], row_offsets_in, table, places, keys[:0], big[w:w + n],
-                                    inverse, work_counts, row_offsets, rows)
+            nunique[f] = unique_ids(
+                keys[:0],
+                keys[kb : kb + n],
+                row_offsets_in,
+                table,
+                places,
+                keys[:0],
+                big[w : w + n],
+                inverse,
+                work_counts,
+                row_offsets,
+                rows,
+            )
 
 
 @helper

@@ -1,4 +1,5 @@
 """Shared fixtures and helpers: paths to sample files, readers, flattening batches to samples."""
+
 import os
 import subprocess
 from pathlib import Path
@@ -20,8 +21,10 @@ def xdl(name):
     """The path of XDL's sample file ``name``; the test is skipped, saying what to set, where it is absent."""
     path = XDL / name
     if not path.exists():
-        pytest.skip(f"XDL's sample file {name} is not in {XDL}: set INGEST_XDL_DATA to the folder holding "
-                    f"XDL's sample files (sample.txt, sample2.txt, tdm.dat, tdm_serving_sample.dat, zlib_test_data)")
+        pytest.skip(
+            f"XDL's sample file {name} is not in {XDL}: set INGEST_XDL_DATA to the folder holding "
+            f"XDL's sample files (sample.txt, sample2.txt, tdm.dat, tdm_serving_sample.dat, zlib_test_data)"
+        )
     return path
 
 
@@ -29,17 +32,27 @@ def sample_file(source):
     """A parametrized input: a Path of the project's, or ``("xdl", name)`` for one of XDL's (``xdl()``)."""
     return xdl(source[1]) if isinstance(source, tuple) else source
 
-settings.register_profile("default", max_examples=200, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-settings.register_profile("thorough", max_examples=5000, deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+settings.register_profile(
+    "default",
+    max_examples=200,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+settings.register_profile(
+    "thorough",
+    max_examples=5000,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
 def make_reader(paths, sparse=(), dense=None, label_count=1, file_type="txt", enable_state=False, **options):
     """A started-later reader with the given features; ``options`` are method -> argument."""
-    reader = ingest.DataReader("test", paths=[str(p) for p in paths], file_type=file_type,
-                               enable_state=enable_state).label_count(label_count)
+    reader = ingest.DataReader(
+        "test", paths=[str(p) for p in paths], file_type=file_type, enable_state=enable_state
+    ).label_count(label_count)
     for name in sparse:
         reader.feature(name=name, type=ingest.features.sparse, serialized=True)
     for name, nvec in (dense or {}).items():
@@ -76,8 +89,13 @@ def flatten(batch):
     """
     samples = []
     for r in range(batch.size):
-        s = {"sid": batch.sample_id(r), "labels": batch.labels[r].tolist(), "ts": int(batch.timestamps[r]),
-             "sparse": {}, "dense": {}}
+        s = {
+            "sid": batch.sample_id(r),
+            "labels": batch.labels[r].tolist(),
+            "ts": int(batch.timestamps[r]),
+            "sparse": {},
+            "dense": {},
+        }
         rows = [r]
         for ind in batch.indicators:
             rows.append(int(ind[rows[-1]]))
@@ -102,23 +120,34 @@ def as_plain(samples):
     """Twin samples (numpy floats) in the same plain form as ``flatten``."""
     out = []
     for s in samples:
-        out.append({"sid": s["sid"], "labels": [float(v) for v in s["labels"]], "ts": s["ts"],
-                     "sparse": {n: [(k, float(v)) for k, v in p] for n, p in s["sparse"].items()},
-                     "dense": {n: [float(v) for v in vals] for n, vals in s["dense"].items()}})
+        out.append(
+            {
+                "sid": s["sid"],
+                "labels": [float(v) for v in s["labels"]],
+                "ts": s["ts"],
+                "sparse": {n: [(k, float(v)) for k, v in p] for n, p in s["sparse"].items()},
+                "dense": {n: [float(v) for v in vals] for n, vals in s["dense"].items()},
+            }
+        )
     return out
 
 
 def key_of(sample):
     """A hashable form of a sample, for multiset comparisons."""
-    return (sample["sid"], tuple(sample["labels"]), sample["ts"],
-            tuple((n, tuple(p)) for n, p in sorted(sample["sparse"].items())),
-            tuple((n, tuple(v)) for n, v in sorted(sample["dense"].items())))
+    return (
+        sample["sid"],
+        tuple(sample["labels"]),
+        sample["ts"],
+        tuple((n, tuple(p)) for n, p in sorted(sample["sparse"].items())),
+        tuple((n, tuple(v)) for n, v in sorted(sample["dense"].items())),
+    )
 
 
 @pytest.fixture(scope="session")
 def synthetic_file(tmp_path_factory):
     """3000 synthetic ads samples (about 4 MB)."""
     from ingest import synthetic
+
     path = tmp_path_factory.mktemp("synthetic") / "ads.txt"
     synthetic.write(path, 3000, seed=1)
     return path
@@ -127,12 +156,14 @@ def synthetic_file(tmp_path_factory):
 @pytest.fixture(autouse=True)
 def _no_thread_left_behind():
     import threading
+
     yield
     alive = [t.name for t in threading.enumerate() if t.name.startswith("ingest-")]
     for _ in range(100):
         if not alive:
             break
         import time
+
         time.sleep(0.05)
         alive = [t.name for t in threading.enumerate() if t.name.startswith("ingest-")]
     assert not alive, f"threads left running: {alive}"

@@ -5,6 +5,7 @@ them as DSL text.  A sample is ``{name: [(key, value), ...]}`` for sparse featur
 ``{name: [v0, v1, ...]}`` for dense ones; every function follows the documented
 semantics, in float64, in the documented order.
 """
+
 import numpy as np
 
 MASK = (1 << 64) - 1

@@ -5,6 +5,7 @@ state, restored when present), ``every`` (batches between saves), ``batch_size``
 batch, a trainer's step).  Prints one line per batch, its sample ids, flushed before asking for the next
 batch: every batch a saved state covers has been printed whole.
 """
+
 import json
 import sys
 import time

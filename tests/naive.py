@@ -3,6 +3,7 @@
 Nothing here imports ``ingest``: the twins are compared with the kernels on generated
 inputs in the tests.
 """
+
 import re
 
 import numpy as np
@@ -11,7 +12,7 @@ INT_RE = re.compile(rb"[+-]?[0-9]+\Z")
 FLOAT_RE = re.compile(rb"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?\Z")
 SPECIAL_RE = re.compile(rb"[+-]?(inf|infinity|nan)\Z", re.IGNORECASE)
 
-INT64_MIN, INT64_MAX = -(2 ** 63), 2 ** 63 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 def parse_int(tok):
@@ -55,8 +56,7 @@ def parse_line(line, sparse, dense, label_count):
         raise LineError("TOO_FEW_FIELDS", "line")
     if len(fields) > 6:
         raise LineError("TOO_MANY_FIELDS", "line")
-    sample = {"sid": fields[0], "gid": fields[1], "sparse": {n: [] for n in sparse},
-              "dense": {}, "labels": [], "ts": 0}
+    sample = {"sid": fields[0], "gid": fields[1], "sparse": {n: [] for n in sparse}, "dense": {}, "labels": [], "ts": 0}
     if fields[2]:
         for entry in fields[2].split(b";"):
             if b"@" not in entry:
@@ -151,8 +151,15 @@ def parse_text(data, sparse, dense, label_count, max_group_size=8192):
         if line == b"":
             continue
         gid = _group_id(line)
-        if (not has_prev or gid is None or prev is None or gid == b"" or prev == b""
-                or gid != prev or group_lines >= max_group_size):
+        if (
+            not has_prev
+            or gid is None
+            or prev is None
+            or gid == b""
+            or prev == b""
+            or gid != prev
+            or group_lines >= max_group_size
+        ):
             if group < 0 or group_has_rows:
                 group += 1
             group_lines = 0

@@ -6,6 +6,7 @@ fields of every wire type (groups included) anywhere.  The protobuf library pars
 result back, which proves the bytes legal, and ``expected_samples`` turns parsed messages
 into the samples a reader must deliver: the slow twin of ``native/protobuf.py``.
 """
+
 import struct
 
 from google.protobuf.descriptor import FieldDescriptor as FD
@@ -72,7 +73,7 @@ def encode(msg, rng, unknown=0.2):
                 entry = length_delimited(1, k.encode()) + length_delimited(2, v.encode())
                 items.append(length_delimited(fd.number, entry))
         elif fd.message_type is not None:
-            for m in (value if fd.is_repeated else [value]):
+            for m in value if fd.is_repeated else [value]:
                 items.append(length_delimited(fd.number, encode(m, rng, unknown)))
         elif fd.is_repeated and fd.type in (_VARINT_TYPES | {FD.TYPE_FLOAT}) and rng.random() < 0.5:
             values = list(value)
@@ -81,7 +82,7 @@ def encode(msg, rng, unknown=0.2):
                 if part:
                     items.append(length_delimited(fd.number, b"".join(_scalar(fd, v)[1] for v in part)))
         else:
-            for v in (value if fd.is_repeated else [value]):
+            for v in value if fd.is_repeated else [value]:
                 wt, data = _scalar(fd, v)
                 items.append(tag(fd.number, wt) + data)
         runs.append(items)
@@ -101,7 +102,7 @@ def frame(records):
 
 def _line_features(line, names_of_table, sparse, dense, cutoff):
     s_out, d_out = {}, {}
-    for feat in (line.features if line is not None else ()):
+    for feat in line.features if line is not None else ():
         if feat.name not in names_of_table:
             continue
         if feat.name in sparse:
@@ -125,8 +126,9 @@ def expected_samples(records, simple, sparse, dense, label_count, cutoff=None):
     """
     cutoff = cutoff or {}
     tables = 1 + max([*sparse.values(), *(d[2] for d in dense.values()), 0])
-    by_table = [{n for n, t in sparse.items() if t == k} | {n for n, d in dense.items() if d[2] == k}
-                for k in range(tables)]
+    by_table = [
+        {n for n, t in sparse.items() if t == k} | {n for n, d in dense.items() if d[2] == k} for k in range(tables)
+    ]
     out = []
     for rec in records:
         if simple:

@@ -1,4 +1,5 @@
 """The batch kernels (measure_piece, copy_piece, pad_batch) against a pure-Python twin, on generated blocks."""
+
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
@@ -13,8 +14,13 @@ def _layouts(draw):
     """Per table: ``(sparse features as "pair" flags, dense widths)``; the label count.  The last table has a
     sparse feature: the schema's tables are the declared ones."""
     tables = draw(st.integers(1, 3))
-    return [(draw(st.lists(st.booleans(), min_size=int(t == tables - 1), max_size=2)),
-             draw(st.lists(st.integers(1, 3), max_size=1))) for t in range(tables)], draw(st.integers(0, 2))
+    return [
+        (
+            draw(st.lists(st.booleans(), min_size=int(t == tables - 1), max_size=2)),
+            draw(st.lists(st.integers(1, 3), max_size=1)),
+        )
+        for t in range(tables)
+    ], draw(st.integers(0, 2))
 
 
 def _schema(layout, label_count):
@@ -45,34 +51,48 @@ def _blocks(draw, layout, label_count, first_sample):
             offsets[f, 0] = len(pool[0])
             for r in range(nrows):
                 for _ in range(draw(st.integers(0, 3))):
-                    pool[0].append(draw(st.integers(-2 ** 63, 2 ** 63 - 1)))
+                    pool[0].append(draw(st.integers(-(2**63), 2**63 - 1)))
                     pool[1].append(float(draw(st.integers(-8, 8))) / 4)
                     if not from_dsl[f]:
                         hkeys.append(draw(st.integers(0, 3)))
                 offsets[f, r + 1] = len(pool[0])
-        dense = tuple(np.array([[draw(st.integers(-8, 8)) for _ in range(w)] for _ in range(nrows)],
-                               np.float32).reshape(nrows, w) for w in widths)
+        dense = tuple(
+            np.array([[draw(st.integers(-8, 8)) for _ in range(w)] for _ in range(nrows)], np.float32).reshape(nrows, w)
+            for w in widths
+        )
         refer = None
         if t < ntables - 1:  # a row of group g refers to one of group g's rows in the next table
-            refer = np.array([draw(st.integers(int(starts[t + 1][g]), int(starts[t + 1][g + 1]) - 1))
-                              for g in range(groups) for _ in range(sizes[t][g])], np.int64)
+            refer = np.array(
+                [
+                    draw(st.integers(int(starts[t + 1][g]), int(starts[t + 1][g + 1]) - 1))
+                    for g in range(groups)
+                    for _ in range(sizes[t][g])
+                ],
+                np.int64,
+            )
         tables.append(Table(nrows, offsets, dense, refer, from_dsl if from_dsl.any() else None))
     n = int(starts[0][-1])
     sids = [f"s{first_sample + i}".encode() * draw(st.integers(0, 2)) for i in range(n)]
-    return Block(tables=tuple(tables), group_offsets=starts[0], sp_keys=np.array(keys, np.int64),
-                 sp_hkeys=np.array(hkeys, np.int64) if any(hkeys) else None, sp_values=np.array(values, np.float32),
-                 labels=np.arange(n * label_count, dtype=np.float32).reshape(n, label_count) + first_sample,
-                 timestamps=np.arange(n, dtype=np.int64) + first_sample,
-                 sid_bytes=np.frombuffer(b"".join(sids), np.uint8),
-                 sid_offsets=np.concatenate([[0], np.cumsum([len(s) for s in sids])]).astype(np.int64),
-                 dsl_keys=np.array(dsl_keys, np.int64), dsl_values=np.array(dsl_values, np.float32))
+    return Block(
+        tables=tuple(tables),
+        group_offsets=starts[0],
+        sp_keys=np.array(keys, np.int64),
+        sp_hkeys=np.array(hkeys, np.int64) if any(hkeys) else None,
+        sp_values=np.array(values, np.float32),
+        labels=np.arange(n * label_count, dtype=np.float32).reshape(n, label_count) + first_sample,
+        timestamps=np.arange(n, dtype=np.int64) + first_sample,
+        sid_bytes=np.frombuffer(b"".join(sids), np.uint8),
+        sid_offsets=np.concatenate([[0], np.cumsum([len(s) for s in sids])]).astype(np.int64),
+        dsl_keys=np.array(dsl_keys, np.int64),
+        dsl_values=np.array(dsl_values, np.float32),
+    )
 
 
 def _twin(pieces, layout, label_count, batch_size, pad):
     """The batch of ``pieces``, row by row in Python: per table the rows taken (a group's rows of table k + 1
     are the span its rows of table k refer to), then padding; features as lists of rows."""
     ntables = len(layout)
-    rows = [[] for _ in range(ntables)]     # (block, row) per batch row
+    rows = [[] for _ in range(ntables)]  # (block, row) per batch row
     indicators = [[] for _ in range(ntables - 1)]
     for blk, r0, r1 in pieces:
         g_starts = [int(x) for x in blk.group_offsets]
@@ -92,7 +112,7 @@ def _twin(pieces, layout, label_count, batch_size, pad):
     for blk, r in rows[0]:
         out["labels"].append(blk.labels[r].tolist())
         out["timestamps"].append(int(blk.timestamps[r]))
-        out["sids"].append(blk.sid_bytes[blk.sid_offsets[r]:blk.sid_offsets[r + 1]].tobytes())
+        out["sids"].append(blk.sid_bytes[blk.sid_offsets[r] : blk.sid_offsets[r + 1]].tobytes())
     extra = [batch_size - n if padded else 0] + [int(padded)] * (ntables - 1)
     for t, (pairs, widths) in enumerate(layout):
         for f, pair in enumerate(pairs):
@@ -115,23 +135,27 @@ def _twin(pieces, layout, label_count, batch_size, pad):
 
 
 def _plain(batch, layout):
-    out = {"n": len(batch), "labels": batch.labels.tolist(), "timestamps": batch.timestamps.tolist(),
-           "sids": [batch.sample_id(r) for r in range(len(batch))],
-           "indicators": [ind.tolist() for ind in batch.indicators]}
+    out = {
+        "n": len(batch),
+        "labels": batch.labels.tolist(),
+        "timestamps": batch.timestamps.tolist(),
+        "sids": [batch.sample_id(r) for r in range(len(batch))],
+        "indicators": [ind.tolist() for ind in batch.indicators],
+    }
     for t, (pairs, widths) in enumerate(layout):
         for f in range(len(pairs)):
             feat = batch[f"s{t}{f}"]
             o = feat.offsets
-            out[f"s{t}{f}"] = [(feat.ids[o[r]:o[r + 1]].tolist(), feat.values[o[r]:o[r + 1]].tolist())
-                               for r in range(len(o) - 1)]
+            out[f"s{t}{f}"] = [
+                (feat.ids[o[r] : o[r + 1]].tolist(), feat.values[o[r] : o[r + 1]].tolist()) for r in range(len(o) - 1)
+            ]
         for d in range(len(widths)):
             out[f"d{t}{d}"] = batch[f"d{t}{d}"].tolist()
     return out
 
 
 @settings(max_examples=150, deadline=None)
-@given(data=st.data(), shape=_layouts(), batch_size=st.integers(1, 7), pad=st.booleans(),
-       split_group=st.booleans())
+@given(data=st.data(), shape=_layouts(), batch_size=st.integers(1, 7), pad=st.booleans(), split_group=st.booleans())
 def test_batches_match_the_twin(data, shape, batch_size, pad, split_group):
     """Batches cut from 1-3 blocks (so some take pieces of two blocks), 1-3 tables, pairs, DSL features,
     dense features, padding: every array the kernels fill is what the row-by-row twin gives."""

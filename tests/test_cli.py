@@ -1,4 +1,5 @@
 """The command line: ingest-bench on synthetic and real files, and its one-line errors."""
+
 import json
 
 import pytest
@@ -39,8 +40,20 @@ def test_bench_timeline_unique_ids_and_dsl(tmp_path, capsys):
     conf = tmp_path / "crosses.conf"
     conf.write_text("Name=ad_x_age;Type=KV;Expr=cartesian(cate, age)\n")
     trace = tmp_path / "trace.json"
-    args = ["--synthetic", "3000", "--batch-size", "512", "--threads", "2", "--unique-ids", "--dsl", str(conf),
-            "--timeline", str(trace), "--json"]
+    args = [
+        "--synthetic",
+        "3000",
+        "--batch-size",
+        "512",
+        "--threads",
+        "2",
+        "--unique-ids",
+        "--dsl",
+        str(conf),
+        "--timeline",
+        str(trace),
+        "--json",
+    ]
     assert bench.main(args) in (0, None)
     out = json.loads(capsys.readouterr().out)
     assert out["samples"] == 3000
@@ -78,7 +91,8 @@ def test_a_declared_feature_never_seen_is_warned_at_each_epoch_end_with_the_clos
         "did you mean 'user_emb'?",
         "reader 'typo': feature 'itme' was declared but never seen in 1,000 samples (epoch 1); did you mean 'item'?",
         "reader 'typo': feature 'user_emb2' was declared but never seen in 1,000 samples (epoch 1); "
-        "did you mean 'user_emb'?"]
+        "did you mean 'user_emb'?",
+    ]
     assert reader.stats()["features_never_seen"] == ["itme", "user_emb2"]
 
 
@@ -87,8 +101,10 @@ def test_bench_warns_in_one_line_of_a_feature_file_name_never_seen(tmp_path, cap
     features.write_text("item sparse\nbrnad sparse\n")
     assert bench.main([str(SAMPLES / "ads.txt"), "--features", str(features), "--json"]) == 0
     warned = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
-    assert warned == ["ingest-bench: warning: reader 'ingest-bench': feature 'brnad' was declared but never seen "
-                      "in 1,000 samples (epoch 0); did you mean 'brand'?"]
+    assert warned == [
+        "ingest-bench: warning: reader 'ingest-bench': feature 'brnad' was declared but never seen "
+        "in 1,000 samples (epoch 0); did you mean 'brand'?"
+    ]
 
 
 @pytest.mark.parametrize("content", [(SAMPLES / "ads.txt").read_bytes()[:5000], bytes(range(256)) * 20])
@@ -145,6 +161,7 @@ def test_bench_json_goes_to_stdout_or_to_a_file(tmp_path, capsys):
 def test_an_unreachable_scheduler_is_an_error_within_10_s(tmp_path, capsys):
     import socket
     import time
+
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

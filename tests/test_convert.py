@@ -1,4 +1,5 @@
 """ingest convert and ingest inspect: round trips, structured compression, errors."""
+
 import json
 
 import numpy as np
@@ -27,8 +28,9 @@ def _all_samples(path, file_type="txt"):
     return read_samples(reader)
 
 
-@pytest.mark.parametrize("source", [SAMPLES / "ads.txt", ("xdl", "tdm.dat"), ("xdl", "sample.txt"),
-                                    ("xdl", "sample2.txt")])
+@pytest.mark.parametrize(
+    "source", [SAMPLES / "ads.txt", ("xdl", "tdm.dat"), ("xdl", "sample.txt"), ("xdl", "sample2.txt")]
+)
 @pytest.mark.parametrize("via", ["pb", "spb"])
 def test_text_round_trip_reproduces_every_sample(tmp_path, source, via):
     source = sample_file(source)
@@ -59,8 +61,12 @@ def test_aux_auto_picks_the_user_features(tmp_path):
 
 
 def test_structured_compression_stores_aux_lines_once_per_distinct_content(tmp_path):
-    lines = ["a|g|item@1;user@7|d@1,2|1", "b|g|item@2;user@7|d@1,2|0", "c|g|item@3;user@8|d@1,2|1",
-             "d|h|item@4;user@9|d@3,4|1"]
+    lines = [
+        "a|g|item@1;user@7|d@1,2|1",
+        "b|g|item@2;user@7|d@1,2|0",
+        "c|g|item@3;user@8|d@1,2|1",
+        "d|h|item@4;user@9|d@3,4|1",
+    ]
     src = tmp_path / "in.txt"
     src.write_text("\n".join(lines) + "\n")
     out = tmp_path / "out.pb"
@@ -69,8 +75,8 @@ def test_structured_compression_stores_aux_lines_once_per_distinct_content(tmp_p
     data = out.read_bytes()
     groups, pos = [], 0
     while pos < len(data):
-        n = int.from_bytes(data[pos:pos + 4], "little")
-        groups.append(pb.SampleGroup.FromString(data[pos + 4:pos + 4 + n]))
+        n = int.from_bytes(data[pos : pos + 4], "little")
+        groups.append(pb.SampleGroup.FromString(data[pos + 4 : pos + 4 + n]))
         pos += 4 + n
     assert len(groups) == 2
     g = groups[0]
@@ -156,10 +162,12 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
 def test_dask_scheduler_writes_the_same_files(tmp_path):
     """--scheduler: a Dask cluster (here an in-process one) writes one output per input."""
     from distributed import LocalCluster
+
     inputs = [str(SAMPLES / "ads.txt"), str(SAMPLES / "xdl_example.txt")]
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
-        summary = convert(inputs, str(tmp_path / "dask") + "/", dst="pb", aux=["uid"],
-                          scheduler=cluster.scheduler_address, **quiet)
+        summary = convert(
+            inputs, str(tmp_path / "dask") + "/", dst="pb", aux=["uid"], scheduler=cluster.scheduler_address, **quiet
+        )
     convert(inputs, str(tmp_path / "local") + "/", dst="pb", aux=["uid"], **quiet)
     assert [p.rsplit("/", 1)[1] for p in summary["outputs"]] == ["ads.pb", "xdl_example.pb"]
     for name in ("ads.pb", "xdl_example.pb"):

@@ -1,4 +1,5 @@
 """The feature DSL: the kernel against the pure-Python twin, XDL's worked cases, cross64, errors, conf files."""
+
 import math
 
 import numpy as np
@@ -25,7 +26,7 @@ CROSS64_VECTORS = [
     (1, 2, 291940170188633529),
     (2, 1, 8737326102237630251),
     (-1, 0, 2461230878022469052),
-    (2 ** 63 - 1, -2 ** 63, 2722747965676189055),
+    (2**63 - 1, -(2**63), 2722747965676189055),
     (123456789, 987654321, 7895786312483830334),
 ]
 
@@ -36,10 +37,10 @@ def test_cross64_vectors(a, b, want):
     assert twin_cross64(a, b) == want
 
 
-@given(a=st.integers(-2 ** 63, 2 ** 63 - 1), b=st.integers(-2 ** 63, 2 ** 63 - 1))
+@given(a=st.integers(-(2**63), 2**63 - 1), b=st.integers(-(2**63), 2**63 - 1))
 def test_cross64_matches_twin(a, b):
     got = ingest.dsl.cross64(a, b)
-    assert got == twin_cross64(a, b) and 0 <= got < 2 ** 63
+    assert got == twin_cross64(a, b) and 0 <= got < 2**63
 
 
 # -- generated expressions over generated samples ----------------------------------------------------
@@ -56,9 +57,13 @@ def _extend(inner):
         st.tuples(st.sampled_from(["cartesian", "match"]), inner, inner, inner),
         st.tuples(_unary, inner),
         st.tuples(st.just("hash"), inner, st.integers(1, 1000)),
-        st.builds(lambda a, bounds: ("bucketize", a, *sorted(bounds)), inner,
-                  st.lists(st.floats(-4, 4, width=16), min_size=1, max_size=3)),
-        st.tuples(st.sampled_from(["cosine", "dot"]), inner, inner))
+        st.builds(
+            lambda a, bounds: ("bucketize", a, *sorted(bounds)),
+            inner,
+            st.lists(st.floats(-4, 4, width=16), min_size=1, max_size=3),
+        ),
+        st.tuples(st.sampled_from(["cosine", "dot"]), inner, inner),
+    )
 
 
 _expr = st.recursive(_leaf, _extend, max_leaves=4)
@@ -68,8 +73,10 @@ _expr = st.recursive(_leaf, _extend, max_leaves=4)
 def _groups(draw):
     groups = []
     for _ in range(draw(st.integers(1, 4))):
-        aux = [{"u": draw(_pairs), "e": [draw(st.floats(-4, 4, width=32)) for _ in range(2)]}
-               for _ in range(draw(st.integers(1, 2)))]
+        aux = [
+            {"u": draw(_pairs), "e": [draw(st.floats(-4, 4, width=32)) for _ in range(2)]}
+            for _ in range(draw(st.integers(1, 2)))
+        ]
         samples = []
         for _ in range(draw(st.integers(1, 3))):
             s = {n: draw(_pairs) for n in SPARSE0}
@@ -103,8 +110,7 @@ def _close(got, want):
     return bool(np.all(np.isclose(g, w, rtol=1e-6, atol=1e-9, equal_nan=True)))
 
 
-@given(groups=_groups(), exprs=st.lists(_expr, min_size=1, max_size=3), as_dense=st.booleans(),
-       on_aux=st.booleans())
+@given(groups=_groups(), exprs=st.lists(_expr, min_size=1, max_size=3), as_dense=st.booleans(), on_aux=st.booleans())
 def test_kernel_matches_twin(tmp_path, groups, exprs, as_dense, on_aux):
     """Every function, nested, over table-0 and aux inputs, against the pure-Python evaluator."""
     path = tmp_path / "g.pb"
@@ -144,6 +150,7 @@ def _leaves(expr):
 
 # -- worked cases -------------------------------------------------------------------------------------
 
+
 def _text_reader(tmp_path, line, *sparse):
     path = tmp_path / "s.txt"
     path.write_text(line + "\n")
@@ -155,8 +162,12 @@ def _text_reader(tmp_path, line, *sparse):
 
 def test_xdl_worked_case(tmp_path):
     """min(max(sum(match(ad_cate_id, log(nick_cate_pv_14))))) gives one pair: key 0 and the sum of two products."""
-    reader = _text_reader(tmp_path, "s|g|ad_cate_id@2:0.1,0:0.2,5:0.3;nick_cate_pv_14@0:0.1,1:0.2,2:0.3,3:0.4||1",
-                          "ad_cate_id", "nick_cate_pv_14")
+    reader = _text_reader(
+        tmp_path,
+        "s|g|ad_cate_id@2:0.1,0:0.2,5:0.3;nick_cate_pv_14@0:0.1,1:0.2,2:0.3,3:0.4||1",
+        "ad_cate_id",
+        "nick_cate_pv_14",
+    )
     expr = "min(max(sum(match(ad_cate_id, log(nick_cate_pv_14)))))"
     reader.feature("x", "sparse", serialized=True, dsl=expr)
     reader.feature("x_dense", "dense", nvec=1, dsl=expr)
@@ -170,8 +181,9 @@ def test_xdl_worked_case(tmp_path):
 
 
 def test_cartesian_of_three_nests_left_to_right(tmp_path):
-    reader = _text_reader(tmp_path, "s|g|a@1:1,2:2,3:3,4:4;b@10:1,20:1,30:1,40:1,50:0.5;c@7:1,8:2,9:-1||1",
-                          "a", "b", "c")
+    reader = _text_reader(
+        tmp_path, "s|g|a@1:1,2:2,3:3,4:4;b@10:1,20:1,30:1,40:1,50:0.5;c@7:1,8:2,9:-1||1", "a", "b", "c"
+    )
     reader.feature("abc", "sparse", serialized=True, dsl="cartesian(a, b, c)")
     [batch] = reader.startup().read_all()
     a = [(1, 1.0), (2, 2.0), (3, 3.0), (4, 4.0)]
@@ -199,8 +211,12 @@ def test_high_words_enter_as_crossed_keys(tmp_path):
 
 def test_aux_only_expression_is_computed_per_aux_line(tmp_path):
     """An aggregate over an aux feature, declared on table 1, has one row per aux line; on table 0, one per sample."""
-    groups = [([{"a": [], "b": [], "c": [], "d": [0, 0, 0], "refer": r} for r in (0, 0, 1)],
-               [{"u": [(1, 2.0), (2, 3.0)], "e": [1, 1]}, {"u": [(5, 1.0)], "e": [0, 0]}])]
+    groups = [
+        (
+            [{"a": [], "b": [], "c": [], "d": [0, 0, 0], "refer": r} for r in (0, 0, 1)],
+            [{"u": [(1, 2.0), (2, 3.0)], "e": [1, 1]}, {"u": [(5, 1.0)], "e": [0, 0]}],
+        )
+    ]
     path = tmp_path / "aux.pb"
     _write(path, groups)
     reader = _raw_reader(path).batch_size(8)
@@ -227,19 +243,23 @@ def test_result_too_large_is_a_located_error(tmp_path, monkeypatch):
 
 # -- errors at feature() time --------------------------------------------------------------------------
 
-@pytest.mark.parametrize("expr,column,says", [
-    ("cartesain(a, b)", 1, "unknown function 'cartesain'"),
-    ("cartesian(a, zz)", 14, "unknown feature 'zz'"),
-    ("log(a, b)", 1, "log() takes 1 argument, got 2"),
-    ("cartesian(a)", 1, "takes at least 2 arguments"),
-    ("cartesian(a,", 13, "unexpected end of the expression"),
-    ("match(a b)", 9, "unexpected 'b'"),
-    ("hash(a, 2.5)", 9, "whole number of buckets"),
-    ("hash(a, b)", 9, "takes numbers after its first argument"),
-    ("bucketize(a, 3, 1)", 17, "must not decrease"),
-    ("log(3)", 5, "a number where a feature"),
-    ("sum(log(x))", 9, "refers to 'x' itself"),
-])
+
+@pytest.mark.parametrize(
+    "expr,column,says",
+    [
+        ("cartesain(a, b)", 1, "unknown function 'cartesain'"),
+        ("cartesian(a, zz)", 14, "unknown feature 'zz'"),
+        ("log(a, b)", 1, "log() takes 1 argument, got 2"),
+        ("cartesian(a)", 1, "takes at least 2 arguments"),
+        ("cartesian(a,", 13, "unexpected end of the expression"),
+        ("match(a b)", 9, "unexpected 'b'"),
+        ("hash(a, 2.5)", 9, "whole number of buckets"),
+        ("hash(a, b)", 9, "takes numbers after its first argument"),
+        ("bucketize(a, 3, 1)", 17, "must not decrease"),
+        ("log(3)", 5, "a number where a feature"),
+        ("sum(log(x))", 9, "refers to 'x' itself"),
+    ],
+)
 def test_errors_show_a_caret(expr, column, says):
     reader = ingest.DataReader("e", ["unused.txt"]).feature("a", "sparse").feature("b", "sparse")
     with pytest.raises(DslError) as exc:
@@ -267,18 +287,25 @@ def test_declaration_errors():
 
 # -- XDL's conf files ------------------------------------------------------------------------------------
 
+
 def test_load_feature_conf(tmp_path):
     conf = tmp_path / "features.conf"
-    conf.write_text("# crosses\n"
-                    "Name=ab ; Type=KV ; Expr=cartesian(a, b)\n"
-                    "\u3000Name=\u3000s\u3000;Type=Numeric;Expr=sum(ab)\u3000\n"
-                    "\n"
-                    "Name=later;Type=ID;Expr=match(early, a)\n"
-                    "Name=early;Type=ID;Expr=value(b)\n", encoding="utf-8")
+    conf.write_text(
+        "# crosses\n"
+        "Name=ab ; Type=KV ; Expr=cartesian(a, b)\n"
+        "\u3000Name=\u3000s\u3000;Type=Numeric;Expr=sum(ab)\u3000\n"
+        "\n"
+        "Name=later;Type=ID;Expr=match(early, a)\n"
+        "Name=early;Type=ID;Expr=value(b)\n",
+        encoding="utf-8",
+    )
     specs = ingest.load_feature_conf(str(conf))
     assert [(s.name, s.type.value, s.nvec, s.dsl) for s in specs] == [
-        ("ab", "sparse", 0, "cartesian(a, b)"), ("s", "dense", 1, "sum(ab)"),
-        ("early", "sparse", 0, "value(b)"), ("later", "sparse", 0, "match(early, a)")]
+        ("ab", "sparse", 0, "cartesian(a, b)"),
+        ("s", "dense", 1, "sum(ab)"),
+        ("early", "sparse", 0, "value(b)"),
+        ("later", "sparse", 0, "match(early, a)"),
+    ]
     path = tmp_path / "s.txt"
     path.write_text("s|g|a@1:2,2:1;b@2:5||1\n")
     reader = ingest.DataReader("c", [str(path)]).feature("a", "sparse").feature("b", "sparse").features(specs)
@@ -287,12 +314,15 @@ def test_load_feature_conf(tmp_path):
     assert batch["later"].values.tolist() == [5.0]
 
 
-@pytest.mark.parametrize("text,says", [
-    ("Name=x;Type=KV;Expr=log(y)\nName=y;Type=KV;Expr=log(x)\n", "a cycle"),
-    ("Name=x;Type=Float;Expr=log(a)\n", "Type='Float'"),
-    ("Name=x;Expr=log(a)\n", "missing Type="),
-    ("Name=x;Type=KV;Expr=log(a\n", "features.conf:1"),
-])
+@pytest.mark.parametrize(
+    "text,says",
+    [
+        ("Name=x;Type=KV;Expr=log(y)\nName=y;Type=KV;Expr=log(x)\n", "a cycle"),
+        ("Name=x;Type=Float;Expr=log(a)\n", "Type='Float'"),
+        ("Name=x;Expr=log(a)\n", "missing Type="),
+        ("Name=x;Type=KV;Expr=log(a\n", "features.conf:1"),
+    ],
+)
 def test_conf_errors(tmp_path, text, says):
     conf = tmp_path / "features.conf"
     conf.write_text(text)

@@ -1,4 +1,5 @@
 """Reading and writing through a real HDFS (scripts/services.sh): the same batches as local files."""
+
 import os
 import socket
 import time
@@ -38,7 +39,7 @@ def test_same_samples_as_local_files(hdfs):
     root, local = hdfs
     want = read_synthetic([local / "parts"])
     assert len(want) == 5000
-    assert read_synthetic([f"{root}/parts"]) == want                                        # a directory
+    assert read_synthetic([f"{root}/parts"]) == want  # a directory
     assert read_synthetic([f"{root}/parts/*.txt"], threads=2, unit_bytes=64 << 10) == want  # a glob, byte ranges
     pb_local = read_synthetic([local / "a.pb"], "pb")
     assert len(pb_local) == 3000
@@ -50,6 +51,7 @@ def test_ranged_streams_in_small_pieces_read_the_same(hdfs, monkeypatch):
     end and PAST_END more until the reader goes on past that.  With both at 1 byte every unit reads through
     many streams and its last group runs past PAST_END: still the same samples."""
     from ingest.sources.files import RangeStream
+
     root, local = hdfs
     monkeypatch.setattr(RangeStream, "FIRST", 1)
     monkeypatch.setattr(RangeStream, "PAST_END", 1)
@@ -159,7 +161,8 @@ def test_webhdfs_address(monkeypatch, tmp_path):
     assert webhdfs_address("nn1") == ("nn1", 9870)  # no hdfs-site.xml: Hadoop 3's default port
     (tmp_path / "hdfs-site.xml").write_text(
         "<configuration><property><name>dfs.namenode.http-address</name><value>0.0.0.0:50070</value>"
-        "</property></configuration>")
+        "</property></configuration>"
+    )
     assert webhdfs_address("nn1") == ("nn1", 50070)  # a wildcard host: the NameNode's own
     hits = hdfs_module._site_http_address.cache_info().hits
     assert webhdfs_address("nn2") == ("nn2", 50070)

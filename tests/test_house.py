@@ -1,5 +1,6 @@
 """House rules, checked with every test run: layers that only look down, lint, types, kernels that import nothing
 of ingest and pass their twin tests as plain Python, modules of one idea."""
+
 import ast
 import os
 import shutil
@@ -23,8 +24,17 @@ def test_layers_only_look_down():
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
 
 
+CODE = ["ingest", "native", "tests", "benchmarks", "examples", "scripts"]
+
+
 def test_ruff_finds_nothing():
-    done = _run(["ruff", "check", "ingest", "native", "tests", "benchmarks", "examples"])
+    done = _run(["ruff", "check", *CODE])
+    assert done.returncode == 0, done.stdout[-4000:]
+
+
+def test_ruff_format_changes_nothing():
+    """The code is as ``ruff format`` writes it (pyproject.toml: lines of 120)."""
+    done = _run(["ruff", "format", "--check", *CODE])
     assert done.returncode == 0, done.stdout[-4000:]
 
 
@@ -47,21 +57,33 @@ def test_the_kernels_import_nothing_of_ingest():
 def test_no_module_over_600_lines():
     """A module that outgrows 600 lines holds more than one idea: split it where the ideas part."""
     modules = sorted([*(ROOT / "ingest").rglob("*.py"), *(ROOT / "native").glob("*.py")])
-    long = {str(p.relative_to(ROOT)): n for p in modules
-            if p.name != "sample_pb2.py" and (n := len(p.read_text().splitlines())) > 600}
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in modules
+        if p.name != "sample_pb2.py" and (n := len(p.read_text().splitlines())) > 600
+    }
     assert long == {}
 
 
 # the tests that compare kernels with their slow twins (and the reader paths over them)
-TWIN_TESTS = ["tests/test_text_kernel.py", "tests/test_protobuf.py", "tests/test_dsl.py", "tests/test_unique.py",
-              "tests/test_batcher.py"]
+TWIN_TESTS = [
+    "tests/test_text_kernel.py",
+    "tests/test_protobuf.py",
+    "tests/test_dsl.py",
+    "tests/test_unique.py",
+    "tests/test_batcher.py",
+]
 
 
 def test_twin_tests_pass_with_the_kernels_as_python():
     """``NUMBA_DISABLE_JIT=1``: the kernels run as Python, where an index past an array's end raises and integer
     arithmetic is checked, which compiled code lets pass (numpy's overflow warnings are left out: the digit
     accumulators wrap on purpose, and their callers count digits)."""
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W",
-                           "ignore::RuntimeWarning", *TWIN_TESTS], cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, "NUMBA_DISABLE_JIT": "1"})
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "ignore::RuntimeWarning", *TWIN_TESTS],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "NUMBA_DISABLE_JIT": "1"},
+    )
     assert done.returncode == 0, done.stdout[-6000:]

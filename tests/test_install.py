@@ -1,5 +1,6 @@
 """What a fresh install relies on: declared dependencies, optional ones imported only where used, and an
 ``import ingest`` that leaves fsspec's global registries as they were."""
+
 import ast
 import importlib
 import importlib.metadata

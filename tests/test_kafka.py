@@ -1,4 +1,5 @@
 """Reading Kafka topics from a real broker (scripts/services.sh): the same samples as the files they came from."""
+
 import contextlib
 import hashlib
 import json
@@ -54,7 +55,7 @@ def _records(data):
     out, pos = [], 0
     while pos < len(data):
         n = struct.unpack_from("<I", data, pos)[0]
-        out.append(data[pos:pos + 4 + n])
+        out.append(data[pos : pos + 4 + n])
         pos += 4 + n
     return out
 
@@ -70,10 +71,10 @@ def source(services, tmp_path_factory):
     ingest.convert([str(text)], str(pb), log=lambda *_: None)
     groups = _groups(text.read_bytes())
     # a few groups per message, messages spread over the partitions
-    messages = [b"".join(groups[i:i + 3]) for i in range(0, len(groups), 3)]
+    messages = [b"".join(groups[i : i + 3]) for i in range(0, len(groups), 3)]
     text_topic = _topic(bootstrap, [(k % PARTITIONS, m) for k, m in enumerate(messages)])
     records = _records(pb.read_bytes())
-    messages = [b"".join(records[i:i + 2]) for i in range(0, len(records), 2)]
+    messages = [b"".join(records[i : i + 2]) for i in range(0, len(records), 2)]
     pb_topic = _topic(bootstrap, [(k % PARTITIONS, m) for k, m in enumerate(messages)])
     return bootstrap, text_topic, pb_topic, text, pb
 
@@ -100,8 +101,12 @@ def test_compressed_topics(services, source, codec):
     """Record batches compressed by the producer are decompressed batch by batch (several messages each)."""
     _, _, _, text, _ = source
     groups = _groups(text.read_bytes())
-    topic = _topic(services["KAFKA_BOOTSTRAP"], [(k % PARTITIONS, g) for k, g in enumerate(groups)],
-                   compression_type=codec, linger_ms=50)
+    topic = _topic(
+        services["KAFKA_BOOTSTRAP"],
+        [(k % PARTITIONS, g) for k, g in enumerate(groups)],
+        compression_type=codec,
+        linger_ms=50,
+    )
     assert read_synthetic([f"kafka://{services['KAFKA_BOOTSTRAP']}/{topic}"], threads=2) == read_synthetic([str(text)])
 
 
@@ -144,11 +149,13 @@ def test_group_membership_refuses_what_needs_fixed_units(source, tmp_path):
     def member(paths=(url,), **options):
         return ingest.DataReader("k", list(paths), **options).feature("item", "sparse").kafka(group_id="g")
 
-    refused = {"reads files too": member([url, str(text)]),
-               "shard": member().shard(0, 2),
-               "commits": member(enable_state=True),
-               "fixed set of units": member().deterministic(True),
-               "name partitions": member([url, f"{url}:1"])}
+    refused = {
+        "reads files too": member([url, str(text)]),
+        "shard": member().shard(0, 2),
+        "commits": member(enable_state=True),
+        "fixed set of units": member().deterministic(True),
+        "name partitions": member([url, f"{url}:1"]),
+    }
     for why, reader in refused.items():
         with pytest.raises(ConfigError, match=why):
             reader.startup()
@@ -165,6 +172,7 @@ def test_group_membership_refuses_what_needs_fixed_units(source, tmp_path):
 def test_produce_then_read_back(services, tmp_path, capsys):
     """``ingest produce`` writes whole groups (text) or records (pb) per message; reading the topic gives the file."""
     from ingest.cli import main as ingest_main
+
     bootstrap = services["KAFKA_BOOTSTRAP"]
     text = tmp_path / "p.txt"
     synthetic.write(text, 2000, seed=4)
@@ -185,8 +193,9 @@ def _long_topic(bootstrap, tmp_path):
     text = tmp_path / "r.txt"
     synthetic.write(text, 20000, seed=5)
     groups = _groups(text.read_bytes())
-    return text, _topic(bootstrap, [(k % PARTITIONS, b"".join(groups[i:i + 2]))
-                                    for k, i in enumerate(range(0, len(groups), 2))])
+    return text, _topic(
+        bootstrap, [(k % PARTITIONS, b"".join(groups[i : i + 2])) for k, i in enumerate(range(0, len(groups), 2))]
+    )
 
 
 @pytest.mark.parametrize("membership, down_s", [("fixed", 0), ("group", 0), ("group", 9)])
@@ -198,16 +207,20 @@ def test_broker_restart_mid_read_loses_and_repeats_nothing(services, tmp_path, m
     bootstrap = services["KAFKA_BOOTSTRAP"]
     text, topic = _long_topic(bootstrap, tmp_path)
     reader = ingest.DataReader("k", [f"kafka://{bootstrap}/{topic}"]).batch_size(64).prefetch(1)
-    group = {"group_id": f"g-{uuid.uuid4().hex[:8]}", "session_timeout_ms": 6000,
-             "heartbeat_interval_ms": 500} if membership == "group" else {}
+    group = (
+        {"group_id": f"g-{uuid.uuid4().hex[:8]}", "session_timeout_ms": 6000, "heartbeat_interval_ms": 500}
+        if membership == "group"
+        else {}
+    )
     synthetic.declare(reader).kafka(max_partition_fetch_bytes=64 << 10, fetch_max_bytes=64 << 10, **group)
     got = []
     for i, batch in enumerate(reader.startup()):
         got.extend((s["sid"], str(s)) for s in flatten(batch))
         if i == 3:  # the workers are blocked on full queues, part-way through the partitions
             read_before = reader.stats()["bytes"]
-            subprocess.run([str(ROOT / "scripts" / "services.sh"), "restart-kafka", str(down_s)], check=True,
-                           capture_output=True)
+            subprocess.run(
+                [str(ROOT / "scripts" / "services.sh"), "restart-kafka", str(down_s)], check=True, capture_output=True
+            )
     assert read_before < 0.8 * reader.stats()["bytes"]  # most of the topic was read after the restart
     assert len(got) == 20000
     assert sorted(got) == read_synthetic([str(text)])
@@ -238,9 +251,19 @@ def test_a_member_whose_session_expired_goes_on_where_it_stopped(services, tmp_p
     bootstrap = services["KAFKA_BOOTSTRAP"]
     text, topic = _long_topic(bootstrap, tmp_path)
     # Unbuffered: communicate() reads the pipe itself, so lines a buffered readline() had read ahead would be lost.
-    child = subprocess.Popen([sys.executable, "-c", _MEMBER, f"kafka://{bootstrap}/{topic}",
-                              f"g-{uuid.uuid4().hex[:8]}", str(ROOT / "tests")],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            _MEMBER,
+            f"kafka://{bootstrap}/{topic}",
+            f"g-{uuid.uuid4().hex[:8]}",
+            str(ROOT / "tests"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        bufsize=0,
+    )
     try:
         delivered = [child.stdout.readline().decode() for _ in range(3000)]
         child.send_signal(signal.SIGSTOP)
@@ -252,8 +275,9 @@ def test_a_member_whose_session_expired_goes_on_where_it_stopped(services, tmp_p
     delivered += out.splitlines(keepends=True)
     assert child.returncode == 0, err
     assert "dropped this reader" in err  # the session did expire (a warning)
-    expected = sorted(f"{sid.hex()} {hashlib.sha1(sample.encode()).hexdigest()}\n"
-                      for sid, sample in read_synthetic([str(text)]))
+    expected = sorted(
+        f"{sid.hex()} {hashlib.sha1(sample.encode()).hexdigest()}\n" for sid, sample in read_synthetic([str(text)])
+    )
     assert sorted(delivered) == expected
 
 
@@ -261,6 +285,7 @@ def _wrapped_consumers(monkeypatch, wrap):
     """Group members whose real kafka-python consumers go through ``wrap(consumer, n)`` (n: the consumer's
     number, from 0) as they are made; returns the list of them."""
     from ingest.sources.kafka import group as kafka_group
+
     made = []
     real = kafka_group.consumer
 
@@ -298,9 +323,13 @@ def test_a_stuck_membership_is_replaced(services, tmp_path, monkeypatch, caplog)
     stalled = threading.Event()
     made = _stalling_consumers(monkeypatch, lambda n: n == 0 and stalled.is_set())
     reader = ingest.DataReader("k", [f"kafka://{bootstrap}/{topic}"]).batch_size(64).prefetch(1)
-    synthetic.declare(reader).kafka(group_id=f"g-{uuid.uuid4().hex[:8]}", session_timeout_ms=10000,
-                                    heartbeat_interval_ms=500, max_partition_fetch_bytes=64 << 10,
-                                    fetch_max_bytes=64 << 10)
+    synthetic.declare(reader).kafka(
+        group_id=f"g-{uuid.uuid4().hex[:8]}",
+        session_timeout_ms=10000,
+        heartbeat_interval_ms=500,
+        max_partition_fetch_bytes=64 << 10,
+        fetch_max_bytes=64 << 10,
+    )
     got = []
     with caplog.at_level(logging.WARNING, logger="ingest"), reader.startup():
         for i, batch in enumerate(reader):
@@ -317,8 +346,9 @@ def test_a_membership_that_never_settles_fails_the_reader(services, source, monk
     bootstrap, text_topic, _, _, _ = source
     made = _stalling_consumers(monkeypatch, lambda n: True)
     reader = ingest.DataReader("k", [f"kafka://{bootstrap}/{text_topic}"]).batch_size(50)
-    synthetic.declare(reader).kafka(group_id=f"g-{uuid.uuid4().hex[:8]}", session_timeout_ms=10000,
-                                    heartbeat_interval_ms=500)
+    synthetic.declare(reader).kafka(
+        group_id=f"g-{uuid.uuid4().hex[:8]}", session_timeout_ms=10000, heartbeat_interval_ms=500
+    )
     got = []
     with pytest.raises(SourceError, match="the membership did not settle in 4 consumers in a row"):
         with reader.startup():
@@ -332,6 +362,7 @@ def test_a_poll_that_fails_while_a_broker_restarts_is_retried(services, tmp_path
     """kafka-python 3 lets a failed metadata refresh out of ``poll()`` while the broker restarts (seen in CI):
     the member retries the poll rather than fail the reader, and every sample arrives once."""
     from kafka.errors import KafkaConnectionError
+
     bootstrap = services["KAFKA_BOOTSTRAP"]
     text, topic = _long_topic(bootstrap, tmp_path)
     failing = threading.Event()
@@ -350,9 +381,13 @@ def test_a_poll_that_fails_while_a_broker_restarts_is_retried(services, tmp_path
 
     _wrapped_consumers(monkeypatch, wrap)
     reader = ingest.DataReader("k", [f"kafka://{bootstrap}/{topic}"]).batch_size(64).prefetch(1)
-    synthetic.declare(reader).kafka(group_id=f"g-{uuid.uuid4().hex[:8]}", session_timeout_ms=6000,
-                                    heartbeat_interval_ms=500, max_partition_fetch_bytes=64 << 10,
-                                    fetch_max_bytes=64 << 10)
+    synthetic.declare(reader).kafka(
+        group_id=f"g-{uuid.uuid4().hex[:8]}",
+        session_timeout_ms=6000,
+        heartbeat_interval_ms=500,
+        max_partition_fetch_bytes=64 << 10,
+        fetch_max_bytes=64 << 10,
+    )
     got = []
     with reader.startup():
         for i, batch in enumerate(reader):
@@ -409,6 +444,7 @@ def test_group_member_resumes_where_the_last_one_left(source):
     what it delivered when it leaves, and the next member goes on exactly there; plain Kafka consumers of the
     group see the offsets."""
     from kafka import KafkaConsumer, TopicPartition
+
     bootstrap, text_topic, _, text, _ = source
     url = f"kafka://{bootstrap}/{text_topic}"
     group = f"g-{uuid.uuid4().hex[:8]}"
@@ -436,6 +472,7 @@ def test_group_members_share_partitions_across_rebalances(services, source, assi
     take turns).  What they deliver, and then what a third member reads from their commits, is every sample
     exactly once."""
     from kafka.coordinator.assignors.range import RangePartitionAssignor
+
     strategy = {"range": {"partition_assignment_strategy": (RangePartitionAssignor,)}}.get(assignor, {})
     bootstrap = services["KAFKA_BOOTSTRAP"]
     _, _, _, text, _ = source
@@ -510,7 +547,7 @@ def test_until_forever_delivers_messages_as_they_arrive(services):
             got.extend(bytes(s) for s in batch.sample_ids.tolist())
             if len(got) == 10:  # the rest arrives while the reader waits
                 for k in range(10, 40, 6):
-                    producer.send(topic, value=b"".join(lines[k:k + 6]), partition=0)
+                    producer.send(topic, value=b"".join(lines[k : k + 6]), partition=0)
                 producer.flush()
             if len(got) == 40:
                 break
@@ -522,8 +559,9 @@ def test_until_forever_fills_a_batch_from_every_partition(services):
     """Live partitions keep one batcher: a batch takes samples from both partitions' parse workers, where
     workers cutting their own batches would each wait for more of their own partition."""
     bootstrap = services["KAFKA_BOOTSTRAP"]
-    topic = _topic(bootstrap, [(p, b"".join(f"p{p}s{i}|p{p}g{i}|a@{i}||1\n".encode() for i in range(5)))
-                               for p in (0, 1)])
+    topic = _topic(
+        bootstrap, [(p, b"".join(f"p{p}s{i}|p{p}g{i}|a@{i}||1\n".encode() for i in range(5))) for p in (0, 1)]
+    )
     reader = ingest.DataReader("k", [f"kafka://{bootstrap}/{topic}:0,1"]).feature("a", "sparse", serialized=True)
     reader.batch_size(10).threads(2).kafka(until="forever").startup()
     got = []
@@ -533,7 +571,8 @@ def test_until_forever_fills_a_batch_from_every_partition(services):
         taker.join(30)  # a batch each worker waits to fill alone would never come
     assert got, "no batch from the two partitions' 10 samples"
     assert sorted(bytes(s) for s in got[0].sample_ids.tolist()) == sorted(
-        f"p{p}s{i}".encode() for p in (0, 1) for i in range(5))
+        f"p{p}s{i}".encode() for p in (0, 1) for i in range(5)
+    )
 
 
 def test_errors_name_the_message(services):
@@ -549,6 +588,7 @@ def test_errors_name_the_message(services):
 def test_convert_to_a_topic(services, tmp_path, capsys):
     """``ingest convert FILE kafka://.../topic --to pb``: the topic then reads as the converted file."""
     from ingest.cli import main as ingest_main
+
     bootstrap = services["KAFKA_BOOTSTRAP"]
     text = tmp_path / "c.txt"
     synthetic.write(text, 1500, seed=6)
@@ -566,6 +606,7 @@ def test_convert_to_a_topic(services, tmp_path, capsys):
 def test_offsets_gone_from_the_broker_are_an_error(services):
     """A restored position the broker deleted (retention) is a SourceError naming it, not a silent jump."""
     from kafka.structs import TopicPartition as TP
+
     bootstrap = services["KAFKA_BOOTSTRAP"]
     lines = [f"s{i}|g{i}|a@{i}||1\n".encode() for i in range(30)]
     topic = _topic(bootstrap, [(0, line) for line in lines])
@@ -588,6 +629,7 @@ def test_a_lease_cut_before_reading_ends_where_it_began():
     from kafka import TopicPartition
     from ingest.sources.kafka import KafkaOptions, partition_unit
     from ingest.sources.kafka.group import Lease
+
     tp = TopicPartition("t", 2)
     resume = ((102, 0), 7)
     lease = Lease(None, tp, 1)
@@ -605,6 +647,7 @@ def test_a_lease_cut_before_reading_ends_where_it_began():
 def test_bench_and_inspect_read_a_topic_as_they_read_files(source, capsys):
     """kafka:// URLs are sources like any other in the commands: features found, every sample read."""
     from ingest.cli import bench, main as ingest_main
+
     bootstrap, text_topic, pb_topic, text, pb = source
     for topic, fmt in ((text_topic, "txt"), (pb_topic, "pb")):
         url = f"kafka://{bootstrap}/{topic}"

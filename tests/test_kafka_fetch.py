@@ -1,6 +1,7 @@
 """The Kafka fetch path without a broker (native/kafka.py, DirectFetch._messages): record batches written by
 kafka-python's own builder, walked by the kernels, against kafka-python's reader and a Python walker;
 compression, control batches, CRCs, errors, growth of the output arrays, and ``gather``."""
+
 import struct
 from types import SimpleNamespace
 
@@ -21,13 +22,32 @@ URL = "kafka://broker:9092/t:0"
 INT64_MAX = np.iinfo(np.int64).max
 GZIP, SNAPPY, LZ4, ZSTD = 1, 2, 3, 4
 # codecs kafka-python can write here (the reader's own decoders: gzip, pyarrow's lz4, zstandard, python-snappy)
-WRITABLE = [c for c, ok in ((GZIP, codec.has_gzip()), (SNAPPY, codec.has_snappy()), (LZ4, codec.has_lz4()),
-                            (ZSTD, codec.has_zstd())) if ok]
+WRITABLE = [
+    c
+    for c, ok in (
+        (GZIP, codec.has_gzip()),
+        (SNAPPY, codec.has_snappy()),
+        (LZ4, codec.has_lz4()),
+        (ZSTD, codec.has_zstd()),
+    )
+    if ok
+]
 DECODE = {GZIP: codec.gzip_decode, SNAPPY: codec.snappy_decode, LZ4: codec.lz4_decode, ZSTD: codec.zstd_decode}
-CODECS = [pytest.param(c, id=name, marks=pytest.mark.skipif(c not in WRITABLE, reason=f"{name}: kafka-python "
-                                                            f"finds no library to write it (pip install {lib})"))
-          for c, name, lib in ((GZIP, "gzip", "-"), (SNAPPY, "snappy", "python-snappy"), (LZ4, "lz4", "lz4"),
-                               (ZSTD, "zstd", "zstandard"))]
+CODECS = [
+    pytest.param(
+        c,
+        id=name,
+        marks=pytest.mark.skipif(
+            c not in WRITABLE, reason=f"{name}: kafka-python finds no library to write it (pip install {lib})"
+        ),
+    )
+    for c, name, lib in (
+        (GZIP, "gzip", "-"),
+        (SNAPPY, "snappy", "python-snappy"),
+        (LZ4, "lz4", "lz4"),
+        (ZSTD, "zstd", "zstandard"),
+    )
+]
 
 
 # -- batches written by kafka-python -------------------------------------------------------------------------
@@ -35,12 +55,19 @@ def batch(base, records, compression=0, transactional=False, same_time=False):
     """The bytes of a v2 batch at offset ``base`` holding ``records`` (offset delta, key, value, headers),
     written by kafka-python's producer-side builder (which sends it uncompressed when compressing does not
     pay)."""
-    b = DefaultRecordBatchBuilder(magic=2, compression_type=compression, is_transactional=transactional,
-                                  producer_id=7 if transactional else -1, producer_epoch=0 if transactional else -1,
-                                  base_sequence=0 if transactional else -1, batch_size=1 << 30)
+    b = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=compression,
+        is_transactional=transactional,
+        producer_id=7 if transactional else -1,
+        producer_epoch=0 if transactional else -1,
+        base_sequence=0 if transactional else -1,
+        batch_size=1 << 30,
+    )
     for delta, key, value, headers in records:
-        assert b.append(delta, timestamp=1_700_000_000_000 + (0 if same_time else delta), key=key, value=value,
-                        headers=headers)
+        assert b.append(
+            delta, timestamp=1_700_000_000_000 + (0 if same_time else delta), key=key, value=value, headers=headers
+        )
     raw = bytearray(b.build())
     struct.pack_into(">q", raw, 0, base)  # the broker's part; outside the CRC
     return raw
@@ -49,8 +76,13 @@ def batch(base, records, compression=0, transactional=False, same_time=False):
 def patched(raw, attributes=None, last_delta=None, count=None, magic=None, length=None):
     """``raw`` with header fields replaced and the CRC recomputed, as a writer of such a batch would."""
     raw = bytearray(raw)
-    for fmt, at, value in ((">h", 21, attributes), (">i", 23, last_delta), (">i", 57, count), (">b", 16, magic),
-                           (">i", 8, length)):
+    for fmt, at, value in (
+        (">h", 21, attributes),
+        (">i", 23, last_delta),
+        (">i", 57, count),
+        (">b", 16, magic),
+        (">i", 8, length),
+    ):
         if value is not None:
             struct.pack_into(fmt, raw, at, value)
     struct.pack_into(">I", raw, 17, crc32c.crc32c(bytes(raw[21:])))
@@ -80,8 +112,11 @@ def fetcher(check_crcs=True, rows=1 << 16, checks=1 << 12):
 
 def values_of(messages):
     """``[(offset, value)]`` of a list of Messages."""
-    return [(int(o), bytes(m.buf[s:s + n])) for m in messages
-            for o, s, n in zip(m.offsets.tolist(), m.starts.tolist(), m.lens.tolist())]
+    return [
+        (int(o), bytes(m.buf[s : s + n]))
+        for m in messages
+        for o, s, n in zip(m.offsets.tolist(), m.starts.tolist(), m.lens.tolist())
+    ]
 
 
 # -- the twin: a Python walker of batch headers, kafka-python's reader for the records ----------------------
@@ -97,12 +132,22 @@ def batches_of(data, p=0):
         length = struct.unpack_from(">i", data, p + 8)[0]
         if p + 12 + length > len(data):
             break
-        rb = DefaultRecordBatch(bytes(data[p:p + 12 + length]))
+        rb = DefaultRecordBatch(bytes(data[p : p + 12 + length]))
         assert rb.magic == 2
         records = [] if rb.is_control_batch else [(r.offset, r.value or b"") for r in rb]
-        out.append(Batch(start=p, stop=p + 12 + length, base=rb.base_offset, next_offset=rb.next_offset,
-                         crc=rb.crc, count=rb.records_count, compression=rb.compression_type,
-                         control=rb.is_control_batch, records=records))
+        out.append(
+            Batch(
+                start=p,
+                stop=p + 12 + length,
+                base=rb.base_offset,
+                next_offset=rb.next_offset,
+                crc=rb.crc,
+                count=rb.records_count,
+                compression=rb.compression_type,
+                control=rb.is_control_batch,
+                records=records,
+            )
+        )
         p += 12 + length
     return out, p
 
@@ -144,8 +189,9 @@ def messages_twin(data, first, end):
 
 # -- generated fetch responses -------------------------------------------------------------------------------
 _key = st.one_of(st.none(), st.binary(max_size=8))
-_value = st.one_of(st.none(), st.just(b""), st.binary(max_size=40),
-                   st.sampled_from([b"a" * 64, b"abc" * 30, bytes(200)]))  # compressible, so batches do compress
+_value = st.one_of(
+    st.none(), st.just(b""), st.binary(max_size=40), st.sampled_from([b"a" * 64, b"abc" * 30, bytes(200)])
+)  # compressible, so batches do compress
 _headers = st.lists(st.tuples(st.text(max_size=4), st.one_of(st.none(), st.binary(max_size=6))), max_size=2)
 
 
@@ -161,8 +207,11 @@ def responses(draw, codecs=(), min_batches=0):
         offset += draw(st.integers(0, 3))
         kind = draw(st.sampled_from(["data"] * 5 + ["control", "empty", "many"]))
         if kind == "many":
-            raw = batch(offset, [(d, None, draw(st.sampled_from([None, b""])), []) for d in range(draw(
-                st.integers(40, 300)))], draw(st.sampled_from([0] + list(codecs))))
+            raw = batch(
+                offset,
+                [(d, None, draw(st.sampled_from([None, b""])), []) for d in range(draw(st.integers(40, 300)))],
+                draw(st.sampled_from([0] + list(codecs))),
+            )
         elif kind == "control":
             raw = control_batch(offset, draw(st.booleans()))
         elif kind == "empty":
@@ -171,8 +220,12 @@ def responses(draw, codecs=(), min_batches=0):
             first_delta = draw(st.sampled_from([0, 0, 0, 1, 5]))
             gaps = draw(st.lists(st.sampled_from([1, 1, 1, 2, 7]), max_size=7))
             deltas = np.cumsum([first_delta] + gaps).tolist()
-            raw = batch(offset, [(d, draw(_key), draw(_value), draw(_headers)) for d in deltas],
-                        draw(st.sampled_from([0] + list(codecs))), draw(st.booleans()))
+            raw = batch(
+                offset,
+                [(d, draw(_key), draw(_value), draw(_headers)) for d in deltas],
+                draw(st.sampled_from([0] + list(codecs))),
+                draw(st.booleans()),
+            )
             tail = draw(st.sampled_from([0, 0, 2]))  # records at the end removed by compaction
             if tail:
                 raw = patched(raw, last_delta=deltas[-1] + tail)
@@ -180,7 +233,7 @@ def responses(draw, codecs=(), min_batches=0):
         offset += struct.unpack_from(">i", raw, 23)[0] + 1
     if draw(st.booleans()):  # the batch the broker cut at the fetch size
         raw = batch(offset, [(0, None, draw(_value), []), (1, b"k", b"v" * 30, [])])
-        data += raw[:draw(st.integers(1, len(raw) - 1))]
+        data += raw[: draw(st.integers(1, len(raw) - 1))]
     first = draw(st.integers(max(0, start - 2), offset + 2))
     end = draw(st.one_of(st.none(), st.integers(max(0, start - 2), offset + 2)))
     return bytes(data), first, end
@@ -200,10 +253,12 @@ def test_scan_batches_matches_the_walker(case, rows, nchecks):
         offsets, starts, lens = (np.full(rows, -7, np.int64) for _ in range(3))
         checks = np.full((nchecks, 3), -7, np.int64)
         status, k, n, at, next_offset = K.scan_batches(buf, p, first, last, offsets, starts, lens, checks)
-        got = [(o, bytes(data[s:s + m])) for o, s, m in zip(offsets[:k].tolist(), starts[:k].tolist(),
-                                                             lens[:k].tolist())]
-        assert (status, got, [tuple(c) for c in checks[:n].tolist()], at, next_offset) == \
-            scan_twin(data, p, first, last, rows, nchecks)
+        got = [
+            (o, bytes(data[s : s + m])) for o, s, m in zip(offsets[:k].tolist(), starts[:k].tolist(), lens[:k].tolist())
+        ]
+        assert (status, got, [tuple(c) for c in checks[:n].tolist()], at, next_offset) == scan_twin(
+            data, p, first, last, rows, nchecks
+        )
         if status != K.COMPRESSED:
             break
         p = at + 12 + struct.unpack_from(">i", data, at + 8)[0]
@@ -218,14 +273,15 @@ def test_walk_records_of_decompressed_batches(case):
     for b in batches_of(data)[0]:
         if b.control:
             continue
-        payload = data[b.start + K.BATCH_HEADER:b.stop]
+        payload = data[b.start + K.BATCH_HEADER : b.stop]
         if b.compression:
             payload = DECODE[b.compression](payload)
         records = np.frombuffer(payload, np.uint8)
         arrays = [np.full(b.count, -7, np.int64) for _ in range(3)]
         k = K.walk_records(records, 0, len(records), b.base, b.count, first, last, *arrays, 0)
-        assert [(o, bytes(records[s:s + n])) for o, s, n in zip(*(a[:k].tolist() for a in arrays))] == \
-            [r for r in b.records if first <= r[0] < last]
+        assert [(o, bytes(records[s : s + n])) for o, s, n in zip(*(a[:k].tolist() for a in arrays))] == [
+            r for r in b.records if first <= r[0] < last
+        ]
 
 
 # -- DirectFetch._messages ---------------------------------------------------------------------------------
@@ -241,8 +297,12 @@ def drain(messages, size):
 
 
 @settings(max_examples=150, deadline=None)
-@given(responses(codecs=WRITABLE), st.sampled_from([1, 2, 5, 1 << 16]), st.sampled_from([1, 2, 1 << 12]),
-       st.integers(1, 50))
+@given(
+    responses(codecs=WRITABLE),
+    st.sampled_from([1, 2, 5, 1 << 16]),
+    st.sampled_from([1, 2, 1 << 12]),
+    st.integers(1, 50),
+)
 def test_messages_match_kafka_python(case, rows, nchecks, size):
     """Offsets and values of every message in range, in order, and the next offset, as kafka-python reads them;
     one Messages per run of uncompressed batches and per compressed batch (when the arrays need not grow);
@@ -264,8 +324,9 @@ def test_messages_match_kafka_python(case, rows, nchecks, size):
     assert drain(got, size) == b"".join(v for c in chunks for _, v in c)
 
 
-@pytest.mark.skipif(ZSTD not in WRITABLE, reason="zstd: kafka-python finds no library to write it (pip install "
-                                                  "zstandard)")
+@pytest.mark.skipif(
+    ZSTD not in WRITABLE, reason="zstd: kafka-python finds no library to write it (pip install zstandard)"
+)
 def test_a_compressed_batch_of_more_records_than_bytes():
     """70000 empty values, zstd: the record count is over the batch's bytes (0.85 bytes a record) and over the
     initial 65536 rows; every offset comes back, with an empty value."""
@@ -280,13 +341,18 @@ def test_a_compressed_batch_of_more_records_than_bytes():
 def test_compressed_batches_among_uncompressed(compression):
     """A compressed batch between uncompressed ones: its values decompressed, in its own Messages, in order."""
     values = [b"x" * 50, None, b"", b"header-less " * 8, bytes(range(256))]
-    data = (batch(10, [(0, b"k", b"first", []), (1, None, b"second", [("h", b"v")])])
-            + batch(12, [(i, None, v, []) for i, v in enumerate(values)], compression)
-            + batch(20, [(0, None, b"after", [])]))
-    assert attributes_of(data[batches_of(data)[0][1].start:]) & 7 == compression
+    data = (
+        batch(10, [(0, b"k", b"first", []), (1, None, b"second", [("h", b"v")])])
+        + batch(12, [(i, None, v, []) for i, v in enumerate(values)], compression)
+        + batch(20, [(0, None, b"after", [])])
+    )
+    assert attributes_of(data[batches_of(data)[0][1].start :]) & 7 == compression
     got, next_offset = fetcher()._messages(data, 10, None)
-    assert [values_of([m]) for m in got] == [[(10, b"first"), (11, b"second")],
-                                             [(12 + i, v or b"") for i, v in enumerate(values)], [(20, b"after")]]
+    assert [values_of([m]) for m in got] == [
+        [(10, b"first"), (11, b"second")],
+        [(12 + i, v or b"") for i, v in enumerate(values)],
+        [(20, b"after")],
+    ]
     assert next_offset == 21
     got, next_offset = fetcher()._messages(data, 14, 16)  # bounds inside the compressed batch
     assert values_of(got) == [(14, b""), (15, b"header-less " * 8)] and next_offset == 21
@@ -400,9 +466,12 @@ def test_a_small_v1_message_is_a_format_error():
 def test_a_first_batch_cut_short_names_max_partition_fetch_bytes(cut, first):
     """Bytes but no whole batch: the first batch is over max_partition_fetch_bytes (or cut short)."""
     raw = batch(first, [(0, None, b"v" * 150, [])])
-    with pytest.raises(SourceError, match=rf"batch at offset {first} is larger than max_partition_fetch_bytes "
-                                          r"\(1048576\) or cut short"):
-        fetcher()._messages(bytes(raw[:min(cut, len(raw) - 1)]), first, None)
+    with pytest.raises(
+        SourceError,
+        match=rf"batch at offset {first} is larger than max_partition_fetch_bytes "
+        r"\(1048576\) or cut short",
+    ):
+        fetcher()._messages(bytes(raw[: min(cut, len(raw) - 1)]), first, None)
 
 
 def test_malformed_batches():
@@ -464,8 +533,10 @@ def test_more_records_than_the_output_arrays():
     assert next_offset == 140000 and offsets.tolist() == list(range(140000))
     assert all((m.lens == 3).all() for m in got)
     values = np.concatenate([m.buf[m.starts[:, None] + np.arange(3)] for m in got]).astype(np.int64)
-    assert ((values[:, 0] << 16) + (values[:, 1] << 8) + values[:, 2] == np.concatenate(
-        [np.arange(70000)] + [np.arange(10000)] * 7)).all()
+    assert (
+        (values[:, 0] << 16) + (values[:, 1] << 8) + values[:, 2]
+        == np.concatenate([np.arange(70000)] + [np.arange(10000)] * 7)
+    ).all()
 
 
 def test_more_batches_than_the_crc_rows():
@@ -516,8 +587,9 @@ def test_a_bad_batch_is_not_retried(monkeypatch):
     f.topic, f.partition, f.max_bytes, f.conn = "t", 0, 1 << 20, Conn()
     f.cluster = SimpleNamespace(timeout_s=1.0, connect=lambda *_: Conn(), leaders=lambda _: {0: ("broker", 9092)})
     monkeypatch.setattr(kafka_fetch, "RETRY_FOR_S", 0.3)
-    with pytest.raises(SourceError, match="^kafka://broker:9092/t:0: the record batch at offset 200 does not "
-                                          "match its CRC"):
+    with pytest.raises(
+        SourceError, match="^kafka://broker:9092/t:0: the record batch at offset 200 does not match its CRC"
+    ):
         f.fetch(100, None, 10)
     assert len(calls) == 1
 
@@ -556,7 +628,8 @@ def test_gather_matches_twin(case):
     """Position after the copy (message, byte, bytes out) and every byte of ``out``, untouched ones included."""
     buf, starts, lens, i, within, out, n = case
     arr = np.frombuffer(out, np.uint8).copy()
-    got = K.gather(np.frombuffer(buf, np.uint8), np.array(starts, np.int64), np.array(lens, np.int64), i, within,
-                   arr, n)
-    want, want_out = gather_twin([buf[s:s + m] for s, m in zip(starts, lens)], i, within, out, n)
+    got = K.gather(
+        np.frombuffer(buf, np.uint8), np.array(starts, np.int64), np.array(lens, np.int64), i, within, arr, n
+    )
+    want, want_out = gather_twin([buf[s : s + m] for s, m in zip(starts, lens)], i, within, out, n)
     assert tuple(int(x) for x in got) == want and arr.tobytes() == want_out

@@ -5,6 +5,7 @@ Each trial runs tests/killrun.py, kills it with SIGKILL at a random moment ``KIL
 restoring the state the previous one saved), then lets a last run finish.  ``INGEST_KILL_TRIALS`` sets
 the trials per configuration (default 2).
 """
+
 import json
 import os
 import random
@@ -52,8 +53,9 @@ def _trial(cfg, rng):
     delivered = Counter()
     covered = 0  # batches the saved state covered before this run
     for attempt in range(KILLS + 1):
-        proc = subprocess.Popen([sys.executable, KILLRUN, json.dumps(cfg)], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE)
+        proc = subprocess.Popen(
+            [sys.executable, KILLRUN, json.dumps(cfg)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
         if attempt < KILLS:
             first = proc.stdout.readline()  # started and delivering
             time.sleep(rng.uniform(0, 0.7))
@@ -68,7 +70,7 @@ def _trial(cfg, rng):
         if attempt < KILLS and proc.returncode not in (-9, 0):
             raise AssertionError(f"killrun failed ({proc.returncode}):\n{err.decode()[-3000:]}")
         saved = _state_batches(cfg["state"])
-        for line in lines[:saved - covered]:
+        for line in lines[: saved - covered]:
             assert line != "END"
             delivered.update(line.split())
         covered = saved
@@ -84,19 +86,28 @@ def _check(cfg, want, seed):
         got = _trial(cfg, rng)
         lost = want - got
         extra = got - want
-        assert not lost and not extra, (f"trial {t} of {cfg}: {sum(lost.values())} samples lost, "
-                                        f"{sum(extra.values())} delivered twice or unknown")
+        assert not lost and not extra, (
+            f"trial {t} of {cfg}: {sum(lost.values())} samples lost, {sum(extra.values())} delivered twice or unknown"
+        )
 
 
 def _cfg(paths, file_type, threads, aux, state_dir):
-    return {"paths": paths, "file_type": file_type, "threads": threads, "aux": list(aux) if file_type == "pb" else [],
-            "state_dir": state_dir, "every": 3, "batch_size": 32, "sleep": 0.01}
+    return {
+        "paths": paths,
+        "file_type": file_type,
+        "threads": threads,
+        "aux": list(aux) if file_type == "pb" else [],
+        "state_dir": state_dir,
+        "every": 3,
+        "batch_size": 32,
+        "sleep": 0.01,
+    }
 
 
 @pytest.mark.parametrize("file_type,threads", [("txt", 1), ("txt", 2), ("pb", 1), ("pb", 2)])
 def test_kill_local(data, file_type, threads):
     cfg = _cfg([str(data[file_type])], file_type, threads, data["aux"], str(data["dir"]))
-    _check(cfg, data["want"], seed=hash((file_type, threads)) & 0xffff)
+    _check(cfg, data["want"], seed=hash((file_type, threads)) & 0xFFFF)
 
 
 @pytest.fixture(scope="module")
@@ -121,6 +132,7 @@ def kafka_topics(services, data):
     from ingest.produce import produce
     from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
+
     bootstrap = services["KAFKA_BOOTSTRAP"]
     topics = {}
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)

@@ -1,4 +1,5 @@
 """Sample-group ops (ingest.ops): the kernels against pure-Python twins, Python ops, built-in ops, errors."""
+
 import io
 import math
 
@@ -45,8 +46,11 @@ def samples_of(blk, schema):
             rows = [r]
             for tab in blk.tables[:-1]:
                 rows.append(int(tab.refer[rows[-1]]))
-            s = {"sid": bytes(blk.sid_bytes[blk.sid_offsets[r]:blk.sid_offsets[r + 1]]),
-                 "labels": blk.labels[r].tolist(), "ts": int(blk.timestamps[r])}
+            s = {
+                "sid": bytes(blk.sid_bytes[blk.sid_offsets[r] : blk.sid_offsets[r + 1]]),
+                "labels": blk.labels[r].tolist(),
+                "ts": int(blk.timestamps[r]),
+            }
             for t, tab in enumerate(blk.tables):
                 for f, spec in enumerate(schema.sparse_in(t)):
                     a, b = int(tab.sp_offsets[f, rows[t]]), int(tab.sp_offsets[f, rows[t] + 1])
@@ -60,12 +64,20 @@ def samples_of(blk, schema):
 
 
 # -- generated pb data: two tables, sample ids, timestamps, 128-bit ids ---------------------------------------
-PB_SCHEMA = Schema([make_feature("a", "sparse"), make_feature("b", "sparse"), make_feature("d", "dense", nvec=2),
-                    make_feature("u", "sparse", table=1), make_feature("e", "dense", table=1, nvec=1)], 1)
+PB_SCHEMA = Schema(
+    [
+        make_feature("a", "sparse"),
+        make_feature("b", "sparse"),
+        make_feature("d", "dense", nvec=2),
+        make_feature("u", "sparse", table=1),
+        make_feature("e", "dense", table=1, nvec=1),
+    ],
+    1,
+)
 
-_key = st.integers(-2 ** 63, 2 ** 63 - 1)
+_key = st.integers(-(2**63), 2**63 - 1)
 _value = st.sampled_from([1.0, 0.5, -2.0, 3.25])
-_pairs = st.lists(st.tuples(_key, st.sampled_from([0, 0, 1, -1, 2 ** 40]), _value), max_size=3)
+_pairs = st.lists(st.tuples(_key, st.sampled_from([0, 0, 1, -1, 2**40]), _value), max_size=3)
 _floats = st.floats(-8, 8, width=32)
 
 
@@ -78,10 +90,17 @@ def pb_groups(draw):
         with_ts = draw(st.booleans())
         samples = []
         for i in range(draw(st.integers(1, 4))):
-            samples.append({"a": draw(_pairs), "b": draw(_pairs), "d": [draw(_floats), draw(_floats)],
-                            "refer": draw(st.integers(0, len(aux) - 1)), "label": draw(_floats),
-                            "sid": draw(st.sampled_from(["x", "y\x01t", "z", ""])) + str(i) if with_ids else None,
-                            "ts": draw(st.integers(0, 2 ** 40)) if with_ts else 0})
+            samples.append(
+                {
+                    "a": draw(_pairs),
+                    "b": draw(_pairs),
+                    "d": [draw(_floats), draw(_floats)],
+                    "refer": draw(st.integers(0, len(aux) - 1)),
+                    "label": draw(_floats),
+                    "sid": draw(st.sampled_from(["x", "y\x01t", "z", ""])) + str(i) if with_ids else None,
+                    "ts": draw(st.integers(0, 2**40)) if with_ts else 0,
+                }
+            )
         groups.append((samples, aux))
     return groups
 
@@ -111,22 +130,27 @@ def twin_kept_groups(group_offsets, keep):
 @given(sizes=st.lists(st.integers(1, 4), max_size=6), data=st.data())
 def test_kept_groups_matches_twin(sizes, data):
     group_offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    keep = np.array(data.draw(st.lists(st.booleans(), min_size=int(group_offsets[-1]),
-                                       max_size=int(group_offsets[-1]))), np.bool_)
+    keep = np.array(
+        data.draw(st.lists(st.booleans(), min_size=int(group_offsets[-1]), max_size=int(group_offsets[-1]))), np.bool_
+    )
     out_offsets = np.empty(len(sizes) + 1, np.int64)
     out_groups = np.empty(len(sizes), np.int64)
     ng = K.kept_groups(group_offsets, keep, out_offsets, out_groups)
     want_offsets, want_groups = twin_kept_groups(group_offsets.tolist(), keep.tolist())
-    assert out_offsets[:ng + 1].tolist() == want_offsets and out_groups[:ng].tolist() == want_groups
+    assert out_offsets[: ng + 1].tolist() == want_offsets and out_groups[:ng].tolist() == want_groups
 
 
-@given(lengths=st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=5), min_size=1, max_size=3).filter(
-    lambda ls: len({len(x) for x in ls}) == 1), data=st.data())
+@given(
+    lengths=st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=5), min_size=1, max_size=3).filter(
+        lambda ls: len({len(x) for x in ls}) == 1
+    ),
+    data=st.data(),
+)
 def test_gather_csr_matches_twin(lengths, data):
     nrows = len(lengths[0])
     flat = [n for feat in lengths for n in feat]
     offsets = np.concatenate([[0], np.cumsum(flat)]).astype(np.int64)
-    offsets = np.stack([offsets[f * nrows:(f + 1) * nrows + 1] for f in range(len(lengths))])
+    offsets = np.stack([offsets[f * nrows : (f + 1) * nrows + 1] for f in range(len(lengths))])
     src = np.arange(int(offsets[-1, -1]), dtype=np.int64) * 7 + 1
     rows = np.array(data.draw(st.lists(st.integers(0, nrows - 1), max_size=6)), np.int64)
     dst_offsets = np.zeros((len(lengths), len(rows) + 1), np.int64)
@@ -135,7 +159,7 @@ def test_gather_csr_matches_twin(lengths, data):
     for f in range(len(lengths)):  # twin: rows one by one, feature after feature
         dst_offsets[f, 0] = pos
         for i, r in enumerate(rows.tolist()):
-            chunk = src[offsets[f, r]:offsets[f, r + 1]].tolist()
+            chunk = src[offsets[f, r] : offsets[f, r + 1]].tolist()
             want += chunk
             pos += len(chunk)
             dst_offsets[f, i + 1] = pos
@@ -144,8 +168,11 @@ def test_gather_csr_matches_twin(lengths, data):
     assert dst.tolist() == want
 
 
-@given(ids=st.lists(st.binary(max_size=5), max_size=8), tags=st.lists(st.binary(max_size=3), max_size=4),
-       separator=st.sampled_from([1, 0x61, -1]))
+@given(
+    ids=st.lists(st.binary(max_size=5), max_size=8),
+    tags=st.lists(st.binary(max_size=3), max_size=4),
+    separator=st.sampled_from([1, 0x61, -1]),
+)
 def test_listed_tags_matches_twin(ids, tags, separator):
     tags = [t.decode("latin-1") for t in tags]  # str tags, written as UTF-8 in the table
     sid_bytes = np.frombuffer(b"".join(ids), np.uint8).copy()
@@ -161,16 +188,21 @@ def twin_bucket(v, boundaries):
     return sum(1 for b in boundaries if b <= v)  # NaN compares False: bucket 0
 
 
-@given(rows=st.lists(st.lists(st.floats(-10, 10, width=32) | st.just(float("nan")), min_size=2, max_size=2),
-                     max_size=5),
-       boundaries=st.lists(st.floats(-10, 10), min_size=1, max_size=5).map(sorted), positional=st.booleans())
+@given(
+    rows=st.lists(st.lists(st.floats(-10, 10, width=32) | st.just(float("nan")), min_size=2, max_size=2), max_size=5),
+    boundaries=st.lists(st.floats(-10, 10), min_size=1, max_size=5).map(sorted),
+    positional=st.booleans(),
+)
 def test_bucket_ids_match_twin(rows, boundaries, positional):
     dense = np.array(rows, np.float32).reshape(len(rows), 2)
     keys = np.empty(dense.size, np.int64)
     K.bucket_ids(dense, np.array(boundaries, np.float64), positional, keys)
     nb = len(boundaries)
-    want = [j * (nb + 1) * positional + twin_bucket(float(v), boundaries)
-            for row in dense.tolist() for j, v in enumerate(row)]
+    want = [
+        j * (nb + 1) * positional + twin_bucket(float(v), boundaries)
+        for row in dense.tolist()
+        for j, v in enumerate(row)
+    ]
     assert keys.tolist() == want
 
 
@@ -188,16 +220,16 @@ def test_group_line_ranges_matches_twin(groups):
     local = np.full(len(refer), -1, np.int64)
     K.group_line_ranges(np.array(lo, np.int64), np.array(hi, np.int64), refer, next_lo, next_hi, local)
     for g in range(len(groups)):
-        part = refer[lo[g]:hi[g]].tolist()
+        part = refer[lo[g] : hi[g]].tolist()
         assert (next_lo[g], next_hi[g]) == (min(part), max(part) + 1)
-        assert local[lo[g]:hi[g]].tolist() == [v - min(part) for v in part]
+        assert local[lo[g] : hi[g]].tolist() == [v - min(part) for v in part]
 
 
 def twin_message(blk, schema, g):
     """The SampleGroup of group ``g`` built field by field with the protobuf library (the encoder's twin)."""
     msg = pb.SampleGroup()
     r0, r1 = int(blk.group_offsets[g]), int(blk.group_offsets[g + 1])
-    sids = [bytes(blk.sid_bytes[blk.sid_offsets[r]:blk.sid_offsets[r + 1]]).decode() for r in range(r0, r1)]
+    sids = [bytes(blk.sid_bytes[blk.sid_offsets[r] : blk.sid_offsets[r + 1]]).decode() for r in range(r0, r1)]
     if any(sids):
         msg.sample_ids.extend(sids)
     for r in range(r0, r1):
@@ -242,8 +274,8 @@ def test_group_records_match_twin_messages(tmp_path, groups):
     assert starts[-1] == len(records)
     for g in range(len(groups)):
         a, b = int(starts[g]), int(starts[g + 1])
-        assert int.from_bytes(records[a:a + 4].tobytes(), "little") == b - a - 4
-        assert pb.SampleGroup.FromString(records[a + 4:b].tobytes()) == twin_message(blk, PB_SCHEMA, g)
+        assert int.from_bytes(records[a : a + 4].tobytes(), "little") == b - a - 4
+        assert pb.SampleGroup.FromString(records[a + 4 : b].tobytes()) == twin_message(blk, PB_SCHEMA, g)
 
 
 @given(groups=pb_groups())
@@ -274,13 +306,18 @@ def test_filter_op_with_aux_table_matches_twin(tmp_path, groups, data):
 
 # -- Python ops ------------------------------------------------------------------------------------------------
 TEXT_SCHEMA = Schema([make_feature("item", "sparse"), make_feature("price", "dense", nvec=2)], 1)
-TEXT_LINES = ["a0|ga|item@1,2:0.5|price@0.5,3|1|100", "a1|ga|item@3|price@7,20|0|101",
-              "b0|gb|item@4|price@12,0|1|102", "c0||item@5:2|price@-1,1|0|103",
-              "d0|gd|item@6|price@50,50|1|104", "d1|gd||price@0,0|0|105"]
+TEXT_LINES = [
+    "a0|ga|item@1,2:0.5|price@0.5,3|1|100",
+    "a1|ga|item@3|price@7,20|0|101",
+    "b0|gb|item@4|price@12,0|1|102",
+    "c0||item@5:2|price@-1,1|0|103",
+    "d0|gd|item@6|price@50,50|1|104",
+    "d1|gd||price@0,0|0|105",
+]
 
 
 def test_python_op_dropping_groups_keeps_the_others_whole(tmp_path):
-    blk, = text_blocks(tmp_path, TEXT_LINES, TEXT_SCHEMA)
+    (blk,) = text_blocks(tmp_path, TEXT_LINES, TEXT_SCHEMA)
 
     def no_b_or_d(group):
         return not group.sample_ids[0].startswith(("b", "d"))
@@ -294,7 +331,7 @@ def test_python_op_dropping_groups_keeps_the_others_whole(tmp_path):
 
 
 def test_python_op_modifying_values_and_removing_samples(tmp_path):
-    blk, = text_blocks(tmp_path, TEXT_LINES, TEXT_SCHEMA)
+    (blk,) = text_blocks(tmp_path, TEXT_LINES, TEXT_SCHEMA)
 
     class Rescale:
         """Doubles item values, sets the first price element to 9, drops samples labelled 0."""
@@ -329,7 +366,7 @@ def test_python_op_modifying_values_and_removing_samples(tmp_path):
 
 
 def test_python_ops_in_a_row_share_one_trip_and_stop_at_the_first_false(tmp_path):
-    blk, = text_blocks(tmp_path, TEXT_LINES, TEXT_SCHEMA)
+    (blk,) = text_blocks(tmp_path, TEXT_LINES, TEXT_SCHEMA)
     seen = []
 
     def first(group):
@@ -349,7 +386,7 @@ def test_python_ops_in_a_row_share_one_trip_and_stop_at_the_first_false(tmp_path
 
 
 def test_failing_op_error_names_op_source_offset_and_sample_id(tmp_path):
-    blk, = text_blocks(tmp_path, TEXT_LINES, TEXT_SCHEMA)
+    (blk,) = text_blocks(tmp_path, TEXT_LINES, TEXT_SCHEMA)
 
     def explode_on_c(group):
         if group.sample_ids[0] == "c0":
@@ -370,7 +407,7 @@ def test_failing_op_error_names_op_source_offset_and_sample_id(tmp_path):
 
 @pytest.mark.parametrize("verdict", [None, 1, "yes"])
 def test_op_returning_a_non_bool_is_an_error(tmp_path, verdict):
-    blk, = text_blocks(tmp_path, TEXT_LINES, TEXT_SCHEMA)
+    (blk,) = text_blocks(tmp_path, TEXT_LINES, TEXT_SCHEMA)
 
     class Sloppy:
         def run(self, group):
@@ -381,13 +418,13 @@ def test_op_returning_a_non_bool_is_an_error(tmp_path, verdict):
 
 
 def test_numpy_bool_is_accepted(tmp_path):
-    blk, = text_blocks(tmp_path, TEXT_LINES, TEXT_SCHEMA)
+    (blk,) = text_blocks(tmp_path, TEXT_LINES, TEXT_SCHEMA)
     out = OpStage(TEXT_SCHEMA, [lambda g: np.bool_(g.sample_ids[0] == "a0")])(blk)
     assert out.nrows == 2
 
 
 def test_op_leaving_a_group_that_does_not_read_back_is_an_error(tmp_path):
-    blk, = text_blocks(tmp_path, TEXT_LINES, TEXT_SCHEMA)
+    (blk,) = text_blocks(tmp_path, TEXT_LINES, TEXT_SCHEMA)
 
     def widen(group):
         for feat in group.feature_tables[0].feature_lines[0].features:
@@ -400,7 +437,7 @@ def test_op_leaving_a_group_that_does_not_read_back_is_an_error(tmp_path):
 
 
 def test_every_group_dropped_gives_an_empty_block(tmp_path):
-    blk, = text_blocks(tmp_path, TEXT_LINES, TEXT_SCHEMA)
+    (blk,) = text_blocks(tmp_path, TEXT_LINES, TEXT_SCHEMA)
     out = OpStage(TEXT_SCHEMA, [lambda g: False])(blk)
     assert out.nrows == 0 and out.group_offsets.tolist() == [0] and out.source == blk.source
     assert out.labels.shape == (0, 1) and out.tables[0].sp_offsets.shape == (1, 1)
@@ -415,34 +452,48 @@ def test_as_op_rejects_what_is_not_an_op():
 
 # -- built-in ops on real files -----------------------------------------------------------------------------
 def test_filter_op_on_converted_pb_with_aux_table_keeps_aux_features_right(tmp_path):
-    lines = ["p0_0|p0|item@1;user@7||1", "p0_1|p0|item@2;user@7||0", "p0_2|p0|item@3;user@8||1",
-             "p1_0|p1|item@4;user@9||1", "p1_1|p1|item@5;user@9||0", "solo|p2|item@6;user@10||1"]
+    lines = [
+        "p0_0|p0|item@1;user@7||1",
+        "p0_1|p0|item@2;user@7||0",
+        "p0_2|p0|item@3;user@8||1",
+        "p1_0|p1|item@4;user@9||1",
+        "p1_1|p1|item@5;user@9||0",
+        "solo|p2|item@6;user@10||1",
+    ]
     src = tmp_path / "in.txt"
     src.write_text("\n".join(lines) + "\n")
     convert([str(src)], str(tmp_path / "out.pb"), aux=["user"], **quiet)
     schema = Schema([make_feature("item", "sparse"), make_feature("user", "sparse", table=1)], 1)
-    blk, = read_blocks(tmp_path / "out.pb", ProtobufFormat(schema))
+    (blk,) = read_blocks(tmp_path / "out.pb", ProtobufFormat(schema))
     assert blk.tables[1].nrows == 4  # user lines: 7, 8 | 9 | 10
     out = OpStage(schema, [FilterOP(["p0_0", b"p1_0", "p1_1", "solo"])])(blk)
     got = samples_of(out, schema)
     assert [[(s["sid"], s["item"][0][1], s["user"][0][1]) for s in g] for g in got] == [
-        [(b"p0_1", 2, 7), (b"p0_2", 3, 8)]]
+        [(b"p0_1", 2, 7), (b"p0_2", 3, 8)]
+    ]
     assert out.tables[0].refer.tolist() == [0, 1]
 
 
 def test_filter_op_compares_the_tag_before_ctrl_a(tmp_path):
     schema = Schema([make_feature("item", "sparse")], 1)
-    blk, = text_blocks(tmp_path, ["news\x01123|g|item@1||1", "ads\x01124|g|item@2||1", "news|h|item@3||1"], schema)
+    (blk,) = text_blocks(tmp_path, ["news\x01123|g|item@1||1", "ads\x01124|g|item@2||1", "news|h|item@3||1"], schema)
     assert [s["sid"] for g in samples_of(OpStage(schema, [FilterOP(["news"])])(blk), schema) for s in g] == [
-        b"ads\x01124"]
+        b"ads\x01124"
+    ]
     whole = OpStage(schema, [FilterOP(["news"], separator=None)])(blk)
     assert [s["sid"] for g in samples_of(whole, schema) for s in g] == [b"news\x01123", b"ads\x01124"]
 
 
 def test_dense_to_sparse_op_writes_bucket_ids(tmp_path):
-    schema = Schema([make_feature("item", "sparse"), make_feature("price", "dense", nvec=2),
-                     make_feature("price_bucket", "sparse")], 1)
-    blk, = text_blocks(tmp_path, TEXT_LINES, schema)
+    schema = Schema(
+        [
+            make_feature("item", "sparse"),
+            make_feature("price", "dense", nvec=2),
+            make_feature("price_bucket", "sparse"),
+        ],
+        1,
+    )
+    (blk,) = text_blocks(tmp_path, TEXT_LINES, schema)
     out = OpStage(schema, [DenseToSparseOP(dense="price", sparse="price_bucket", boundaries=[1, 10, 50])])(blk)
     got = [s for g in samples_of(out, schema) for s in g]
     # price rows: [0.5,3] [7,20] [12,0] [-1,1] [50,50] [0,0] -> buckets = boundaries <= value
@@ -468,7 +519,7 @@ def test_dense_to_sparse_op_checks_its_features():
 
 
 def test_debug_op_prints_every_nth_group_and_keeps_everything(tmp_path):
-    blk, = text_blocks(tmp_path, TEXT_LINES, TEXT_SCHEMA)
+    (blk,) = text_blocks(tmp_path, TEXT_LINES, TEXT_SCHEMA)
     out = io.StringIO()
     op = DebugOP(every=2, out=out)
     stage = OpStage(TEXT_SCHEMA, [op])
@@ -485,9 +536,15 @@ def test_debug_op_prints_every_nth_group_and_keeps_everything(tmp_path):
 
 
 def test_builtin_and_python_ops_run_in_the_order_added(tmp_path):
-    schema = Schema([make_feature("item", "sparse"), make_feature("price", "dense", nvec=2),
-                     make_feature("price_bucket", "sparse")], 1)
-    blk, = text_blocks(tmp_path, TEXT_LINES, schema)
+    schema = Schema(
+        [
+            make_feature("item", "sparse"),
+            make_feature("price", "dense", nvec=2),
+            make_feature("price_bucket", "sparse"),
+        ],
+        1,
+    )
+    (blk,) = text_blocks(tmp_path, TEXT_LINES, schema)
     seen = []
 
     def record(group):
@@ -497,8 +554,9 @@ def test_builtin_and_python_ops_run_in_the_order_added(tmp_path):
                     seen.append([v.key for v in feat.values])
         return True
 
-    out = OpStage(schema, [FilterOP(["a0", "a1", "b0", "c0"]), DenseToSparseOP("price", "price_bucket", [1, 10]),
-                           record])(blk)
+    out = OpStage(
+        schema, [FilterOP(["a0", "a1", "b0", "c0"]), DenseToSparseOP("price", "price_bucket", [1, 10]), record]
+    )(blk)
     assert seen == [[2, 2], [0, 0]] and out.nrows == 2
 
 

@@ -1,4 +1,5 @@
 """Batch buffers come from a pool: reused once dropped, never while any array of a batch is held."""
+
 import numpy as np
 
 from ingest import synthetic
@@ -13,10 +14,10 @@ def test_a_buffer_is_reused_only_when_nothing_refers_to_it():
     a[:] = 7
     view = a[10:20]
     del a
-    b = pool.lease(100, np.int64)          # the first buffer is still held through `view`
+    b = pool.lease(100, np.int64)  # the first buffer is still held through `view`
     assert pool.allocated == 2 and np.all(view == 7)
     del view, b
-    c = pool.lease((10, 10), np.float32)   # same size class: reused
+    c = pool.lease((10, 10), np.float32)  # same size class: reused
     assert pool.allocated == 2 and c.shape == (10, 10) and c.flags.c_contiguous
 
 

@@ -1,4 +1,5 @@
 """The pb/spb decoder against the protobuf library, and its errors."""
+
 import ast
 import contextlib
 import random
@@ -52,17 +53,29 @@ def _scratch_full_of_garbage(monkeypatch):
 
 def test_generated_code_matches_schema(tmp_path):
     """ingest/sample_pb2.py is what protoc makes of schemas/sample.proto (run scripts/gen-protos after edits)."""
-    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{ROOT / 'schemas'}", f"--python_out={tmp_path}",
-                    str(ROOT / "schemas" / "sample.proto")], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grpc_tools.protoc",
+            f"-I{ROOT / 'schemas'}",
+            f"--python_out={tmp_path}",
+            str(ROOT / "schemas" / "sample.proto"),
+        ],
+        check=True,
+    )
     tree = ast.parse((tmp_path / "sample_pb2.py").read_text())
-    fresh = next(node.args[0].value for node in ast.walk(tree)
-                 if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "AddSerializedFile")
+    fresh = next(
+        node.args[0].value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "AddSerializedFile"
+    )
     assert fresh == pb.DESCRIPTOR.serialized_pb
 
 
 # -- generated messages --------------------------------------------------------------------------
 
-_int64 = st.one_of(st.integers(-2 ** 63, 2 ** 63 - 1), st.integers(-3, 300))
+_int64 = st.one_of(st.integers(-(2**63), 2**63 - 1), st.integers(-3, 300))
 _f32 = st.floats(width=32, allow_nan=False, allow_infinity=False)
 
 
@@ -122,7 +135,7 @@ def _group(draw, label_count):
         for _ in range(n):
             ext = g.extensions.add()
             if draw(st.integers(0, 3)):
-                ext.extension["timestamp"] = str(draw(st.integers(-2 ** 40, 2 ** 40)))
+                ext.extension["timestamp"] = str(draw(st.integers(-(2**40), 2**40)))
             if draw(st.booleans()):
                 ext.extension["other"] = "x"
     if draw(st.integers(0, 3)) == 0:
@@ -140,19 +153,33 @@ def _simple(draw, label_count):
 
 def _schema(label_count, tables, cutoff, mask):
     specs = [make_feature(n, "sparse", table=t, cutoff=cutoff.get(n, 0)) for n, t in SPARSE.items() if t < tables]
-    specs += [make_feature(n, "dense", nvec=DENSE_NVEC[n], table=DENSE_TABLE[n], mask=mask if n == "d" else None)
-              for n in DENSE_NVEC if DENSE_TABLE[n] < tables]
+    specs += [
+        make_feature(n, "dense", nvec=DENSE_NVEC[n], table=DENSE_TABLE[n], mask=mask if n == "d" else None)
+        for n in DENSE_NVEC
+        if DENSE_TABLE[n] < tables
+    ]
     return Schema(specs, label_count)
 
 
-def _decode(tmp_path, data, schema, simple, chunk_bytes, batch_size=3, pad=False, split_group=True, errors=None,
-            spare=pf._Room.SPARE):
+def _decode(
+    tmp_path,
+    data,
+    schema,
+    simple,
+    chunk_bytes,
+    batch_size=3,
+    pad=False,
+    split_group=True,
+    errors=None,
+    spare=pf._Room.SPARE,
+):
     """The samples the reader's kernels make of ``data``; ``spare`` 0 gives the sparse columns no room to spare,
     so that blocks are cut short where a feature's ids outgrow what the unit had so far."""
     path = tmp_path / ("x.spb" if simple else "x.pb")
     path.write_bytes(data)
-    fmt = ProtobufFormat(schema, simple=simple, chunk_bytes=chunk_bytes,
-                         on_skip=errors.append if errors is not None else None)
+    fmt = ProtobufFormat(
+        schema, simple=simple, chunk_bytes=chunk_bytes, on_skip=errors.append if errors is not None else None
+    )
     blocks = fmt.read_unit(FileRange(0, str(path), 0, None, len(data), None))
     out = []
     with _room_to_spare(spare):
@@ -188,12 +215,21 @@ def _plain_f32(samples):
     return samples
 
 
-@given(data=st.data(), label_count=st.integers(0, 2), tables=st.integers(1, 3), simple=st.booleans(),
-       seed=st.integers(0, 2 ** 32), chunk_bytes=st.sampled_from([16, 200, 1 << 16]),
-       batch=st.tuples(st.integers(1, 6), st.booleans(), st.booleans()),
-       mask=st.sampled_from([None, "101"]), cut=st.integers(-2, 2), spare=st.sampled_from([0, pf._Room.SPARE]))
-def test_decoder_matches_protobuf(tmp_path, data, label_count, tables, simple, seed, chunk_bytes, batch, mask, cut,
-                                  spare):
+@given(
+    data=st.data(),
+    label_count=st.integers(0, 2),
+    tables=st.integers(1, 3),
+    simple=st.booleans(),
+    seed=st.integers(0, 2**32),
+    chunk_bytes=st.sampled_from([16, 200, 1 << 16]),
+    batch=st.tuples(st.integers(1, 6), st.booleans(), st.booleans()),
+    mask=st.sampled_from([None, "101"]),
+    cut=st.integers(-2, 2),
+    spare=st.sampled_from([0, pf._Room.SPARE]),
+)
+def test_decoder_matches_protobuf(
+    tmp_path, data, label_count, tables, simple, seed, chunk_bytes, batch, mask, cut, spare
+):
     """Whatever the encoding variant, the kernel delivers what the protobuf library parses."""
     rng = random.Random(seed)
     make = _simple(label_count) if simple else _group(label_count)
@@ -210,7 +246,7 @@ def test_decoder_matches_protobuf(tmp_path, data, label_count, tables, simple, s
 
 
 def _value(key, value=None, tail=b""):
-    body = tag(1, 0) + varint(key & (2 ** 64 - 1))
+    body = tag(1, 0) + varint(key & (2**64 - 1))
     if value is not None:
         body += tag(2, 5) + struct.pack("<f", value)
     return length_delimited(3, body + tail)
@@ -219,17 +255,24 @@ def _value(key, value=None, tail=b""):
 _CANONICAL = tag(1, 0) + varint(1) + length_delimited(2, b"a")
 
 
-@pytest.mark.parametrize("feature", [
-    _CANONICAL + _value(1, 0.5) + _value(2) + _value(-3, 2.0),                # the fast path throughout
-    _CANONICAL + _value(1, 0.5) + length_delimited(2, b"b") + _value(2),      # a later name wins
-    _CANONICAL + _value(1) + tag(1, 0) + varint(1) + _value(2 ** 40),         # type repeated
-    _CANONICAL + _value(1, 0.5, tail=tag(4, 0) + varint(9)) + _value(2),      # hkey in a value
-    _CANONICAL + _value(1, 0.5, tail=tag(9, 0) + varint(9)) + _value(2),      # unknown field in a value
-    _CANONICAL + _value(1, 0.5) + tag(7, 5) + b"\0\0\0\0" + _value(2),        # unknown field in the feature
-    _CANONICAL + length_delimited(3, tag(2, 5) + struct.pack("<f", 1.5) + tag(1, 0) + varint(4)),  # value first
-    _CANONICAL + length_delimited(3, tag(1, 0) + varint(4) + tag(1, 0) + varint(6)),  # last key wins
-    tag(1, 0) + varint(1) + length_delimited(2, b"b" * 200) + length_delimited(2, b"a") + _value(1),  # 2-byte length
-])
+@pytest.mark.parametrize(
+    "feature",
+    [
+        _CANONICAL + _value(1, 0.5) + _value(2) + _value(-3, 2.0),  # the fast path throughout
+        _CANONICAL + _value(1, 0.5) + length_delimited(2, b"b") + _value(2),  # a later name wins
+        _CANONICAL + _value(1) + tag(1, 0) + varint(1) + _value(2**40),  # type repeated
+        _CANONICAL + _value(1, 0.5, tail=tag(4, 0) + varint(9)) + _value(2),  # hkey in a value
+        _CANONICAL + _value(1, 0.5, tail=tag(9, 0) + varint(9)) + _value(2),  # unknown field in a value
+        _CANONICAL + _value(1, 0.5) + tag(7, 5) + b"\0\0\0\0" + _value(2),  # unknown field in the feature
+        _CANONICAL + length_delimited(3, tag(2, 5) + struct.pack("<f", 1.5) + tag(1, 0) + varint(4)),  # value first
+        _CANONICAL + length_delimited(3, tag(1, 0) + varint(4) + tag(1, 0) + varint(6)),  # last key wins
+        tag(1, 0)
+        + varint(1)
+        + length_delimited(2, b"b" * 200)
+        + length_delimited(2, b"a")
+        + _value(1),  # 2-byte length
+    ],
+)
 def test_canonical_fast_path_agrees_with_protobuf(tmp_path, feature):
     """Features that start in the canonical shape and then leave it decode as the library says."""
     record = _record_with_feature(feature)
@@ -241,8 +284,12 @@ def test_canonical_fast_path_agrees_with_protobuf(tmp_path, feature):
     assert any(got[0]["sparse"].values()) == (name == "a")  # not vacuous: a declared feature delivers
 
 
-@given(ids=st.lists(st.integers(0, 10 ** 5), min_size=0, max_size=12), data=st.data(),
-       filled=st.integers(0, 1 << 20), consumed=st.integers(0, 3))
+@given(
+    ids=st.lists(st.integers(0, 10**5), min_size=0, max_size=12),
+    data=st.data(),
+    filled=st.integers(0, 1 << 20),
+    consumed=st.integers(0, 3),
+)
 def test_region_room_matches_twin(ids, data, filled, consumed):
     """The regions of a chunk (``region_room``) and the count of what it decoded (``region_decoded``) against
     numpy formulas: ids a byte seen so far, scaled to the chunk, a fifth more and the spare, at least the floor."""
@@ -295,14 +342,14 @@ def test_hkeys_come_out_as_pairs(tmp_path):
     g = pb.SampleGroup()
     g.labels.add().values.append(1)
     f = g.feature_tables.add().feature_lines.add().features.add(type=pb.kSparse, name="a")
-    f.values.add(key=-1, hkey=2 ** 63 - 1)
+    f.values.add(key=-1, hkey=2**63 - 1)
     f.values.add(key=5)
     schema = Schema([make_feature("a", "sparse")], 1)
     path = tmp_path / "h.pb"
     path.write_bytes(frame([g.SerializeToString()]))
     reader = ingest.DataReader("h", [str(path)], file_type="pb").feature("a", "sparse")
     [batch] = reader.startup().read_all()
-    assert batch["a"].ids.tolist() == [[2 ** 63 - 1, -1], [0, 5]]
+    assert batch["a"].ids.tolist() == [[2**63 - 1, -1], [0, 5]]
     assert schema.tables == 1
 
 
@@ -327,6 +374,7 @@ def test_high_keys_that_first_come_late_in_a_chunk_leave_earlier_ids_whole(tmp_p
 
 
 # -- golden multi-table batches (FORMATS.md section 3) ---------------------------------------------
+
 
 def _aux_group(refers, aux_keys, main_key0=0):
     g = pb.SampleGroup()
@@ -393,6 +441,7 @@ def test_split_group_false_moves_whole_groups(tmp_path):
 
 def test_text_with_aux_schema_gives_empty_aux_features():
     from conftest import SAMPLES
+
     reader = ingest.DataReader("t", [str(SAMPLES / "xdl_example.txt")]).label_count(1).batch_size(4)
     reader.feature("user_id", "sparse", table=1)
     for batch in reader.startup().read_all():
@@ -402,6 +451,7 @@ def test_text_with_aux_schema_gives_empty_aux_features():
 
 
 # -- errors ----------------------------------------------------------------------------------------
+
 
 def _one_sample(key=1, name="a"):
     g = pb.SampleGroup()
@@ -418,19 +468,29 @@ def _record_with_feature(feature_bytes):
 
 BAD_RECORDS = {
     "MISSING_REQUIRED": _record_with_feature(length_delimited(2, b"a")),
-    "MISSING_KEY": _record_with_feature(tag(1, 0) + varint(1) + length_delimited(2, b"a")
-                                        + length_delimited(3, tag(2, 5) + struct.pack("<f", 2.0))),
+    "MISSING_KEY": _record_with_feature(
+        tag(1, 0) + varint(1) + length_delimited(2, b"a") + length_delimited(3, tag(2, 5) + struct.pack("<f", 2.0))
+    ),
     "WRONG_WIRE_TYPE": tag(2, 0) + varint(5),
     "MALFORMED": length_delimited(2, b"") + tag(3, 2) + varint(50) + b"xx",
-    "TYPE_MISMATCH": _record_with_feature(tag(1, 0) + varint(2) + length_delimited(2, b"a")
-                                          + length_delimited(3, length_delimited(3, struct.pack("<f", 1.0)))),
+    "TYPE_MISMATCH": _record_with_feature(
+        tag(1, 0)
+        + varint(2)
+        + length_delimited(2, b"a")
+        + length_delimited(3, length_delimited(3, struct.pack("<f", 1.0)))
+    ),
     "BAD_ENUM": _record_with_feature(tag(1, 0) + varint(7) + length_delimited(2, b"a")),
     "LINE_COUNT": length_delimited(2, b"") + length_delimited(2, b"") + length_delimited(3, length_delimited(1, b"")),
-    "BAD_REFER": pb.SampleGroup(labels=[pb.Label()], feature_tables=[
-        pb.FeatureTable(feature_lines=[pb.FeatureLine(refer=3)]),
-        pb.FeatureTable(feature_lines=[pb.FeatureLine()])]).SerializeToString(),
-    "SAMPLE_ID_COUNT": pb.SampleGroup(sample_ids=["x", "y"], labels=[pb.Label()], feature_tables=[
-        pb.FeatureTable(feature_lines=[pb.FeatureLine()])]).SerializeToString(),
+    "BAD_REFER": pb.SampleGroup(
+        labels=[pb.Label()],
+        feature_tables=[
+            pb.FeatureTable(feature_lines=[pb.FeatureLine(refer=3)]),
+            pb.FeatureTable(feature_lines=[pb.FeatureLine()]),
+        ],
+    ).SerializeToString(),
+    "SAMPLE_ID_COUNT": pb.SampleGroup(
+        sample_ids=["x", "y"], labels=[pb.Label()], feature_tables=[pb.FeatureTable(feature_lines=[pb.FeatureLine()])]
+    ).SerializeToString(),
 }
 
 
@@ -453,8 +513,9 @@ def test_bad_record_is_located_and_skipped_alone(tmp_path, kind):
     assert raised.value.kind == kind
 
 
-@pytest.mark.parametrize("tail,kind", [(b"\x05\x00", "TRUNCATED"), (b"\x10\x00\x00\x00abc", "TRUNCATED"),
-                                       (b"\xff\xff\xff\x7f", "TOO_LONG")])
+@pytest.mark.parametrize(
+    "tail,kind", [(b"\x05\x00", "TRUNCATED"), (b"\x10\x00\x00\x00abc", "TRUNCATED"), (b"\xff\xff\xff\x7f", "TOO_LONG")]
+)
 def test_unframed_tail(tmp_path, tail, kind):
     """A cut or oversized final record is an error (XDL ignored it); the records before it are delivered."""
     data = frame([_one_sample(1), _one_sample(2)]) + tail
@@ -493,6 +554,7 @@ def test_max_record_bytes_option(tmp_path):
 
 
 # -- byte ranges of uncompressed files ------------------------------------------------------------------
+
 
 def _numbered_groups(n):
     records = []
@@ -555,11 +617,14 @@ def _naive_starts(data, max_record):
     return starts + ([pos] if pos < len(data) else [])
 
 
-@given(sizes=st.lists(st.integers(0, 300), max_size=30), tail=st.sampled_from([b"", b"\x01", b"\x09\0\0\0ab",
-                                                                               b"\xff\xff\xff\x7f" + b"x" * 8]),
-       chunk=st.sampled_from([16, 64, 1 << 16]))
+@given(
+    sizes=st.lists(st.integers(0, 300), max_size=30),
+    tail=st.sampled_from([b"", b"\x01", b"\x09\0\0\0ab", b"\xff\xff\xff\x7f" + b"x" * 8]),
+    chunk=st.sampled_from([16, 64, 1 << 16]),
+)
 def test_record_starts_matches_a_walk_of_the_prefixes(tmp_path, sizes, tail, chunk):
     from ingest.formats.protobuf import record_starts
+
     data = b"".join(struct.pack("<I", n) + bytes([n % 251]) * n for n in sizes) + tail
     path = tmp_path / "f.pb"
     path.write_bytes(data)

@@ -1,4 +1,5 @@
 """DataReader end to end on real sample files: values, errors, batching rules, sharding, threads."""
+
 import gzip
 import threading
 import zlib
@@ -54,15 +55,31 @@ def test_tdm_reads_5000_samples_in_51_groups():
     assert samples[0]["sid"] == b"1_0"
     assert samples[0]["sparse"]["train_unit_id"] == [(3827899, 1.0)]
     assert [k for k, _ in samples[0]["sparse"]["item_10"]] == [0] * 13 + [
-        2268318, 2333346, 2576651, 3830808, 4365585, 4606018, 230380]
+        2268318,
+        2333346,
+        2576651,
+        3830808,
+        4365585,
+        4606018,
+        230380,
+    ]
     assert len(samples[0]["sparse"]["item_10"]) == 20
     assert all(s["labels"] == [1.0] for s in samples)
     assert all(s["ts"] == 0 for s in samples)  # the timestamp field is empty in tdm.dat
 
 
-@pytest.mark.parametrize("path", [("xdl", "sample.txt"), ("xdl", "sample2.txt"), ("xdl", "tdm.dat"),
-                                  ("xdl", "tdm_serving_sample.dat"), SAMPLES / "xdl_example.txt",
-                                  SAMPLES / "edge_cases.txt", SAMPLES / "ads.txt"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        ("xdl", "sample.txt"),
+        ("xdl", "sample2.txt"),
+        ("xdl", "tdm.dat"),
+        ("xdl", "tdm_serving_sample.dat"),
+        SAMPLES / "xdl_example.txt",
+        SAMPLES / "edge_cases.txt",
+        SAMPLES / "ads.txt",
+    ],
+)
 def test_real_files_read_as_the_twin_reads_them(path):
     path = sample_file(path)
     data = path.read_bytes()
@@ -82,13 +99,14 @@ def test_real_files_read_as_the_twin_reads_them(path):
 
 
 def test_edge_cases_file_values():
-    got = read_samples(make_reader([SAMPLES / "edge_cases.txt"], sparse=["s", "t"], dense={"d": 2},
-                                   batch_size=100, pad=False))
+    got = read_samples(
+        make_reader([SAMPLES / "edge_cases.txt"], sparse=["s", "t"], dense={"d": 2}, batch_size=100, pad=False)
+    )
     by_id = {s["sid"]: s for s in got}
     assert [s["sid"] for s in got] == [b"a1", b"a2", b"a3", b"b1", b"b2", b"c1"]  # blank lines skipped
     assert by_id[b"a1"]["sparse"] == {"s": [(1, 1.0), (2, 1.0)], "t": [(3, 0.5)]}  # CRLF line
     assert by_id[b"a2"]["sparse"]["s"] == [(4, 1.0), (5, 1.0)]  # a repeated name concatenates
-    assert by_id[b"a3"]["sparse"]["s"] == [(-2 ** 63, 1.0), (2 ** 63 - 1, 1.0)]
+    assert by_id[b"a3"]["sparse"]["s"] == [(-(2**63), 1.0), (2**63 - 1, 1.0)]
     assert by_id[b"a3"]["ts"] == 0  # five fields: no timestamp
     assert by_id[b"b1"]["sparse"] == {"s": [], "t": []} and by_id[b"b1"]["labels"] == [1.0]
     assert by_id[b"b2"]["sparse"]["t"] == [(7, -0.25), (8, float("inf"))]
@@ -133,8 +151,9 @@ def test_every_malformed_line_is_skipped_with_a_located_error():
 
 
 @pytest.mark.parametrize("number,kind,field,column,offset,text", _expected_errors())
-def test_malformed_line_raises_its_error_after_the_samples_before_it(tmp_path, number, kind, field, column,
-                                                                     offset, text):
+def test_malformed_line_raises_its_error_after_the_samples_before_it(
+    tmp_path, number, kind, field, column, offset, text
+):
     lines = (SAMPLES / "malformed.txt").read_bytes().split(b"\n")
     path = tmp_path / "one_bad.txt"
     path.write_bytes(b"\n".join([lines[0]] + [lines[number - 1]] + [lines[14]]) + b"\n")
@@ -146,7 +165,7 @@ def test_malformed_line_raises_its_error_after_the_samples_before_it(tmp_path, n
         next(reader)
     err = info.value
     assert (err.line, err.kind, err.field, err.column, err.text) == (2, kind, field, column, text)
-    assert err.offset == len(lines[0]) + 1 + (offset - sum(len(x) + 1 for x in lines[:number - 1]))
+    assert err.offset == len(lines[0]) + 1 + (offset - sum(len(x) + 1 for x in lines[: number - 1]))
     assert err.source.endswith("one_bad.txt")
     assert "^" in err.render()
     assert isinstance(err, ingest.IngestError)
@@ -160,13 +179,21 @@ def test_missing_path_is_a_source_error(tmp_path):
         reader.startup()
 
 
-@pytest.mark.parametrize("call", [
-    lambda r: r.batch_size(0), lambda r: r.threads(-1), lambda r: r.on_error("ignore"),
-    lambda r: r.shard(3, 3), lambda r: r.feature(name="x", type="dense"),
-    lambda r: r.feature(name="x", type="dense", nvec=3, mask="10"),
-    lambda r: r.feature(name="x", type="sparse", mask="1"), lambda r: r.feature(name="a|b", type="sparse"),
-    lambda r: r.feature(name="x", type="embedding"), lambda r: r.z("brotli"),
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda r: r.batch_size(0),
+        lambda r: r.threads(-1),
+        lambda r: r.on_error("ignore"),
+        lambda r: r.shard(3, 3),
+        lambda r: r.feature(name="x", type="dense"),
+        lambda r: r.feature(name="x", type="dense", nvec=3, mask="10"),
+        lambda r: r.feature(name="x", type="sparse", mask="1"),
+        lambda r: r.feature(name="a|b", type="sparse"),
+        lambda r: r.feature(name="x", type="embedding"),
+        lambda r: r.z("brotli"),
+    ],
+)
 def test_bad_options_are_config_errors_that_name_the_argument(call):
     reader = ingest.DataReader("r", paths=["x"])
     with pytest.raises(ingest.ConfigError) as info:
@@ -191,8 +218,9 @@ def test_split_group_true_cuts_groups_at_the_batch_boundary(tmp_path):
 
 
 def test_split_group_false_moves_whole_group(tmp_path):
-    reader = make_reader([_grouped_file(tmp_path, [3, 3, 2, 4])], sparse=["f"], batch_size=4,
-                         split_group=False, pad=False)
+    reader = make_reader(
+        [_grouped_file(tmp_path, [3, 3, 2, 4])], sparse=["f"], batch_size=4, split_group=False, pad=False
+    )
     reader.startup()
     batches = reader.read_all()
     assert [b.size for b in batches] == [3, 3, 2, 4]
@@ -248,6 +276,7 @@ def test_epochs_repeat_the_input(tmp_path):
 # -- parallelism, sharding, byte ranges ------------------------------------------------------------------
 def _all_features(reader):
     from ingest import synthetic
+
     return synthetic.declare(reader, serialized=True)
 
 
@@ -327,6 +356,7 @@ def test_workers_that_batch_on_their_own_keep_groups_whole(synthetic_file):
 
 def test_group_alignment_matches_a_line_by_line_scan(synthetic_file):
     from ingest.formats.text import group_start_at_or_after
+
     data = synthetic_file.read_bytes()
     starts, prev, pos = [], None, 0
     for line in data.split(b"\n")[:-1]:
@@ -366,6 +396,7 @@ def test_a_zstd_file_of_several_frames_is_read_whole(tmp_path):
 
 def test_xdl_zlib_stream_decompresses():
     from ingest.sources.compression import decompressed
+
     with decompressed(open(xdl("zlib_test_data"), "rb"), "zlib") as f:
         assert f.read() == b"abcdefghijklmnopqrstuvwxyz1234567890" * 10
 
@@ -432,16 +463,27 @@ def test_synthetic_generator_matches_python_formatting():
         for i in range(len(a["group"])):
             g = a["group"][i]
             gid = first_group + g
-            sparse = [f"uid@{a['uid'][g]}", f"age@{a['age'][g]}", f"gender@{a['gender'][g]}",
-                      "clk_hist@" + ",".join(f"{k}:{c}" for k, c in zip(a["clk_keys"][g], a["clk_cnt"][g])),
-                      "cate_pref@" + ",".join(f"{k}:{fmt4(w)}" for k, w in zip(a["pref_keys"][g], a["pref_w"][g])),
-                      f"item@{a['item'][i]}", f"cate@{a['cate'][i]}", f"shop@{a['shop'][i]}",
-                      f"brand@{a['brand'][i]}", "title@" + ",".join(map(str, a["title"][i])),
-                      "tags@" + ",".join(f"{k}:{fmt4(w)}" for k, w in zip(a["tags"][i], a["tag_w"][i]))]
-            dense = ["user_emb@" + ",".join(map(fmt4, a["user_emb"][g])),
-                     "ad_ctx@" + ",".join(map(fmt4, a["ad_ctx"][i]))]
-            lines.append(f"pv{gid}_{a['pos_in_group'][i]}|pv{gid}|{';'.join(sparse)}|{';'.join(dense)}|"
-                         f"{a['clk'][i]}.0,{a['conv'][i]}.0|{a['ts'][i]}\n")
+            sparse = [
+                f"uid@{a['uid'][g]}",
+                f"age@{a['age'][g]}",
+                f"gender@{a['gender'][g]}",
+                "clk_hist@" + ",".join(f"{k}:{c}" for k, c in zip(a["clk_keys"][g], a["clk_cnt"][g])),
+                "cate_pref@" + ",".join(f"{k}:{fmt4(w)}" for k, w in zip(a["pref_keys"][g], a["pref_w"][g])),
+                f"item@{a['item'][i]}",
+                f"cate@{a['cate'][i]}",
+                f"shop@{a['shop'][i]}",
+                f"brand@{a['brand'][i]}",
+                "title@" + ",".join(map(str, a["title"][i])),
+                "tags@" + ",".join(f"{k}:{fmt4(w)}" for k, w in zip(a["tags"][i], a["tag_w"][i])),
+            ]
+            dense = [
+                "user_emb@" + ",".join(map(fmt4, a["user_emb"][g])),
+                "ad_ctx@" + ",".join(map(fmt4, a["ad_ctx"][i])),
+            ]
+            lines.append(
+                f"pv{gid}_{a['pos_in_group'][i]}|pv{gid}|{';'.join(sparse)}|{';'.join(dense)}|"
+                f"{a['clk'][i]}.0,{a['conv'][i]}.0|{a['ts'][i]}\n"
+            )
     assert b"".join(synthetic.generate(300, seed=3)) == "".join(lines).encode()
     sizes = Counter(line.split("|")[1] for line in lines)
     assert max(sizes.values()) <= 40
@@ -452,7 +494,7 @@ def test_corrupt_compressed_file_is_a_source_error_naming_it(tmp_path, suffix):
     """Compressed units are decompressed on a read-ahead thread; its errors reach the reader located."""
     good = zstandard.ZstdCompressor().compress(b"a|g|x@1||1\n" * 1000)
     path = tmp_path / ("bad.txt" + suffix)
-    path.write_bytes(good[:len(good) // 2] + b"\x00garbage" * 50)
+    path.write_bytes(good[: len(good) // 2] + b"\x00garbage" * 50)
     reader = make_reader([path], sparse=["x"])
     with pytest.raises(ingest.SourceError) as err:
         read_samples(reader)
@@ -466,6 +508,7 @@ def test_discovery_refuses_binary_input(tmp_path):
     from ingest.formats import FileType
     from ingest.sources.plan import plan_paths
     from ingest import synthetic
+
     src = tmp_path / "a.txt"
     synthetic.write(src, 3000, seed=2)
     ingest.convert([str(src)], str(tmp_path / "a.pb"), log=lambda *_: None)
@@ -473,11 +516,12 @@ def test_discovery_refuses_binary_input(tmp_path):
         scan_features(plan_paths([str(tmp_path / "a.pb")], splittable=False), FileType.txt, 1)
     assert info.value.source.endswith("a.pb")
     at = info.value.offset  # where the bad name is in the file
-    assert (tmp_path / "a.pb").read_bytes()[at:at + 40].decode("utf-8", "replace").startswith(info.value.text[:2])
+    assert (tmp_path / "a.pb").read_bytes()[at : at + 40].decode("utf-8", "replace").startswith(info.value.text[:2])
 
 
 def test_a_reader_pickles_its_options_before_startup_and_reads_the_same_after(synthetic_file):
     import pickle
+
     reader = _all_features(ingest.DataReader("p", paths=[str(synthetic_file)])).batch_size(100).threads(2)
     reader.shard(1, 2).unit_bytes(100_000).unique_ids(True).kafka(start="latest")
     copy = pickle.loads(pickle.dumps(reader))

@@ -1,4 +1,5 @@
 """keep_sample and pause: used groups go back through the ops until one drops them; reading in rounds."""
+
 import collections
 
 import pytest
@@ -63,7 +64,8 @@ def test_pause_reads_in_whole_rounds(small):
     reader = make_reader([path], sparse=("a",), batch_size=(64,)).pause(5, wait_exactly=True)
     batches = _batches(reader)
     assert sorted(s for b in batches for s in b) == sorted(
-        f"g{g}_{k}".encode() for g in range(GROUPS) for k in range(1 + g % 7))
+        f"g{g}_{k}".encode() for g in range(GROUPS) for k in range(1 + g % 7)
+    )
     for b in batches:
         assert len({_group(s) // 5 for s in b}) == 1
     assert len(batches) == GROUPS // 5  # every round is at most 28 samples: one short batch each

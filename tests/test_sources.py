@@ -1,5 +1,6 @@
 """Sources as plug-ins: the registry by URL scheme, a third party's source found through its entry point and read
 like files, units that identify themselves in a state."""
+
 import io
 from dataclasses import dataclass
 
@@ -58,7 +59,7 @@ class MemoryStream(UnitStream):
 
     def __init__(self, unit):
         super().__init__(unit.url)
-        self._f = io.BytesIO(unit.data[unit.resume[0] if unit.resume else 0:])
+        self._f = io.BytesIO(unit.data[unit.resume[0] if unit.resume else 0 :])
 
     def readinto(self, b):
         return self._f.readinto(b)
@@ -74,10 +75,10 @@ class MemorySource(Source):
     """``mem://name``: one unit per name, the bytes of ``STORE[name]``."""
 
     def plan(self, urls, *, splittable, compression, task_num, unit_bytes, options, first_index):
-        missing = [u for u in urls if u[len("mem://"):] not in STORE]
+        missing = [u for u in urls if u[len("mem://") :] not in STORE]
         if missing:
             raise SourceError(f"{missing[0]}: no such name in memory", source=missing[0])
-        return [MemoryUnit(first_index + i, u, STORE[u[len("mem://"):]]) for i, u in enumerate(urls)]
+        return [MemoryUnit(first_index + i, u, STORE[u[len("mem://") :]]) for i, u in enumerate(urls)]
 
 
 @pytest.fixture
@@ -113,7 +114,7 @@ def test_a_third_party_source_resumes_exactly(memory_source):
     reader.shutdown()
     rest = read_samples(make_reader(["mem://ads"], sparse=("item",), label_count=2, batch_size=64).restore(state))
     whole = read_samples(make_reader(["mem://ads"], sparse=("item",), label_count=2, batch_size=64))
-    assert sum(b.size for b in first) + len(rest) == len(whole) and rest == whole[-len(rest):]
+    assert sum(b.size for b in first) + len(rest) == len(whole) and rest == whole[-len(rest) :]
 
 
 def test_errors_of_a_third_party_source_name_it(memory_source):

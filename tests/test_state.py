@@ -1,4 +1,5 @@
 """Exact resume: state() after some batches, restore() in a new reader, the rest; errors of restore."""
+
 import json
 from collections import Counter
 
@@ -48,8 +49,13 @@ def files(tmp_path_factory, synthetic_file):
     aux = convert([str(synthetic_file)], str(out / "ads.pb"), aux="auto", **quiet)["aux"]
     convert([str(synthetic_file)], str(out / "ads.pb.zst"), aux=aux, **quiet)
     convert([str(synthetic_file)], str(out / "ads.spb"), **quiet)
-    return {"txt": synthetic_file, "pb": out / "ads.pb", "pb.zst": out / "ads.pb.zst", "spb": out / "ads.spb",
-            "aux": aux}
+    return {
+        "txt": synthetic_file,
+        "pb": out / "ads.pb",
+        "pb.zst": out / "ads.pb.zst",
+        "spb": out / "ads.spb",
+        "aux": aux,
+    }
 
 
 CASES = [
@@ -68,15 +74,15 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("fmt,threads,options", CASES, ids=[f"{c[0]}-t{c[1]}-{'-'.join(c[2]) or 'plain'}"
-                                                            for c in CASES])
+@pytest.mark.parametrize(
+    "fmt,threads,options", CASES, ids=[f"{c[0]}-t{c[1]}-{'-'.join(c[2]) or 'plain'}" for c in CASES]
+)
 def test_resume_delivers_every_sample_once(files, fmt, threads, options):
     file_type = fmt.split(".")[0]
     aux = files["aux"] if file_type == "pb" else ()
 
     def make():
-        return _reader([files[fmt]], file_type=file_type, aux=aux, threads=(threads,), enable_state=True,
-                       **options)
+        return _reader([files[fmt]], file_type=file_type, aux=aux, threads=(threads,), enable_state=True, **options)
 
     whole = make()
     whole.startup()
@@ -197,6 +203,7 @@ def test_state_after_the_end_resumes_nothing(files):
 def test_state_from_another_thread(files):
     """A checkpoint thread taking state() while the consumer iterates gets consistent states."""
     import threading
+
     reader = _reader([files["txt"]], threads=(2,), batch_size=(10,), enable_state=True)
     reader.startup()
     states, done = [], threading.Event()
@@ -230,15 +237,22 @@ def _order(reader, stop=None):
 
 
 def _shuffled(files, fmt="pb", threads=2, buffer=40, seed=3, **options):
-    reader = _reader([files[fmt]], fmt, aux=files["aux"] if fmt.startswith("pb") else (), threads=(threads,),
-                     epochs=(2,), pad=(False,), enable_state=True, **options)
+    reader = _reader(
+        [files[fmt]],
+        fmt,
+        aux=files["aux"] if fmt.startswith("pb") else (),
+        threads=(threads,),
+        epochs=(2,),
+        pad=(False,),
+        enable_state=True,
+        **options,
+    )
     return reader.shuffle(seed, buffer=buffer)
 
 
 @pytest.mark.parametrize("fmt,buffer", [("pb", 40), ("txt", 3), ("pb", 1000)])
 def test_the_group_shuffle_is_a_seeded_permutation_of_whole_groups(files, fmt, buffer):
-    plain, _ = _order(_reader([files[fmt]], fmt, aux=files["aux"] if fmt == "pb" else (), epochs=(2,),
-                              pad=(False,)))
+    plain, _ = _order(_reader([files[fmt]], fmt, aux=files["aux"] if fmt == "pb" else (), epochs=(2,), pad=(False,)))
     shuffled, _ = _order(_shuffled(files, fmt, buffer=buffer))
     assert Counter(shuffled) == Counter(plain) and shuffled != plain
     assert _order(_shuffled(files, fmt, buffer=buffer))[0] == shuffled  # the same seed, the same order

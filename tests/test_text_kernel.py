@@ -1,4 +1,5 @@
 """The text kernels against the pure-Python twins of tests/naive.py on generated input."""
+
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
@@ -11,22 +12,64 @@ from ingest.sources import FileRange
 import naive
 
 
-
 _int_tokens = st.one_of(
-    st.integers(-(2 ** 63), 2 ** 63 - 1).map(str),
-    st.integers(-(2 ** 70), 2 ** 70).map(str),
-    st.sampled_from(["0", "-0", "+5", "007", "-", "+", "", "1x", "--1", "9223372036854775807",
-                     "9223372036854775808", "-9223372036854775808", "-9223372036854775809",
-                     "000000000000000000000000042", "1 ", " 1"]),
+    st.integers(-(2**63), 2**63 - 1).map(str),
+    st.integers(-(2**70), 2**70).map(str),
+    st.sampled_from(
+        [
+            "0",
+            "-0",
+            "+5",
+            "007",
+            "-",
+            "+",
+            "",
+            "1x",
+            "--1",
+            "9223372036854775807",
+            "9223372036854775808",
+            "-9223372036854775808",
+            "-9223372036854775809",
+            "000000000000000000000000042",
+            "1 ",
+            " 1",
+        ]
+    ),
 )
 _float_tokens = st.one_of(
     st.floats(allow_nan=False, width=32).map(repr),
     st.floats(allow_nan=False, allow_infinity=False).map(lambda x: f"{x:.6g}"),
     st.floats(-1e6, 1e6).map(lambda x: f"{x:.4f}"),
-    st.integers(-10 ** 6, 10 ** 6).map(str),
-    st.sampled_from(["1", "1.", ".5", "-.5", "+2.5", "1e5", "1E-5", "2.5e+3", "inf", "-Infinity", "NaN",
-                     "nan", "", ".", "e5", "1e", "1.2.3", "0x10", "1_0", "12345678901234567890.5",
-                     "0.000000000000000000000000001234", "3.4e39", "1e-50", "-0.0", "5e-324"]),
+    st.integers(-(10**6), 10**6).map(str),
+    st.sampled_from(
+        [
+            "1",
+            "1.",
+            ".5",
+            "-.5",
+            "+2.5",
+            "1e5",
+            "1E-5",
+            "2.5e+3",
+            "inf",
+            "-Infinity",
+            "NaN",
+            "nan",
+            "",
+            ".",
+            "e5",
+            "1e",
+            "1.2.3",
+            "0x10",
+            "1_0",
+            "12345678901234567890.5",
+            "0.000000000000000000000000001234",
+            "3.4e39",
+            "1e-50",
+            "-0.0",
+            "5e-324",
+        ]
+    ),
 )
 
 
@@ -45,7 +88,6 @@ def _same_float(got, want):
     return bool(np.nextafter(want, got) == got)
 
 
-
 @given(_int_tokens)
 def test_int_scanners_match_python_int(tok):
     arr = _as_array(tok)
@@ -61,7 +103,6 @@ def test_int_scanners_match_python_int(tok):
     else:
         assert (value, status) == (want, N.OK)
         assert (pvalue, stop, pstatus) == (want, len(arr), N.OK)
-
 
 
 @given(_float_tokens, st.sampled_from([",", ";", ""]))
@@ -84,32 +125,39 @@ def test_float_scanners_match_python_float(tok, delim):
 SPARSE_NAMES = ["a", "b", "c"]
 DENSE_NAMES = {"d": 3, "e": 1}
 
-_keys = st.one_of(st.integers(-(2 ** 63), 2 ** 63 - 1).map(str), _int_tokens)
+_keys = st.one_of(st.integers(-(2**63), 2**63 - 1).map(str), _int_tokens)
 _token = st.one_of(
     _keys,
     st.tuples(_keys, _float_tokens).map(lambda kv: f"{kv[0]}:{kv[1]}"),
-    st.integers(0, 10 ** 12).map(str),
+    st.integers(0, 10**12).map(str),
 )
-_sparse_entry = st.tuples(st.sampled_from(SPARSE_NAMES + ["zz", ""]),
-                          st.lists(_token, min_size=0, max_size=4)).map(
-    lambda e: f"{e[0]}@{','.join(e[1])}")
+_sparse_entry = st.tuples(st.sampled_from(SPARSE_NAMES + ["zz", ""]), st.lists(_token, min_size=0, max_size=4)).map(
+    lambda e: f"{e[0]}@{','.join(e[1])}"
+)
 _sparse_field = st.one_of(
     st.lists(_sparse_entry, max_size=4).map(";".join),
     st.sampled_from(["a", "a@1;", ";", "a@1;;b@2", "@"]),
 )
 _dense_entry = st.tuples(st.sampled_from(list(DENSE_NAMES) + ["zz"]), st.integers(0, 4)).flatmap(
-    lambda e: st.lists(_float_tokens, min_size=e[1], max_size=e[1]).map(lambda v: f"{e[0]}@{','.join(v)}"))
+    lambda e: st.lists(_float_tokens, min_size=e[1], max_size=e[1]).map(lambda v: f"{e[0]}@{','.join(v)}")
+)
 _dense_field = st.one_of(
     st.lists(_dense_entry, max_size=3).map(";".join),
     st.tuples(st.sampled_from(list(DENSE_NAMES)), st.integers(0, 4)).map(
-        lambda e: f"{e[0]}@" + ",".join(["0.5"] * e[1])),
+        lambda e: f"{e[0]}@" + ",".join(["0.5"] * e[1])
+    ),
 )
 _labels = st.lists(st.one_of(st.sampled_from(["0", "1", "1.0", "0.0"]), _float_tokens), max_size=3).map(",".join)
-_ts = st.one_of(st.integers(0, 2 ** 40).map(str), st.sampled_from(["", "-3", "x1", "99999999999999999999"]))
+_ts = st.one_of(st.integers(0, 2**40).map(str), st.sampled_from(["", "-3", "x1", "99999999999999999999"]))
 _line = st.tuples(
-    st.text("abc_1", max_size=4), st.sampled_from(["", "g1", "g1", "g2"]),
-    _sparse_field, _dense_field, _labels, _ts, st.sampled_from([6, 6, 6, 5, 4, 7]),
-).map(lambda f: "|".join([*f[:5], f[5], "x"][:f[6]]))
+    st.text("abc_1", max_size=4),
+    st.sampled_from(["", "g1", "g1", "g2"]),
+    _sparse_field,
+    _dense_field,
+    _labels,
+    _ts,
+    st.sampled_from([6, 6, 6, 5, 4, 7]),
+).map(lambda f: "|".join([*f[:5], f[5], "x"][: f[6]]))
 _lines = st.lists(st.one_of(_line, _line, _line, st.sampled_from(["", "\r", "junk", "a|g1"])), max_size=25)
 
 
@@ -123,8 +171,9 @@ def _kernel_samples(tmp_path, data, sparse, dense, label_count, max_group_size, 
     specs = [make_feature(n, "sparse", cutoff=c) for n, c in sparse.items()]
     specs += [make_feature(n, "dense", nvec=nvec, mask=mask) for n, (nvec, mask) in dense.items()]
     errors = []
-    fmt = TextFormat(Schema(specs, label_count), max_group_size=max_group_size, on_skip=errors.append,
-                     chunk_bytes=chunk_bytes)
+    fmt = TextFormat(
+        Schema(specs, label_count), max_group_size=max_group_size, on_skip=errors.append, chunk_bytes=chunk_bytes
+    )
     path = tmp_path / "lines.txt"
     path.write_bytes(data)
     blocks = list(fmt.read_unit(FileRange(0, str(path), 0, None, len(data), None)))
@@ -132,13 +181,18 @@ def _kernel_samples(tmp_path, data, sparse, dense, label_count, max_group_size, 
     for blk in blocks:
         starts = set(blk.group_offsets[:-1].tolist())
         for r in range(blk.nrows):
-            s = {"sid": blk.sid_bytes[blk.sid_offsets[r]:blk.sid_offsets[r + 1]].tobytes(),
-                 "sparse": {}, "dense": {}, "labels": blk.labels[r].tolist(),
-                 "ts": int(blk.timestamps[r]), "new_group": r in starts}
-            for f, spec in enumerate(specs[:len(sparse)]):
+            s = {
+                "sid": blk.sid_bytes[blk.sid_offsets[r] : blk.sid_offsets[r + 1]].tobytes(),
+                "sparse": {},
+                "dense": {},
+                "labels": blk.labels[r].tolist(),
+                "ts": int(blk.timestamps[r]),
+                "new_group": r in starts,
+            }
+            for f, spec in enumerate(specs[: len(sparse)]):
                 a, b = blk.tables[0].sp_offsets[f, r], blk.tables[0].sp_offsets[f, r + 1]
                 s["sparse"][spec.name] = list(zip(blk.sp_keys[a:b].tolist(), blk.sp_values[a:b].tolist()))
-            for d, spec in enumerate(specs[len(sparse):]):
+            for d, spec in enumerate(specs[len(sparse) :]):
                 s["dense"][spec.name] = blk.tables[0].dense[d][r].tolist()
             samples.append(s)
     return samples, [(e.line, e.kind, e.field) for e in errors]
@@ -162,12 +216,19 @@ def _assert_same_samples(got, want):
             assert all(_same_float(a, b) for a, b in zip(g["dense"][name], vals))
 
 
-@given(lines=_lines, crlf=st.booleans(), last_newline=st.booleans(),
-       cutoffs=st.lists(st.integers(-3, 3), min_size=3, max_size=3),
-       mask=st.sampled_from([None, "101", "010"]), label_count=st.integers(0, 2),
-       max_group_size=st.sampled_from([1, 2, 3, 8192]), chunk_bytes=st.sampled_from([16, 64, 1 << 20]))
-def test_text_parser_matches_twin(tmp_path, lines, crlf, last_newline, cutoffs, mask, label_count,
-                                  max_group_size, chunk_bytes):
+@given(
+    lines=_lines,
+    crlf=st.booleans(),
+    last_newline=st.booleans(),
+    cutoffs=st.lists(st.integers(-3, 3), min_size=3, max_size=3),
+    mask=st.sampled_from([None, "101", "010"]),
+    label_count=st.integers(0, 2),
+    max_group_size=st.sampled_from([1, 2, 3, 8192]),
+    chunk_bytes=st.sampled_from([16, 64, 1 << 20]),
+)
+def test_text_parser_matches_twin(
+    tmp_path, lines, crlf, last_newline, cutoffs, mask, label_count, max_group_size, chunk_bytes
+):
     """Values, groups and errors of the kernel path equal the twin's, whatever the chunking."""
     end = "\r\n" if crlf else "\n"
     data = end.join(lines).encode() + (end.encode() if last_newline and lines else b"")

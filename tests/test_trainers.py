@@ -1,5 +1,6 @@
 """Batches into trainers: PyTorch DataLoader and torchdata's StatefulDataLoader, TorchRec KJTs, DLPack, tf.data,
 fixed-shape JAX batches, and the examples that train."""
+
 import collections
 import json
 import os
@@ -9,6 +10,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+
 # imported at collection, before any test imports tensorflow: triton (which torchrec loads) crashes the
 # process when it is loaded after tensorflow
 import torchrec  # noqa: F401
@@ -50,7 +52,7 @@ def _sample_keys(item, batch):
     """Keys of the samples of a loader item, matched against the batch the same reader made (by sample ids)."""
     ids = item["sample_id_bytes"].numpy()
     offsets = item["sample_id_offsets"].numpy()
-    return [ids[offsets[r]:offsets[r + 1]].tobytes() for r in range(item["size"])]
+    return [ids[offsets[r] : offsets[r + 1]].tobytes() for r in range(item["size"])]
 
 
 def _ids_of(items):
@@ -67,8 +69,13 @@ def _want_ids(want):
 @pytest.mark.parametrize("workers", [0, 1, 2])
 def test_a_loader_delivers_every_sample_once_whatever_its_workers(pb_files, workers):
     paths, want = pb_files
-    loader = DataLoader(ingest.torch.ReaderDataset(_reader(paths)), batch_size=None, num_workers=workers,
-                        pin_memory=True, **_SPAWN[workers > 0])
+    loader = DataLoader(
+        ingest.torch.ReaderDataset(_reader(paths)),
+        batch_size=None,
+        num_workers=workers,
+        pin_memory=True,
+        **_SPAWN[workers > 0],
+    )
     assert _ids_of(loader) == _want_ids(want)
 
 
@@ -88,16 +95,18 @@ def test_a_loader_item_is_the_batch_as_tensors(pb_files):
 @pytest.mark.parametrize("workers", [0, 1, 2])
 def test_a_stateful_loader_resumed_mid_epoch_delivers_exactly_the_rest(pb_files, workers):
     paths, want = pb_files
-    loader = StatefulDataLoader(ingest.torch.ReaderDataset(_reader(paths)), batch_size=None, num_workers=workers,
-                                **_SPAWN[workers > 0])
+    loader = StatefulDataLoader(
+        ingest.torch.ReaderDataset(_reader(paths)), batch_size=None, num_workers=workers, **_SPAWN[workers > 0]
+    )
     delivered = []
     for step, item in enumerate(loader):
         delivered.append(item)
         if step == 23:
             state = loader.state_dict()
             break
-    resumed = StatefulDataLoader(ingest.torch.ReaderDataset(_reader(paths)), batch_size=None, num_workers=workers,
-                                 **_SPAWN[workers > 0])
+    resumed = StatefulDataLoader(
+        ingest.torch.ReaderDataset(_reader(paths)), batch_size=None, num_workers=workers, **_SPAWN[workers > 0]
+    )
     resumed.load_state_dict(state)
     assert _ids_of(delivered) + _ids_of(resumed) == _want_ids(want)
 
@@ -128,8 +137,16 @@ dist.destroy_process_group()
 def test_ranks_and_workers_share_the_input_and_even_batches_ends_every_rank_together(pb_files, tmp_path, even):
     paths, want = pb_files
     script = _DISTRIBUTED.format(tests=str(ROOT / "tests"), store=str(tmp_path / "store"), paths=paths, even=even)
-    procs = [subprocess.Popen([sys.executable, "-c", script, str(rank)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, cwd=ROOT / "tests") for rank in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, str(rank)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT / "tests",
+        )
+        for rank in range(2)
+    ]
     results = []
     for proc in procs:
         out, err = proc.communicate(timeout=300)
@@ -185,13 +202,15 @@ def test_to_dlpack_gives_arrays_numpy_torch_and_jax_take_without_a_copy():
 def test_tf_dataset_gives_ragged_features_and_traces_once(pb_files):
     tf = pytest.importorskip("tensorflow")
     import ingest.tf
+
     paths, want = pb_files
     ds = ingest.tf.dataset(_reader(paths))
     assert ds.element_spec == ingest.tf.element_signature(_reader(paths))
     element = next(iter(ds))
     batch = next(_reader(paths).startup())
     assert isinstance(element["item"], tf.RaggedTensor) and element["item"].to_list() == [
-        batch["item"].ids[a:b].tolist() for a, b in zip(batch["item"].offsets[:-1], batch["item"].offsets[1:])]
+        batch["item"].ids[a:b].tolist() for a, b in zip(batch["item"].offsets[:-1], batch["item"].offsets[1:])
+    ]
     assert element["clk_hist"].shape[0] == batch.table_rows[1]
     np.testing.assert_array_equal(element["user_emb"].numpy(), batch["user_emb"])
     assert element["sample_ids"].numpy().tolist() == batch.sample_ids.tolist()
@@ -209,6 +228,7 @@ def test_tf_dataset_gives_ragged_features_and_traces_once(pb_files):
 def test_jax_batches_compile_once_per_bucket(pb_files):
     jax = pytest.importorskip("jax")
     import ingest.jax
+
     paths, want = pb_files
     buckets = [256, 512, 1024]
     with pytest.raises(ingest.ConfigError, match="jax_enable_x64"):
@@ -234,17 +254,38 @@ def test_jax_batches_compile_once_per_bucket(pb_files):
 
 @pytest.mark.parametrize("script", ["train_torch.py", "train_jax.py"])
 def test_the_examples_train_and_the_loss_falls(tmp_path, script):
-    run = subprocess.run([sys.executable, str(ROOT / "examples" / script), "--data", str(tmp_path), "--samples",
-                          "20000", "--epochs", "2"], capture_output=True, text=True, cwd=ROOT / "examples",
-                         timeout=600)
+    run = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "examples" / script),
+            "--data",
+            str(tmp_path),
+            "--samples",
+            "20000",
+            "--epochs",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT / "examples",
+        timeout=600,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     result = json.loads(run.stdout.splitlines()[-1])
     assert result["last_loss"] < 0.9 * result["first_loss"]
 
 
 def test_the_torch_example_resumes_exactly(tmp_path):
-    example = [sys.executable, str(ROOT / "examples" / "train_torch.py"), "--data", str(tmp_path), "--samples",
-               "20000", "--checkpoint", str(tmp_path / "ck.pt")]
+    example = [
+        sys.executable,
+        str(ROOT / "examples" / "train_torch.py"),
+        "--data",
+        str(tmp_path),
+        "--samples",
+        "20000",
+        "--checkpoint",
+        str(tmp_path / "ck.pt"),
+    ]
     first = subprocess.run(example + ["--max-steps", "30"], capture_output=True, text=True, timeout=600)
     assert first.returncode == 0, first.stderr[-3000:]
     rest = subprocess.run(example + ["--resume"], capture_output=True, text=True, timeout=600)

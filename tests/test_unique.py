@@ -1,4 +1,5 @@
 """Per-batch unique ids: the hash-table kernel against a dict, and through the reader."""
+
 import numpy as np
 from hypothesis import given, strategies as st
 
@@ -25,19 +26,23 @@ def naive_unique(ids, offsets):
     return list(order), inverse, rows_of
 
 
-_key = st.integers(-3, 3) | st.integers(-2 ** 63, 2 ** 63 - 1)
-_row = st.lists(st.tuples(st.integers(-1, 1) | st.integers(-2 ** 63, 2 ** 63 - 1), _key), max_size=6)
+_key = st.integers(-3, 3) | st.integers(-(2**63), 2**63 - 1)
+_row = st.lists(st.tuples(st.integers(-1, 1) | st.integers(-(2**63), 2**63 - 1), _key), max_size=6)
 
 
-@given(data=st.data(), tables=st.lists(st.integers(0, 12), min_size=1, max_size=3),
-       pair=st.lists(st.booleans(), min_size=1, max_size=5))
+@given(
+    data=st.data(),
+    tables=st.lists(st.integers(0, 12), min_size=1, max_size=3),
+    pair=st.lists(st.booleans(), min_size=1, max_size=5),
+)
 def test_kernel_matches_twin(data, tables, pair):
     """The sparse features of a batch over its tables (``tables`` gives each table's rows), laid out as
     the batch builder lays them (the ids of every serialized feature in one array, of every pair feature
     in another), in one call."""
     pair = np.array(pair, np.bool_)
-    table_of = np.array(sorted(data.draw(st.lists(st.integers(0, len(tables) - 1), min_size=len(pair),
-                                                  max_size=len(pair)))), np.int64)
+    table_of = np.array(
+        sorted(data.draw(st.lists(st.integers(0, len(tables) - 1), min_size=len(pair), max_size=len(pair)))), np.int64
+    )
     row_of = np.array([f - int(np.searchsorted(table_of, t)) for f, t in enumerate(table_of)], np.int64)
     offsets = tuple(np.zeros((int((table_of == t).sum()), rows + 1), np.int64) for t, rows in enumerate(tables))
     flat = []
@@ -54,11 +59,13 @@ def test_kernel_matches_twin(data, tables, pair):
     for f in range(len(pair)):
         key_base[f] = sum(counts[g] for g in range(f) if pair[g] == pair[f])
     row_offsets = [offsets[t][r] for t, r in zip(table_of, row_of)]
-    feats = [SparseFeature(f"f{f}", a, np.ones(len(a), np.float32), o)
-             for f, (a, o) in enumerate(zip(ids, row_offsets))]
+    feats = [
+        SparseFeature(f"f{f}", a, np.ones(len(a), np.float32), o) for f, (a, o) in enumerate(zip(ids, row_offsets))
+    ]
     big, small, layout = BufferPool().lease_parts(unique_parts(len(keys), len(pairs), len(pair)))
-    add_unique_ids(feats, keys, pairs, pair, key_base, counts, offsets, table_of, row_of, big, small, layout,
-                   UniqueScratch())
+    add_unique_ids(
+        feats, keys, pairs, pair, key_base, counts, offsets, table_of, row_of, big, small, layout, UniqueScratch()
+    )
     for f, feat in enumerate(feats):
         order, inverse, rows_of = naive_unique(feat.ids, row_offsets[f])
         got_u = [tuple(u) for u in feat.unique_ids.tolist()] if pair[f] else feat.unique_ids.tolist()
@@ -66,7 +73,7 @@ def test_kernel_matches_twin(data, tables, pair):
         assert feat.inverse.tolist() == inverse
         uo = feat.unique_row_offsets
         assert uo[0] == 0 and len(uo) == len(order) + 1
-        assert [feat.unique_rows[uo[u]:uo[u + 1]].tolist() for u in range(len(order))] == rows_of
+        assert [feat.unique_rows[uo[u] : uo[u + 1]].tolist() for u in range(len(order))] == rows_of
 
 
 @given(counts=st.lists(st.integers(0, 1000), max_size=6), data=st.data())
@@ -121,6 +128,6 @@ def test_parallel_workers_fill_unique_ids_as_the_twin(synthetic_file):
             got = [tuple(u) for u in feat.unique_ids.tolist()] if feat.ids.ndim == 2 else feat.unique_ids.tolist()
             assert got == order and feat.inverse.tolist() == inverse
             uo = feat.unique_row_offsets
-            assert [feat.unique_rows[uo[u]:uo[u + 1]].tolist() for u in range(len(order))] == rows_of
+            assert [feat.unique_rows[uo[u] : uo[u + 1]].tolist() for u in range(len(order))] == rows_of
             checked += len(feat.ids)
     assert checked > 100_000

@@ -1,4 +1,5 @@
 """Compiling the kernels: the notice of a cold start, and warmers that compile exactly what a run then loads."""
+
 import json
 import subprocess
 import sys
@@ -27,8 +28,13 @@ print(json.dumps(sorted(compiled)))
 
 
 def _run(code, cache, cwd):
-    done = subprocess.run([sys.executable, "-c", _RECORDING.format(code=code)], capture_output=True, text=True,
-                          cwd=cwd, env={**__import__("os").environ, "NUMBA_CACHE_DIR": str(cache)})
+    done = subprocess.run(
+        [sys.executable, "-c", _RECORDING.format(code=code)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**__import__("os").environ, "NUMBA_CACHE_DIR": str(cache)},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return set(json.loads(done.stdout.splitlines()[-1])), done.stderr
 
@@ -49,11 +55,15 @@ def test_a_cold_start_says_what_it_compiles_and_a_warm_one_says_nothing(cache, t
 
 @pytest.mark.parametrize("unique", [False, True])
 def test_the_batch_warmer_compiles_what_a_reader_of_that_schema_loads(cache, tmp_path, unique):
-    reader = (f"import ingest\nfrom ingest import synthetic\n"
-              f"r = synthetic.declare(ingest.DataReader('w', [{str(SAMPLES / 'ads.txt')!r}])).unique_ids({unique})\n")
-    warm = reader + ("import dataclasses\nfrom ingest.pipeline.batcher import warm\n"
-                     "warm({'specs': [dataclasses.asdict(s) for s in r.schema.specs], 'label_count': 2, "
-                     f"'batch_size': 1024, 'pad': True, 'unique': {unique}}})")
+    reader = (
+        f"import ingest\nfrom ingest import synthetic\n"
+        f"r = synthetic.declare(ingest.DataReader('w', [{str(SAMPLES / 'ads.txt')!r}])).unique_ids({unique})\n"
+    )
+    warm = reader + (
+        "import dataclasses\nfrom ingest.pipeline.batcher import warm\n"
+        "warm({'specs': [dataclasses.asdict(s) for s in r.schema.specs], 'label_count': 2, "
+        f"'batch_size': 1024, 'pad': True, 'unique': {unique}}})"
+    )
     warmed, _ = _run(warm, cache, tmp_path)
     assert {"copy_piece", "measure_piece", "pad_batch"} <= warmed
     compiled, _ = _run(reader + "sum(b.size for b in r.startup())", cache, tmp_path)

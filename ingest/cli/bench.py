@@ -10,6 +10,7 @@ as ``compile_seconds`` and excluded.  The timed run goes from ``startup()`` to t
 the last batch; MB/s counts the (decompressed) bytes parsed, per core divides by
 ``--threads``; latency is the time between successive batches.
 """
+
 import argparse
 import contextlib
 import json
@@ -32,8 +33,19 @@ from ..sources.plan import plan_paths
 from ..sources.filesystems import check_writable
 from .report import fail, one_line_warnings, progress_bar
 
-__all__ = ["add_arguments", "build_parser", "main", "run", "warm_up", "measure", "per_core", "json_flag_alone",
-           "peak_rss_mb", "infer_features", "read_feature_file"]
+__all__ = [
+    "add_arguments",
+    "build_parser",
+    "main",
+    "run",
+    "warm_up",
+    "measure",
+    "per_core",
+    "json_flag_alone",
+    "peak_rss_mb",
+    "infer_features",
+    "read_feature_file",
+]
 
 AUTO_BYTES = 4 << 20
 WARM_UP_BATCH_SIZE = 8
@@ -49,8 +61,10 @@ def infer_features(paths, file_type):
     found = scan_features(first, file_type, limit=AUTO_BYTES)
     features = found.declarations()
     if not features and found.label_count == 0:
-        raise ConfigError(f"{first[0].url}: no feature or label in the first {AUTO_BYTES >> 20} MiB; "
-                          f"declare the features with --features FILE")
+        raise ConfigError(
+            f"{first[0].url}: no feature or label in the first {AUTO_BYTES >> 20} MiB; "
+            f"declare the features with --features FILE"
+        )
     return features, found.label_count
 
 
@@ -149,18 +163,29 @@ def measure(reader, progress=None):
     gaps = np.diff(stamps) * 1e3
     p50, p99 = np.percentile(gaps, [50, 99]).tolist() if len(gaps) else (None, None)
     return {
-        "samples": samples, "bytes": stats["bytes"], "batches": len(stamps), "seconds": seconds,
-        "samples_per_s": samples / seconds, "mb_per_s": stats["bytes"] / seconds / 1e6,
-        "batches_per_s": len(stamps) / seconds, "p50_ms": p50, "p99_ms": p99,
-        "first_batch_ms": (stamps[0] - t0) * 1e3 if stamps else None, "cpu_seconds": cpu_seconds,
-        "samples_per_cpu_s": samples / cpu_seconds if cpu_seconds else None, "stats": stats,
+        "samples": samples,
+        "bytes": stats["bytes"],
+        "batches": len(stamps),
+        "seconds": seconds,
+        "samples_per_s": samples / seconds,
+        "mb_per_s": stats["bytes"] / seconds / 1e6,
+        "batches_per_s": len(stamps) / seconds,
+        "p50_ms": p50,
+        "p99_ms": p99,
+        "first_batch_ms": (stamps[0] - t0) * 1e3 if stamps else None,
+        "cpu_seconds": cpu_seconds,
+        "samples_per_cpu_s": samples / cpu_seconds if cpu_seconds else None,
+        "stats": stats,
     }
 
 
 def per_core(result, threads):
     """``threads`` and the samples/s and MB/s of ``result`` (from ``measure``) divided by it."""
-    return {"threads": threads, "samples_per_s_per_core": result["samples_per_s"] / threads,
-            "mb_per_s_per_core": result["mb_per_s"] / threads}
+    return {
+        "threads": threads,
+        "samples_per_s_per_core": result["samples_per_s"] / threads,
+        "mb_per_s_per_core": result["mb_per_s"] / threads,
+    }
 
 
 def peak_rss_mb():
@@ -194,8 +219,7 @@ def _bench(args, paths):
     declare = _declarer(args, paths[0])
     # whole groups (--no-split-group) may not fit in a warm-up batch of 8: keep the batch size then
     warm_batch_size = WARM_UP_BATCH_SIZE if args.split_group else args.batch_size
-    compile_seconds = warm_up(_reader("ingest-bench-warm-up", paths[:1], args, declare)
-                              .batch_size(warm_batch_size))
+    compile_seconds = warm_up(_reader("ingest-bench-warm-up", paths[:1], args, declare).batch_size(warm_batch_size))
     reader = _reader("ingest-bench", paths, args, declare)
     if args.timeline is not None:
         reader.timeline(args.timeline)
@@ -205,8 +229,14 @@ def _bench(args, paths):
     finally:
         bar.close()
     stats = timed.pop("stats")
-    return {**timed, **per_core(timed, args.threads), "batch_size": args.batch_size,
-            "compile_seconds": compile_seconds, "peak_rss_mb": peak_rss_mb(), "stats": stats}
+    return {
+        **timed,
+        **per_core(timed, args.threads),
+        "batch_size": args.batch_size,
+        "compile_seconds": compile_seconds,
+        "peak_rss_mb": peak_rss_mb(),
+        "stats": stats,
+    }
 
 
 def format_report(result):
@@ -220,12 +250,17 @@ def format_report(result):
         return f"{n:,} {noun if n == 1 else plural}"
 
     lines = [
-        ("samples", f"{r['samples']:,} in {count(r['batches'], 'batch', 'batches')} of {r['batch_size']:,}, "
-                    f"{count(r['threads'], 'thread', 'threads')}"),
+        (
+            "samples",
+            f"{r['samples']:,} in {count(r['batches'], 'batch', 'batches')} of {r['batch_size']:,}, "
+            f"{count(r['threads'], 'thread', 'threads')}",
+        ),
         ("bytes", f"{r['bytes']:,} ({r['bytes'] / 1e6:,.1f} MB)"),
         ("seconds", f"{r['seconds']:.3f} (warm-up {r['compile_seconds']:.2f} s, excluded)"),
-        ("throughput", f"{r['samples_per_s']:,.0f} samples/s   {r['mb_per_s']:,.1f} MB/s   "
-                       f"{r['batches_per_s']:,.1f} batches/s"),
+        (
+            "throughput",
+            f"{r['samples_per_s']:,.0f} samples/s   {r['mb_per_s']:,.1f} MB/s   {r['batches_per_s']:,.1f} batches/s",
+        ),
         ("per core", f"{r['samples_per_s_per_core']:,.0f} samples/s   {r['mb_per_s_per_core']:,.1f} MB/s"),
         ("latency", f"p50 {ms(r['p50_ms'])}   p99 {ms(r['p99_ms'])}   first batch {ms(r['first_batch_ms'])}"),
         ("stages", _stages(r["stats"]["seconds"], r["samples"])),
@@ -240,8 +275,11 @@ STAGES = ("read", "parse", "ops", "batch", "unique", "wait")
 
 def _stages(seconds, samples):
     """Seconds per pipeline stage (summed over threads) and microseconds per sample."""
-    parts = [f"{name} {seconds[name]:.2f} s ({seconds[name] / max(samples, 1) * 1e6:.2f} us/sample)"
-             for name in STAGES if name in seconds]
+    parts = [
+        f"{name} {seconds[name]:.2f} s ({seconds[name] / max(samples, 1) * 1e6:.2f} us/sample)"
+        for name in STAGES
+        if name in seconds
+    ]
     return "   ".join(parts) or "-"
 
 
@@ -260,8 +298,9 @@ def run(args, prog="ingest-bench"):
             paths = args.inputs
             if args.synthetic is not None:
                 if args.format not in (None, FileType.txt.value):
-                    raise ConfigError(f"--synthetic writes text samples, not --format {args.format}; "
-                                      f"convert them with ingest convert")
+                    raise ConfigError(
+                        f"--synthetic writes text samples, not --format {args.format}; convert them with ingest convert"
+                    )
                 args.format = FileType.txt.value
                 tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="ingest-bench-"))
                 paths = [os.path.join(tmp, "synthetic.txt")]
@@ -304,45 +343,90 @@ def _auto_or(parse):
 
 def add_arguments(parser):
     """Add the arguments of ``ingest-bench`` to ``parser`` (also used by ``ingest bench``)."""
-    parser.add_argument("inputs", nargs="*", metavar="INPUT",
-                        help="sample files, directories, globs or URLs, read in order")
-    parser.add_argument("--synthetic", type=_int_at_least(1), metavar="N",
-                        help="instead of INPUT, read N synthetic ads samples (ingest.synthetic) written to "
-                             "a temporary file, deleted at exit")
+    parser.add_argument(
+        "inputs", nargs="*", metavar="INPUT", help="sample files, directories, globs or URLs, read in order"
+    )
+    parser.add_argument(
+        "--synthetic",
+        type=_int_at_least(1),
+        metavar="N",
+        help="instead of INPUT, read N synthetic ads samples (ingest.synthetic) written to "
+        "a temporary file, deleted at exit",
+    )
     parser.add_argument("--seed", type=int, default=0, metavar="S", help="seed of --synthetic (default: 0)")
-    parser.add_argument("--format", choices=[t.value for t in FileType], default=None,
-                        help="sample format (default: from the first input's name, .pb/.spb[.zst...], else txt)")
-    parser.add_argument("--batch-size", type=_int_at_least(1), default=1024, metavar="N",
-                        help="samples per batch (default: 1024)")
-    parser.add_argument("--threads", type=_int_at_least(1), default=1, metavar="N",
-                        help="parse threads; per-core figures divide by it (default: 1)")
-    parser.add_argument("--epochs", type=_int_at_least(1), default=1, metavar="N",
-                        help="passes over the input (default: 1)")
-    parser.add_argument("--label-count", type=_auto_or(_int_at_least(0)), default="auto", metavar="auto|N",
-                        help="label columns; auto: as many as the samples of the first 4 MiB have, 2 with "
-                             "--synthetic (default: auto)")
-    parser.add_argument("--features", default="auto", metavar="auto|FILE",
-                        help="features to declare; auto: every sparse and dense feature in the first 4 MiB "
-                             "of the first INPUT (dense width from its values, aux tables of pb kept), the "
-                             "synthetic ones with --synthetic; FILE: one per line, 'NAME sparse' or "
-                             "'NAME dense NVEC' (default: auto)")
-    parser.add_argument("--split-group", action=argparse.BooleanOptionalAction, default=True,
-                        help="let a sample group span two batches; --no-split-group keeps groups whole "
-                             "(default: split)")
-    parser.add_argument("--unique-ids", action="store_true",
-                        help="compute per-batch unique ids of every sparse feature (reader.unique_ids)")
-    parser.add_argument("--dsl", metavar="FILE",
-                        help="DSL features to compute, XDL's conf lines 'Name=..;Type=KV|ID|Numeric;Expr=..' "
-                             "(ingest.load_feature_conf), declared after --features")
-    parser.add_argument("--timeline", metavar="FILE",
-                        help="write a Chrome trace of the timed run (chrome://tracing, Perfetto): a track per "
-                             "thread, an event per chunk read and parsed, op run and batch built")
-    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                        help="a progress line on stderr (default: when stderr is a terminal and not --json)")
-    parser.add_argument("--json", nargs="?", const="-", metavar="FILE",
-                        help="print one JSON object (samples, bytes, batches, seconds, samples_per_s, "
-                             "mb_per_s, batches_per_s, p50_ms, p99_ms, threads, batch_size, compile_seconds, "
-                             "peak_rss_mb, stats, ...) instead of text; --json=FILE writes it to FILE")
+    parser.add_argument(
+        "--format",
+        choices=[t.value for t in FileType],
+        default=None,
+        help="sample format (default: from the first input's name, .pb/.spb[.zst...], else txt)",
+    )
+    parser.add_argument(
+        "--batch-size", type=_int_at_least(1), default=1024, metavar="N", help="samples per batch (default: 1024)"
+    )
+    parser.add_argument(
+        "--threads",
+        type=_int_at_least(1),
+        default=1,
+        metavar="N",
+        help="parse threads; per-core figures divide by it (default: 1)",
+    )
+    parser.add_argument(
+        "--epochs", type=_int_at_least(1), default=1, metavar="N", help="passes over the input (default: 1)"
+    )
+    parser.add_argument(
+        "--label-count",
+        type=_auto_or(_int_at_least(0)),
+        default="auto",
+        metavar="auto|N",
+        help="label columns; auto: as many as the samples of the first 4 MiB have, 2 with --synthetic (default: auto)",
+    )
+    parser.add_argument(
+        "--features",
+        default="auto",
+        metavar="auto|FILE",
+        help="features to declare; auto: every sparse and dense feature in the first 4 MiB "
+        "of the first INPUT (dense width from its values, aux tables of pb kept), the "
+        "synthetic ones with --synthetic; FILE: one per line, 'NAME sparse' or "
+        "'NAME dense NVEC' (default: auto)",
+    )
+    parser.add_argument(
+        "--split-group",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="let a sample group span two batches; --no-split-group keeps groups whole (default: split)",
+    )
+    parser.add_argument(
+        "--unique-ids",
+        action="store_true",
+        help="compute per-batch unique ids of every sparse feature (reader.unique_ids)",
+    )
+    parser.add_argument(
+        "--dsl",
+        metavar="FILE",
+        help="DSL features to compute, XDL's conf lines 'Name=..;Type=KV|ID|Numeric;Expr=..' "
+        "(ingest.load_feature_conf), declared after --features",
+    )
+    parser.add_argument(
+        "--timeline",
+        metavar="FILE",
+        help="write a Chrome trace of the timed run (chrome://tracing, Perfetto): a track per "
+        "thread, an event per chunk read and parsed, op run and batch built",
+    )
+    parser.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="a progress line on stderr (default: when stderr is a terminal and not --json)",
+    )
+    parser.add_argument(
+        "--json",
+        nargs="?",
+        const="-",
+        metavar="FILE",
+        help="print one JSON object (samples, bytes, batches, seconds, samples_per_s, "
+        "mb_per_s, batches_per_s, p50_ms, p99_ms, threads, batch_size, compile_seconds, "
+        "peak_rss_mb, stats, ...) instead of text; --json=FILE writes it to FILE",
+    )
     return parser
 
 
@@ -354,8 +438,9 @@ def json_flag_alone(argv):
 
 def build_parser(prog="ingest-bench"):
     """The argument parser of ``ingest-bench``."""
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__.replace("``", ""),
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog=prog, description=__doc__.replace("``", ""), formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     return add_arguments(parser)
 
 

@@ -1,4 +1,5 @@
 """``ingest``: the command line of ``ingest``, one subcommand per tool (docs/formats.md, command line)."""
+
 import argparse
 import functools
 import sys
@@ -15,8 +16,11 @@ def build_parser():
     parser.add_argument("--version", action="version", version=f"ingest {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     bench_parser = commands.add_parser(
-        "bench", help="throughput of a reader over sample files (same as ingest-bench)",
-        description=bench.__doc__.replace("``", ""), formatter_class=argparse.RawDescriptionHelpFormatter)
+        "bench",
+        help="throughput of a reader over sample files (same as ingest-bench)",
+        description=bench.__doc__.replace("``", ""),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     bench.add_arguments(bench_parser)
     bench_parser.set_defaults(run=functools.partial(bench.run, prog="ingest bench"))
     tools.add_convert(commands)

@@ -1,4 +1,5 @@
 """How the commands talk to the user: errors and warnings as one line, progress bars on a terminal only."""
+
 import contextlib
 import sys
 import warnings
@@ -23,6 +24,7 @@ def fail(prog, exc):
 @contextlib.contextmanager
 def one_line_warnings(prog):
     """Show the warnings raised meanwhile as ``<prog>: warning: <message>``, one line each."""
+
     def show(message, category, filename, lineno, file=None, line=None):
         print(f"{prog}: warning: {' '.join(str(message).split())}", file=file or sys.stderr)
 
@@ -36,5 +38,14 @@ def progress_bar(total=None, unit="B", desc=None, enabled=None):
     """A tqdm bar on stderr when it is a terminal (``enabled`` None) or when asked, else one that shows nothing;
     ``update(n)`` adds ``n`` done, ``close()`` ends it.  ``unit="B"`` counts bytes with MB, GB..."""
     show = sys.stderr.isatty() if enabled is None else enabled
-    return tqdm(total=total, unit=unit, unit_scale=True, unit_divisor=1000, desc=desc, disable=not show,
-                file=sys.stderr, dynamic_ncols=True, mininterval=0.5)
+    return tqdm(
+        total=total,
+        unit=unit,
+        unit_scale=True,
+        unit_divisor=1000,
+        desc=desc,
+        disable=not show,
+        file=sys.stderr,
+        dynamic_ncols=True,
+        mininterval=0.5,
+    )

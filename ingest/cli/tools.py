@@ -1,4 +1,5 @@
 """``ingest convert``, ``ingest inspect`` and ``ingest produce`` (docs/formats.md, command line)."""
+
 import argparse
 import json
 import sys
@@ -31,8 +32,17 @@ def _run_convert(args):
         aux = "auto" if args.aux == "auto" else [a for a in args.aux.split(",") if a]
     try:
         with one_line_warnings("ingest convert"), progress_bar(desc="converting") as bar:
-            summary = convert(args.inputs, args.output, src=args.src, dst=args.dst, aux=aux, threads=args.threads,
-                              scheduler=args.scheduler, log=_log, progress=bar)
+            summary = convert(
+                args.inputs,
+                args.output,
+                src=args.src,
+                dst=args.dst,
+                aux=aux,
+                threads=args.threads,
+                scheduler=args.scheduler,
+                log=_log,
+                progress=bar,
+            )
     except IngestError as exc:
         return fail("ingest convert", exc)
     if args.json:
@@ -44,17 +54,25 @@ def _run_convert(args):
 
 
 def add_convert(commands):
-    p = commands.add_parser("convert", help="convert sample files between txt, pb and spb",
-                            description=CONVERT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = commands.add_parser(
+        "convert",
+        help="convert sample files between txt, pb and spb",
+        description=CONVERT_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("inputs", nargs="+", metavar="INPUT", help="sample files, directories, globs or URLs")
     p.add_argument("output", metavar="OUTPUT", help="output file, or directory (one file per input)")
     p.add_argument("--from", dest="src", choices=["txt", "pb", "spb"], help="input format (default: by extension)")
     p.add_argument("--to", dest="dst", choices=["txt", "pb", "spb"], help="output format (default: by extension)")
-    p.add_argument("--aux", metavar="auto|NAME,...",
-                   help="text -> pb: features stored once per group (table 1); auto picks them")
+    p.add_argument(
+        "--aux", metavar="auto|NAME,...", help="text -> pb: features stored once per group (table 1); auto picks them"
+    )
     p.add_argument("--threads", type=int, default=None, metavar="N", help="threads (default: CPU count)")
-    p.add_argument("--scheduler", metavar="ADDRESS",
-                   help="Dask scheduler address: output files are written by its workers (pip install distributed)")
+    p.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="Dask scheduler address: output files are written by its workers (pip install distributed)",
+    )
     p.add_argument("--json", action="store_true", help="print a JSON summary")
     p.set_defaults(run=_run_convert)
 
@@ -79,8 +97,11 @@ def _run_inspect(args):
 
 
 def add_inspect(commands):
-    p = commands.add_parser("inspect", help="tables, features, counts and first samples of a sample file",
-                            description="Tables, features, counts and the first N samples of any sample file.")
+    p = commands.add_parser(
+        "inspect",
+        help="tables, features, counts and first samples of a sample file",
+        description="Tables, features, counts and the first N samples of any sample file.",
+    )
     p.add_argument("file", metavar="FILE", help="a sample file, directory, glob or URL")
     p.add_argument("-n", type=int, default=3, metavar="N", help="samples to show (default: 3)")
     p.add_argument("--format", choices=["txt", "pb", "spb"], help="format (default: by extension)")
@@ -94,19 +115,30 @@ def _run_produce(args):
             summary = produce(args.inputs, args.topic, args.format, args.message_bytes, log=_log, progress=bar)
     except IngestError as exc:
         return fail("ingest produce", exc)
-    print(json.dumps(summary) if args.json else
-          f"{summary['messages']:,} messages, {summary['bytes']:,} bytes to partitions {summary['partitions']}")
+    print(
+        json.dumps(summary)
+        if args.json
+        else f"{summary['messages']:,} messages, {summary['bytes']:,} bytes to partitions {summary['partitions']}"
+    )
     return 0
 
 
 def add_produce(commands):
-    p = commands.add_parser("produce", help="write sample files to a Kafka topic",
-                            description="Write sample files to a Kafka topic: whole sample groups (text) or whole "
-                                        "records (pb, spb) per message, round-robin over the partitions.")
+    p = commands.add_parser(
+        "produce",
+        help="write sample files to a Kafka topic",
+        description="Write sample files to a Kafka topic: whole sample groups (text) or whole "
+        "records (pb, spb) per message, round-robin over the partitions.",
+    )
     p.add_argument("inputs", nargs="+", metavar="INPUT", help="uncompressed sample files, directories, globs or URLs")
     p.add_argument("topic", metavar="kafka://BROKER[,BROKER]/TOPIC[:P,...]", help="the topic (and partitions)")
     p.add_argument("--format", choices=["txt", "pb", "spb"], help="input format (default: by extension)")
-    p.add_argument("--message-bytes", type=int, default=1 << 20, metavar="N",
-                   help="about this many bytes per message (default: 1 MiB)")
+    p.add_argument(
+        "--message-bytes",
+        type=int,
+        default=1 << 20,
+        metavar="N",
+        help="about this many bytes per message (default: 1 MiB)",
+    )
     p.add_argument("--json", action="store_true", help="print a JSON summary")
     p.set_defaults(run=_run_produce)

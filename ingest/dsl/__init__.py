@@ -5,6 +5,7 @@ once (``DslError``, with a caret under the offending column) and the reader comp
 feature in its parse workers, after parsing and before batching.  ``load_feature_conf``
 reads XDL's ``Name=...;Type=...;Expr=...`` files; ``cross64`` is the key-crossing function.
 """
+
 from .._native.dsl import cross64
 from .compiler import FUNCTIONS
 from .conf import load_feature_conf

@@ -7,6 +7,7 @@ offending column), and compiled into ``Plan``s: arrays of opcodes that
 only aux-table features is computed once per aux line: it becomes a hidden plan on that
 table, and the expression reads its result like a feature.
 """
+
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -18,7 +19,7 @@ from .._native import dsl as K
 from ..errors import DslError
 from ..features import FeatureType
 
-__all__ = ["parse", "check", "compile_feature", "Plan", "FUNCTIONS"]
+__all__ = ["parse", "check", "check_feature", "compile_feature", "Plan", "FUNCTIONS"]
 
 
 @dataclass(frozen=True)
@@ -42,11 +43,24 @@ class Call:
 
 # function -> (fewest args, most args or None, numbers after the first argument?)
 FUNCTIONS = {
-    "cartesian": (2, None, False), "match": (2, None, False), "intersection": (2, None, False),
-    "hash": (2, 2, True), "bucketize": (2, None, True), "log": (1, 1, False), "value": (1, 1, False),
-    "sum": (1, 1, False), "count": (1, 1, False), "avg": (1, 1, False), "max": (1, 1, False),
-    "min": (1, 1, False), "logsum": (1, 1, False), "logavg": (1, 1, False), "logmax": (1, 1, False),
-    "logmin": (1, 1, False), "cosine": (2, 2, False), "dot": (2, 2, False),
+    "cartesian": (2, None, False),
+    "match": (2, None, False),
+    "intersection": (2, None, False),
+    "hash": (2, 2, True),
+    "bucketize": (2, None, True),
+    "log": (1, 1, False),
+    "value": (1, 1, False),
+    "sum": (1, 1, False),
+    "count": (1, 1, False),
+    "avg": (1, 1, False),
+    "max": (1, 1, False),
+    "min": (1, 1, False),
+    "logsum": (1, 1, False),
+    "logavg": (1, 1, False),
+    "logmax": (1, 1, False),
+    "logmin": (1, 1, False),
+    "cosine": (2, 2, False),
+    "dot": (2, 2, False),
 }
 _AGGREGATES = {"sum": K.SUM, "count": K.COUNT, "avg": K.AVG, "max": K.MAX, "min": K.MIN}
 _SINGLE = set(_AGGREGATES) | {"logsum", "logavg", "logmax", "logmin", "cosine", "dot"}
@@ -59,15 +73,20 @@ def _parser():
 
 
 def _fail(feature, text, col, message):
-    raise DslError(f"feature {feature!r}: {message}\n  {text}\n  {' ' * (col - 1)}^",
-                   feature=feature, expression=text, column=col)
+    raise DslError(
+        f"feature {feature!r}: {message}\n  {text}\n  {' ' * (col - 1)}^", feature=feature, expression=text, column=col
+    )
 
 
 def parse(text, feature):
     """The syntax tree of ``text`` (Name, Number and Call nodes); a ``DslError`` when it is not DSL."""
     if not isinstance(text, str) or not text.strip():
-        raise DslError(f"feature {feature!r}: dsl={text!r}, expected an expression such as 'cartesian(a, b)'",
-                       feature=feature, expression=text, column=1)
+        raise DslError(
+            f"feature {feature!r}: dsl={text!r}, expected an expression such as 'cartesian(a, b)'",
+            feature=feature,
+            expression=text,
+            column=1,
+        )
     try:
         tree = _parser().parse(text)
     except lark.exceptions.UnexpectedInput as exc:
@@ -76,8 +95,13 @@ def parse(text, feature):
         if not isinstance(col, int) or col < 1 or getattr(token, "type", None) == "$END":
             col = len(text) + 1
         got = repr(text[col - 1]) if col <= len(text) else "end of the expression"
-        _fail(feature, text, col, f"syntax error at column {col}: unexpected {got}; an expression is a "
-                                  "feature name or function(expression, ...)")
+        _fail(
+            feature,
+            text,
+            col,
+            f"syntax error at column {col}: unexpected {got}; an expression is a "
+            "feature name or function(expression, ...)",
+        )
     return _node(tree)
 
 
@@ -259,3 +283,26 @@ def _plan(name, table, node, specs, hidden_tables, dense, hidden):
     out = b.emit(node)
     ops = np.array(b.ops, np.int64).reshape(len(b.ops), K.OP_COLUMNS)
     return Plan(name, table, ops, np.array(b.consts, np.float64), out, b.nregs, tuple(b.leaves), dense, hidden)
+
+
+def check_feature(spec, known):
+    """Check a DSL feature against the features declared before it; returns its checked tree."""
+    tree = check(parse(spec.dsl, spec.name), spec.dsl, spec.name, known)
+    home = home_table(tree, known)
+    if spec.table > home:
+        raise DslError(
+            f"feature {spec.name!r}: table={spec.table}, but its expression reads table {home}; "
+            f"a DSL feature lives in the shallowest table it reads ({home}) or a shallower one",
+            feature=spec.name,
+            expression=spec.dsl,
+            column=1,
+        )
+    if spec.type is FeatureType.dense and not single_valued(tree, known):
+        raise DslError(
+            f"feature {spec.name!r}: a dense DSL feature needs an expression of one value per row "
+            f"(an aggregate, cosine or dot), got\n  {spec.dsl}\n  ^",
+            feature=spec.name,
+            expression=spec.dsl,
+            column=1,
+        )
+    return tree

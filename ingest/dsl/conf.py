@@ -1,4 +1,5 @@
 """XDL's feature configuration files: one ``Name=...;Type=Numeric|KV|ID;Expr=...`` per line."""
+
 import io
 
 from ..errors import ConfigError, DslError
@@ -35,8 +36,10 @@ def load_feature_conf(path):
                 key, sep, value = part.partition("=")
                 key = key.strip(_SPACES).lower()
                 if not sep or key not in ("name", "type", "expr") or key in fields:
-                    raise ConfigError(f"{path}:{lineno}: {part.strip(_SPACES)!r}: expected Name=..., Type=... "
-                                      "and Expr=... once each, separated by ';'")
+                    raise ConfigError(
+                        f"{path}:{lineno}: {part.strip(_SPACES)!r}: expected Name=..., Type=... "
+                        "and Expr=... once each, separated by ';'"
+                    )
                 fields[key] = value.strip(_SPACES)
             missing = [k for k in ("name", "type", "expr") if k not in fields]
             if missing:
@@ -64,8 +67,13 @@ def load_feature_conf(path):
                 continue
             if state.get(ref.name) == 1:
                 text = spec.dsl
-                raise DslError(f"{path}:{lineno}: feature {name!r}: {ref.name!r} depends on {name!r} (a cycle)"
-                               f"\n  {text}\n  {' ' * (ref.col - 1)}^", feature=name, expression=text, column=ref.col)
+                raise DslError(
+                    f"{path}:{lineno}: feature {name!r}: {ref.name!r} depends on {name!r} (a cycle)"
+                    f"\n  {text}\n  {' ' * (ref.col - 1)}^",
+                    feature=name,
+                    expression=text,
+                    column=ref.col,
+                )
             visit(ref.name)
         state[name] = 2
         order.append(spec)

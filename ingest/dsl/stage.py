@@ -7,6 +7,7 @@ over every row of its table, and the result joins the block in a pool of DSL res
 handed on holds the features of the full schema, in schema order; hidden plans (parts
 computed per aux line) feed later plans and are dropped.
 """
+
 import dataclasses
 
 import numpy as np
@@ -14,8 +15,9 @@ import numpy as np
 from .._native import dsl as K
 from ..errors import DslLimitError
 from ..blocks import Table
+from .compiler import check_feature, compile_feature
 
-__all__ = ["DslStage", "MAX_PAIRS_PER_ROW"]
+__all__ = ["DslStage", "MAX_PAIRS_PER_ROW", "dsl_stage"]
 
 # the most pairs one row of any expression may hold (a cartesian of big inputs grows as their product)
 MAX_PAIRS_PER_ROW = 1 << 22
@@ -99,14 +101,38 @@ class DslStage:
         out_vals = np.empty(len(out_keys), np.float64)
         akeys = np.empty(1024, np.int64)
         avals = np.empty(1024, np.float64)
-        args = (leaves, leaf_off, blk.sp_keys, _NONE_I if blk.sp_hkeys is None else blk.sp_hkeys, blk.sp_values,
-                np.concatenate(dsl_keys) if dsl_keys else _NONE_I, np.concatenate(dsl_vals) if dsl_vals else _NONE_F,
-                np.concatenate(dense).astype(np.float64) if dense else _NONE_F, refer_flat, refer_base,
-                plan.table, len(blk.tables))
+        args = (
+            leaves,
+            leaf_off,
+            blk.sp_keys,
+            _NONE_I if blk.sp_hkeys is None else blk.sp_hkeys,
+            blk.sp_values,
+            np.concatenate(dsl_keys) if dsl_keys else _NONE_I,
+            np.concatenate(dsl_vals) if dsl_vals else _NONE_F,
+            np.concatenate(dense).astype(np.float64) if dense else _NONE_F,
+            refer_flat,
+            refer_base,
+            plan.table,
+            len(blk.tables),
+        )
         row = out_n = 0
         while True:
-            status, row, need, out_n = K.run_plan(plan.ops, plan.consts, plan.out_reg, plan.nregs, *args, row, nrows,
-                                                  akeys, avals, out_off, out_keys, out_vals, out_n, self.limit)
+            status, row, need, out_n = K.run_plan(
+                plan.ops,
+                plan.consts,
+                plan.out_reg,
+                plan.nregs,
+                *args,
+                row,
+                nrows,
+                akeys,
+                avals,
+                out_off,
+                out_keys,
+                out_vals,
+                out_n,
+                self.limit,
+            )
             if status == K.DONE:
                 break
             if status == K.TOO_MANY:
@@ -123,14 +149,19 @@ class DslStage:
 
     def _too_many(self, plan, blk, row, need):
         if plan.table == 0:
-            sid = blk.sid_bytes[blk.sid_offsets[row]:blk.sid_offsets[row + 1]].tobytes().decode("utf-8", "replace")
+            sid = blk.sid_bytes[blk.sid_offsets[row] : blk.sid_offsets[row + 1]].tobytes().decode("utf-8", "replace")
             where = f"sample {row} of the chunk (sample id {sid!r})"
         else:
             where = f"aux line {row} of table {plan.table} of the chunk"
         name = plan.name.split("#")[0]
-        return DslLimitError(f"feature {name!r}: one row's result would hold {need:,} pairs, at {where}; the value is",
-                             source=blk.source, offset=blk.start, text=str(need), feature=name,
-                             expected=f"at most {self.limit:,} pairs per row (a cartesian of big inputs?)")
+        return DslLimitError(
+            f"feature {name!r}: one row's result would hold {need:,} pairs, at {where}; the value is",
+            source=blk.source,
+            offset=blk.start,
+            text=str(need),
+            feature=name,
+            expected=f"at most {self.limit:,} pairs per row (a cartesian of big inputs?)",
+        )
 
     def _block(self, blk, results):
         """The block with every feature of the schema: parsed columns in place, DSL ones in the DSL pool."""
@@ -151,9 +182,24 @@ class DslStage:
                 vals.append(res.vals)
                 n_pool += len(res.keys)
             offsets = np.stack(rows) if rows else np.empty((0, tab.nrows + 1), np.int64)
-            dense = tuple(tab.dense[self.parsed[s.name][1]] if s.name in self.parsed else results[s.name]
-                          for s in self.schema.dense_in(t))
+            dense = tuple(
+                tab.dense[self.parsed[s.name][1]] if s.name in self.parsed else results[s.name]
+                for s in self.schema.dense_in(t)
+            )
             tables.append(Table(tab.nrows, offsets, dense, tab.refer, from_dsl if from_dsl.any() else None))
-        return dataclasses.replace(blk, tables=tuple(tables),
-                                   dsl_keys=np.concatenate(keys) if keys else _NONE_I,
-                                   dsl_values=np.concatenate(vals).astype(np.float32) if vals else _NONE_F32)
+        return dataclasses.replace(
+            blk,
+            tables=tuple(tables),
+            dsl_keys=np.concatenate(keys) if keys else _NONE_I,
+            dsl_values=np.concatenate(vals).astype(np.float32) if vals else _NONE_F32,
+        )
+
+
+def dsl_stage(schema):
+    """The op stage computing the schema's DSL features, or None when there are none."""
+    specs = {s.name: s for s in schema.specs}
+    plans = []
+    for spec in schema.specs:
+        if spec.dsl is not None:
+            plans += compile_feature(spec, check_feature(spec, specs), specs)
+    return DslStage(schema, schema.raw, plans) if plans else None

@@ -4,6 +4,7 @@ A format front end turns one work unit into Blocks (``read_unit(unit, stop)``) a
 whether its files may be cut into byte ranges (``splittable``).  Front ends are imported
 when first used.
 """
+
 import importlib
 from enum import Enum
 
@@ -28,8 +29,11 @@ def file_type(value):
 
 
 # the front end of each format, imported when first used
-_FRONT_ENDS = {FileType.txt: ".text:TextFormat", FileType.pb: ".protobuf:ProtobufFormat",
-               FileType.spb: ".protobuf:SimpleProtobufFormat"}
+_FRONT_ENDS = {
+    FileType.txt: ".text:TextFormat",
+    FileType.pb: ".protobuf:ProtobufFormat",
+    FileType.spb: ".protobuf:SimpleProtobufFormat",
+}
 
 
 def make_format(ftype, schema, **options):

@@ -1,4 +1,5 @@
 """What every format front end shares: opening a work unit, and the read buffer it parses from."""
+
 import time
 
 import numpy as np
@@ -75,4 +76,3 @@ def grown(buf, filled, need=0):
 def whole_so_far(f, eof):
     """Whether the bytes read so far end with whole groups: at the end, or where a live stream's message ends."""
     return eof or f.at_boundary()
-

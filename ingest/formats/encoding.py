@@ -3,6 +3,7 @@
 ``RecordEncoder`` serves ``ingest convert`` (text -> pb/spb, with structured compression: the aux features of a
 group stored once in table 1) and the Python ops' slow path, which sees each group as a ``SampleGroup``.
 """
+
 import numpy as np
 
 from .._native.encode import encode_groups
@@ -56,11 +57,31 @@ class RecordEncoder:
         parts = []
         g, pos = 0, 0
         while g < len(blk.group_offsets) - 1:
-            g2, pos = encode_groups(g, blk.group_offsets, self.simple, table.sp_offsets, blk.sp_keys, blk.sp_values,
-                                    self.sp_aux, *self.sp_hdr, dense, self.layout.first_col, self.layout.width,
-                                    self.dn_aux,
-                                    *self.dn_hdr, blk.labels, blk.timestamps, blk.sid_bytes, blk.sid_offsets, out,
-                                    pos, refer, distinct, line_size, bodies)
+            g2, pos = encode_groups(
+                g,
+                blk.group_offsets,
+                self.simple,
+                table.sp_offsets,
+                blk.sp_keys,
+                blk.sp_values,
+                self.sp_aux,
+                *self.sp_hdr,
+                dense,
+                self.layout.first_col,
+                self.layout.width,
+                self.dn_aux,
+                *self.dn_hdr,
+                blk.labels,
+                blk.timestamps,
+                blk.sid_bytes,
+                blk.sid_offsets,
+                out,
+                pos,
+                refer,
+                distinct,
+                line_size,
+                bodies,
+            )
             if g2 == g and pos == 0:
                 out = np.empty(2 * len(out), np.uint8)  # one group larger than the buffer
                 continue

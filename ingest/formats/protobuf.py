@@ -5,6 +5,7 @@ and the partial one at the end is kept for the next read.  It writes the sparse 
 into the columns the Block keeps, a region per feature sized by ``_Room``.  Per chunk the
 Python work is O(tables): a kernel call, the offsets of each table and a Block.
 """
+
 import dataclasses
 import threading
 
@@ -19,15 +20,38 @@ from ..blocks import Block, Table
 from ..sources.files.streams import skip
 from .base import UnitFormat, grown, refill, whole_so_far
 
-__all__ = ["ProtobufFormat", "SimpleProtobufFormat", "ProtobufDecodeError", "DEFAULT_MAX_RECORD_BYTES", "record_starts",
-           "framing_problem"]
+__all__ = [
+    "ProtobufFormat",
+    "SimpleProtobufFormat",
+    "ProtobufDecodeError",
+    "DEFAULT_MAX_RECORD_BYTES",
+    "record_starts",
+    "framing_problem",
+]
 
 DEFAULT_MAX_RECORD_BYTES = 64 << 20
 
-_KIND = {getattr(K, name): name for name in (
-    "TRUNCATED", "TOO_LONG", "MALFORMED", "WRONG_WIRE_TYPE", "MISSING_REQUIRED", "MISSING_KEY",
-    "TYPE_MISMATCH", "DENSE_VALUES", "DENSE_WIDTH", "DENSE_REPEATED", "TOO_FEW_LABELS", "LINE_COUNT",
-    "SAMPLE_ID_COUNT", "BAD_REFER", "BAD_TIMESTAMP", "BAD_ENUM")}
+_KIND = {
+    getattr(K, name): name
+    for name in (
+        "TRUNCATED",
+        "TOO_LONG",
+        "MALFORMED",
+        "WRONG_WIRE_TYPE",
+        "MISSING_REQUIRED",
+        "MISSING_KEY",
+        "TYPE_MISMATCH",
+        "DENSE_VALUES",
+        "DENSE_WIDTH",
+        "DENSE_REPEATED",
+        "TOO_FEW_LABELS",
+        "LINE_COUNT",
+        "SAMPLE_ID_COUNT",
+        "BAD_REFER",
+        "BAD_TIMESTAMP",
+        "BAD_ENUM",
+    )
+}
 
 _SIMPLE_FIELDS = {1: "sample_id", 2: "label", 3: "feature_line"}
 
@@ -54,12 +78,30 @@ class _Scratch:
         self.st = np.zeros(K.STATE_SLOTS, np.int64)
 
     def grown(self):
-        return _Scratch(2 * len(self.timestamps), 2 * len(self.sid_bytes), len(self.tab_rows), self.ends.shape[1],
-                        self.dense.shape[2], self.labels.shape[1])
+        return _Scratch(
+            2 * len(self.timestamps),
+            2 * len(self.sid_bytes),
+            len(self.tab_rows),
+            self.ends.shape[1],
+            self.dense.shape[2],
+            self.labels.shape[1],
+        )
 
     def outputs(self):
-        return (self.ends, self.refer, self.tab_rows, self.dense, self.labels, self.timestamps, self.sid_bytes,
-                self.sid_off, self.group_start, self.group_pos, self.errors, self.st)
+        return (
+            self.ends,
+            self.refer,
+            self.tab_rows,
+            self.dense,
+            self.labels,
+            self.timestamps,
+            self.sid_bytes,
+            self.sid_off,
+            self.group_start,
+            self.group_pos,
+            self.errors,
+            self.st,
+        )
 
 
 def _columns(total):
@@ -130,7 +172,7 @@ def record_starts(f, size, max_record, chunk_bytes=4 << 20):
             skip(f, end - base - filled, "")
             base, filled = end, 0
             continue
-        buf[:filled - consumed] = buf[consumed:filled]
+        buf[: filled - consumed] = buf[consumed:filled]
         filled -= consumed
         base += consumed
     return np.concatenate(out) if out else np.empty(0, np.int64)
@@ -150,16 +192,20 @@ def framing_problem(head, size, simple, max_record=DEFAULT_MAX_RECORD_BYTES):
         return f"it has {len(head)} bytes, fewer than the 4-byte length of a record"
     length = int.from_bytes(bytes(head[:4]), "little")
     if length > max_record or (size is not None and length > size - 4):
-        room = f"the {size - 4:,} bytes after it" if size is not None and length <= max_record \
+        room = (
+            f"the {size - 4:,} bytes after it"
+            if size is not None and length <= max_record
             else f"max_record_bytes={max_record:,}"
-        return (f"its first 4 bytes {bytes(head[:4])!r} read as a record length give {length:,} bytes, more than "
-                f"{room}")
+        )
+        return f"its first 4 bytes {bytes(head[:4])!r} read as a record length give {length:,} bytes, more than {room}"
     if length and len(head) > 4:
         tag = head[4]
         field, wire = tag >> 3, tag & 7
         if not 1 <= field <= (3 if simple else 5) or wire != 2:
-            return (f"its first record starts with the tag byte 0x{tag:02x} (field {field}, wire type {wire}), "
-                    f"not a field of {message} (fields 1 to {3 if simple else 5}, length-delimited)")
+            return (
+                f"its first record starts with the tag byte 0x{tag:02x} (field {field}, wire type {wire}), "
+                f"not a field of {message} (fields 1 to {3 if simple else 5}, length-delimited)"
+            )
     return None
 
 
@@ -200,8 +246,9 @@ class ProtobufFormat(UnitFormat):
 
     splittable = True
 
-    def __init__(self, schema, simple=False, on_skip=None, chunk_bytes=1 << 20,
-                 max_record_bytes=DEFAULT_MAX_RECORD_BYTES):
+    def __init__(
+        self, schema, simple=False, on_skip=None, chunk_bytes=1 << 20, max_record_bytes=DEFAULT_MAX_RECORD_BYTES
+    ):
         self.schema = schema
         self.simple = simple
         self.on_skip = on_skip
@@ -214,31 +261,44 @@ class ProtobufFormat(UnitFormat):
         sparse_pos = {s.name: i for i, s in enumerate(schema.sparse)}
         dense_pos = {s.name: i for i, s in enumerate(schema.dense)}
         # per declared feature: kind, index among its kind, table
-        self.feat = np.array([[K.SPARSE if s.name in sparse_pos else K.DENSE,
-                               sparse_pos.get(s.name, dense_pos.get(s.name)), s.table] for s in specs],
-                             np.int64).reshape(len(specs), 3)
+        self.feat = np.array(
+            [
+                [K.SPARSE if s.name in sparse_pos else K.DENSE, sparse_pos.get(s.name, dense_pos.get(s.name)), s.table]
+                for s in specs
+            ],
+            np.int64,
+        ).reshape(len(specs), 3)
         self.feat_name = [s.name for s in specs]
         dense = schema.dense
         self.layout = DenseLayout(dense)
         self.dn_feat = np.stack([self.layout.nvec, self.layout.first_elem], axis=1).reshape(len(dense), 2)
-        self.dense_by_table = [[(int(self.layout.first_col[i]), s.width) for i, s in enumerate(dense) if s.table == t]
-                               for t in range(schema.tables)]
+        self.dense_by_table = [
+            [(int(self.layout.first_col[i]), s.width) for i, s in enumerate(dense) if s.table == t]
+            for t in range(schema.tables)
+        ]
         # per table: its sparse features (indices among all sparse ones) and their cutoffs
-        self.table_sparse = [np.array([sparse_pos[s.name] for s in schema.sparse_in(t)], np.int64)
-                             for t in range(schema.tables)]
+        self.table_sparse = [
+            np.array([sparse_pos[s.name] for s in schema.sparse_in(t)], np.int64) for t in range(schema.tables)
+        ]
         self.tab_feat_off = np.cumsum([0] + [len(f) for f in self.table_sparse]).astype(np.int64)
         self.tab_feats = np.concatenate(self.table_sparse + [np.empty(0, np.int64)])
         self.cutoff = [np.array([s.cutoff for s in schema.sparse_in(t)], np.int64) for t in range(schema.tables)]
 
     def _new_scratch(self):
         rows = max(1024, self.chunk_bytes // 64)
-        return _Scratch(rows, self.chunk_bytes // 8 + 4096, self.schema.tables, len(self.schema.sparse),
-                        self.layout.total, self.schema.label_count)
+        return _Scratch(
+            rows,
+            self.chunk_bytes // 8 + 4096,
+            self.schema.tables,
+            len(self.schema.sparse),
+            self.layout.total,
+            self.schema.label_count,
+        )
 
     def read_stream(self, f, unit, stop, clock=None):
         base = unit.stream_start  # source offset of buf[0]; unit.open() positioned a whole unit there
         records = 0 if base == 0 else None  # records of the file before buf[0], counted on the first error
-        limit = None   # bytes of the source from base that belong to this unit
+        limit = None  # bytes of the source from base that belong to this unit
         if not unit.whole:  # a byte range: the records that start in it
             starts = self._records.starts(f, unit.url, unit.size, self.max_record_bytes)
             first = unit.start if unit.resume is None else unit.resume[0]
@@ -262,9 +322,25 @@ class ProtobufFormat(UnitFormat):
             final = whole_so_far(f, eof)
             first, cur, lim, *columns = room.columns(filled)
             status, consumed, nrec, nerr = K.decode_chunk(
-                buf, filled, final, self.simple, self.max_record_bytes, self.on_skip is None,
-                self.schema.label_count, *self.names, self.feat, self.dn_feat, self.layout.elem_col, self.tab_feats,
-                self.tab_feat_off, *columns, first, cur, lim, *scratch.outputs())
+                buf,
+                filled,
+                final,
+                self.simple,
+                self.max_record_bytes,
+                self.on_skip is None,
+                self.schema.label_count,
+                *self.names,
+                self.feat,
+                self.dn_feat,
+                self.layout.elem_col,
+                self.tab_feats,
+                self.tab_feat_off,
+                *columns,
+                first,
+                cur,
+                lim,
+                *scratch.outputs(),
+            )
             room.decoded(consumed)
             if nerr and records is None:
                 records = count_records_before(unit, base, self.max_record_bytes)
@@ -285,7 +361,7 @@ class ProtobufFormat(UnitFormat):
                 else:  # one record larger than the buffer
                     buf = grown(buf, filled, int(np.frombuffer(buf[:4].tobytes(), "<u4")[0]) + 4)
                 continue
-            buf[:filled - consumed] = buf[consumed:filled]
+            buf[: filled - consumed] = buf[consumed:filled]
             filled -= consumed
             base += consumed
             if records is not None:
@@ -309,42 +385,63 @@ class ProtobufFormat(UnitFormat):
             rows_t = int(s.tab_rows[t])
             offsets = np.empty((len(self.table_sparse[t]), rows_t + 1), np.int64)
             region_offsets(first, s.ends, self.table_sparse[t], rows_t, self.cutoff[t], keys, hkeys, values, offsets)
-            dense = tuple(s.dense[t, :rows_t, b:b + w].copy() for b, w in self.dense_by_table[t])
+            dense = tuple(s.dense[t, :rows_t, b : b + w].copy() for b, w in self.dense_by_table[t])
             refer = s.refer[t, :rows_t].copy() if t < schema.tables - 1 else None
             tables.append(Table(rows_t, offsets, dense, refer))
         group_offsets = np.empty(ngroups + 1, np.int64)
         group_offsets[:ngroups] = s.group_start[:ngroups]
         group_offsets[ngroups] = nrows
         nsid = int(st[K.S_NSID])
-        return Block(tables=tuple(tables), group_offsets=group_offsets, sp_keys=keys,
-                     sp_hkeys=hkeys if len(hkeys) else None, sp_values=values,
-                     labels=s.labels[:nrows].copy(), timestamps=s.timestamps[:nrows].copy(),
-                     sid_bytes=s.sid_bytes[:nsid].copy(), sid_offsets=s.sid_off[:nrows + 1].copy(),
-                     source=unit.url, start=start, end=end, group_pos=s.group_pos[:ngroups] + start)
+        return Block(
+            tables=tuple(tables),
+            group_offsets=group_offsets,
+            sp_keys=keys,
+            sp_hkeys=hkeys if len(hkeys) else None,
+            sp_values=values,
+            labels=s.labels[:nrows].copy(),
+            timestamps=s.timestamps[:nrows].copy(),
+            sid_bytes=s.sid_bytes[:nsid].copy(),
+            sid_offsets=s.sid_off[: nrows + 1].copy(),
+            source=unit.url,
+            start=start,
+            end=end,
+            group_pos=s.group_pos[:ngroups] + start,
+        )
 
     def _error(self, f, buf, filled, row, unit, base, records):
         code, record, record_pos, pos, table, line, feat, got = (int(v) for v in row)
         feature = self.feat_name[feat] if feat >= 0 else None
         reason, expected = self._reason(code, table, line, feature, got)
-        text = buf[pos:min(pos + 16, filled)].tobytes().hex(" ")
+        text = buf[pos : min(pos + 16, filled)].tobytes().hex(" ")
         if table >= 0 and not self.simple:
             field = f"feature_tables[{table}]" + (f".feature_lines[{line}]" if line >= 0 else "")
         else:
             field = "feature_line" if self.simple and table >= 0 else None
-        return ProtobufDecodeError(reason, source=f.describe(base + pos), offset=base + pos,
-                                   record=records + record,
-                                   expected=expected, text=text, field=field, feature=feature,
-                                   kind=_KIND[code])
+        return ProtobufDecodeError(
+            reason,
+            source=f.describe(base + pos),
+            offset=base + pos,
+            record=records + record,
+            expected=expected,
+            text=text,
+            field=field,
+            feature=feature,
+            kind=_KIND[code],
+        )
 
     def _reason(self, code, table, line, feature, got):
         """(reason, expected) for an error code of the decoder."""
         msg = self.message
         if code == K.TRUNCATED:
-            return (f"record cut short by the end of the data ({got} bytes present), bytes",
-                    "a 4-byte little-endian length, then that many bytes")
+            return (
+                f"record cut short by the end of the data ({got} bytes present), bytes",
+                "a 4-byte little-endian length, then that many bytes",
+            )
         if code == K.TOO_LONG:
-            return (f"record length {got} is above max_record_bytes={self.max_record_bytes}; the length bytes are",
-                    f"a length-prefixed {msg} (is this a {'spb' if self.simple else 'pb'} file?)")
+            return (
+                f"record length {got} is above max_record_bytes={self.max_record_bytes}; the length bytes are",
+                f"a length-prefixed {msg} (is this a {'spb' if self.simple else 'pb'} file?)",
+            )
         if code == K.MALFORMED:
             return "bytes that are not protobuf wire format", f"a serialized {msg}"
         if code == K.WRONG_WIRE_TYPE:

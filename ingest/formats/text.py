@@ -4,6 +4,7 @@ The bytes of a work unit are read into a reusable buffer; ``parse_text_chunk`` t
 whole groups in it, the open group at the end is kept for the next read.  Per chunk the
 Python work is O(1): a kernel call, a few array copies and a Block.
 """
+
 import numpy as np
 
 from .._native import text as K
@@ -16,14 +17,34 @@ from .base import UnitFormat, grown, refill, whole_so_far
 
 __all__ = ["TextFormat", "group_start_at_or_after", "count_lines_before"]
 
-_FIELD_NAMES = {K.F_LINE: "line", K.F_SAMPLE_ID: "sample_id", K.F_GROUP_ID: "group_id",
-                K.F_SPARSE: "sparse", K.F_DENSE: "dense", K.F_LABELS: "labels",
-                K.F_TIMESTAMP: "timestamp"}
+_FIELD_NAMES = {
+    K.F_LINE: "line",
+    K.F_SAMPLE_ID: "sample_id",
+    K.F_GROUP_ID: "group_id",
+    K.F_SPARSE: "sparse",
+    K.F_DENSE: "dense",
+    K.F_LABELS: "labels",
+    K.F_TIMESTAMP: "timestamp",
+}
 
-_KIND = {getattr(K, name): name for name in (
-    "TOO_FEW_FIELDS", "TOO_MANY_FIELDS", "MISSING_AT", "BAD_KEY", "KEY_OVERFLOW", "BAD_VALUE",
-    "EMPTY_TOKEN", "BAD_DENSE", "DENSE_WIDTH", "DENSE_REPEATED", "BAD_LABEL", "TOO_FEW_LABELS",
-    "BAD_TIMESTAMP")}
+_KIND = {
+    getattr(K, name): name
+    for name in (
+        "TOO_FEW_FIELDS",
+        "TOO_MANY_FIELDS",
+        "MISSING_AT",
+        "BAD_KEY",
+        "KEY_OVERFLOW",
+        "BAD_VALUE",
+        "EMPTY_TOKEN",
+        "BAD_DENSE",
+        "DENSE_WIDTH",
+        "DENSE_REPEATED",
+        "BAD_LABEL",
+        "TOO_FEW_LABELS",
+        "BAD_TIMESTAMP",
+    )
+}
 
 _ALIGN_WINDOW = 1 << 16
 _NONE = np.empty(0, np.int64)
@@ -81,8 +102,14 @@ class _Scratch:
         self.dn_seen = np.zeros(n_dense, np.bool_)
 
     def grown(self):
-        return _Scratch(2 * (len(self.row_tok) - 1), 2 * len(self.tok_key), 2 * len(self.sid_bytes),
-                        self.dense.shape[1], self.labels.shape[1], len(self.dn_seen))
+        return _Scratch(
+            2 * (len(self.row_tok) - 1),
+            2 * len(self.tok_key),
+            2 * len(self.sid_bytes),
+            self.dense.shape[1],
+            self.labels.shape[1],
+            len(self.dn_seen),
+        )
 
 
 def _gid(line):
@@ -213,8 +240,14 @@ class TextFormat(UnitFormat):
 
     def _new_scratch(self):
         rows = max(256, self.chunk_bytes // 256)
-        return _Scratch(rows, self.chunk_bytes // 4, self.chunk_bytes // 8 + 4096,
-                        self.layout.total, self.schema.label_count, len(self.dense))
+        return _Scratch(
+            rows,
+            self.chunk_bytes // 4,
+            self.chunk_bytes // 8 + 4096,
+            self.layout.total,
+            self.schema.label_count,
+            len(self.dense),
+        )
 
     def read_stream(self, f, unit, stop, clock=None):
         start = unit.stream_start  # unit.open() positioned a whole unit there
@@ -229,9 +262,9 @@ class TextFormat(UnitFormat):
         scratch = self._new_scratch()
         buf = np.empty(self.chunk_bytes, np.uint8)
         filled = 0
-        base = start          # source offset of buf[0]
-        line_base = None      # newlines before `start`, counted on the first error
-        lines_done = 0        # lines of this unit before buf[0]
+        base = start  # source offset of buf[0]
+        line_base = None  # newlines before `start`, counted on the first error
+        lines_done = 0  # lines of this unit before buf[0]
         eof = False
         while True:
             if not eof:
@@ -240,18 +273,42 @@ class TextFormat(UnitFormat):
                 return
             final = whole_so_far(f, eof)
             status, consumed, lines, nrows, ngroups, ntok, nsid, nerr = K.parse_text_chunk(
-                buf, 0, filled, final, self.on_skip is None, self.schema.label_count, self.max_group_size,
-                *self.sp_table, *self.dn_table, self.layout.nvec, self.layout.first_elem, self.layout.elem_col,
-                self.layout.first_col, self.layout.width,
-                scratch.tok_feat, scratch.tok_key, scratch.tok_val, scratch.row_tok, scratch.dense,
-                scratch.labels, scratch.timestamps, scratch.sid_bytes, scratch.sid_off,
-                scratch.group_start, scratch.group_pos, scratch.errors, scratch.dn_seen)
+                buf,
+                0,
+                filled,
+                final,
+                self.on_skip is None,
+                self.schema.label_count,
+                self.max_group_size,
+                *self.sp_table,
+                *self.dn_table,
+                self.layout.nvec,
+                self.layout.first_elem,
+                self.layout.elem_col,
+                self.layout.first_col,
+                self.layout.width,
+                scratch.tok_feat,
+                scratch.tok_key,
+                scratch.tok_val,
+                scratch.row_tok,
+                scratch.dense,
+                scratch.labels,
+                scratch.timestamps,
+                scratch.sid_bytes,
+                scratch.sid_off,
+                scratch.group_start,
+                scratch.group_pos,
+                scratch.errors,
+                scratch.dn_seen,
+            )
             errors = []
             if nerr:
                 if line_base is None:
                     line_base = count_lines_before(unit, start) if start else 0
-                errors = [self._error(f, buf, filled, scratch.errors[k], unit, base, line_base + lines_done)
-                          for k in range(nerr)]
+                errors = [
+                    self._error(f, buf, filled, scratch.errors[k], unit, base, line_base + lines_done)
+                    for k in range(nerr)
+                ]
             if nrows:
                 yield self._block(scratch, nrows, ngroups, ntok, nsid, unit, base, base + consumed)
             if status == K.STOPPED_AT_ERROR:
@@ -264,7 +321,7 @@ class TextFormat(UnitFormat):
                 else:  # one group larger than the buffer
                     buf = grown(buf, filled)
                 continue
-            buf[:filled - consumed] = buf[consumed:filled]
+            buf[: filled - consumed] = buf[consumed:filled]
             filled -= consumed
             base += consumed
             lines_done += lines
@@ -275,23 +332,49 @@ class TextFormat(UnitFormat):
 
     def _block(self, s, nrows, ngroups, ntok, nsid, unit, start, end):
         offsets = np.zeros((len(self.sparse), nrows + 1), np.int64)
-        tok0, tok1 = s.row_tok[:nrows], s.row_tok[1:nrows + 1]
+        tok0, tok1 = s.row_tok[:nrows], s.row_tok[1 : nrows + 1]
         total = count_rows(s.tok_feat, tok0, tok1, nrows, self.feat_map, self.cutoff, 0, offsets)
         keys = np.empty(total, np.int64)
         values = np.empty(total, np.float32)
-        fill_rows(s.tok_feat, s.tok_key, _NONE, s.tok_val, tok0, tok1, nrows, self.feat_map, self.cutoff,
-                  offsets, keys, _NONE, values)
-        dense = tuple(s.dense[:nrows, b:b + w].copy()  # a copy: the scratch is reused
-                      for b, w in zip(self.layout.first_col, self.layout.width))
+        fill_rows(
+            s.tok_feat,
+            s.tok_key,
+            _NONE,
+            s.tok_val,
+            tok0,
+            tok1,
+            nrows,
+            self.feat_map,
+            self.cutoff,
+            offsets,
+            keys,
+            _NONE,
+            values,
+        )
+        dense = tuple(
+            s.dense[:nrows, b : b + w].copy()  # a copy: the scratch is reused
+            for b, w in zip(self.layout.first_col, self.layout.width)
+        )
         group_offsets = np.empty(ngroups + 1, np.int64)
         group_offsets[:ngroups] = s.group_start[:ngroups]
         group_offsets[ngroups] = nrows
         refer0, aux = empty_aux_tables(self.schema, group_offsets, total)
         main = Table(nrows, offsets, dense, refer0)
-        return Block(tables=(main, *aux), group_offsets=group_offsets, sp_keys=keys, sp_hkeys=None,
-                     sp_values=values, labels=s.labels[:nrows].copy(), timestamps=s.timestamps[:nrows].copy(),
-                     sid_bytes=s.sid_bytes[:nsid].copy(), sid_offsets=s.sid_off[:nrows + 1].copy(),
-                     source=unit.url, start=start, end=end, group_pos=s.group_pos[:ngroups] + start)
+        return Block(
+            tables=(main, *aux),
+            group_offsets=group_offsets,
+            sp_keys=keys,
+            sp_hkeys=None,
+            sp_values=values,
+            labels=s.labels[:nrows].copy(),
+            timestamps=s.timestamps[:nrows].copy(),
+            sid_bytes=s.sid_bytes[:nsid].copy(),
+            sid_offsets=s.sid_off[: nrows + 1].copy(),
+            source=unit.url,
+            start=start,
+            end=end,
+            group_pos=s.group_pos[:ngroups] + start,
+        )
 
     def _error(self, f, buf, filled, row, unit, base, line_base):
         code, line, line_start, bad_s, bad_e, field, feat = (int(v) for v in row)
@@ -304,7 +387,16 @@ class TextFormat(UnitFormat):
         context = buf[line_start:filled].tobytes().split(b"\n", 1)[0].rstrip(b"\r")
         context = context.decode("utf-8", errors="replace")
         offset = base + bad_s
-        return TextParseError(reason, source=f.describe(offset), offset=offset, expected=expected, text=text,
-                              line=line_base + line + 1, column=bad_s - line_start + 1,
-                              field=_FIELD_NAMES[field], feature=spec.name if spec else None,
-                              context=context, kind=_KIND[code])
+        return TextParseError(
+            reason,
+            source=f.describe(offset),
+            offset=offset,
+            expected=expected,
+            text=text,
+            line=line_base + line + 1,
+            column=bad_s - line_start + 1,
+            field=_FIELD_NAMES[field],
+            feature=spec.name if spec else None,
+            context=context,
+            kind=_KIND[code],
+        )

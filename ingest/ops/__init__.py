@@ -3,6 +3,7 @@
 See ``docs/ops.md``.  ``OpStage(schema, ops)`` is the Block -> Block callable the parse
 workers run, before the DSL stage.
 """
+
 from .builtin import DebugOP, DenseToSparseOP, FilterOP
 from ..errors import OpError
 from .stage import BlockOp, OpStage, PythonOp, as_op

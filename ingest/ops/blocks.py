@@ -4,6 +4,7 @@ Every function returns a new Block built with ``dataclasses.replace``, so the fi
 pipeline adds (positions, unit, Kafka messages) travel along; per call the Python work is
 O(tables), the copies are numba kernels or numpy.
 """
+
 import dataclasses
 
 import numpy as np
@@ -47,7 +48,7 @@ def take_rows(blk, keep_row):
     group_offsets = np.empty(ngroups + 1, np.int64)
     groups = np.empty(ngroups, np.int64)
     ng = kept_groups(blk.group_offsets, keep_row, group_offsets, groups)
-    group_offsets, groups = group_offsets[:ng + 1], groups[:ng]
+    group_offsets, groups = group_offsets[: ng + 1], groups[:ng]
     rows = np.flatnonzero(keep_row).astype(np.int64)
     picks = [rows] + [np.arange(tab.nrows, dtype=np.int64) for tab in blk.tables[1:]]
     layouts, end = [], 0
@@ -74,9 +75,19 @@ def take_rows(blk, keep_row):
     extra = {}
     if getattr(blk, "group_pos", None) is not None:
         extra["group_pos"] = blk.group_pos[groups]
-    return dataclasses.replace(blk, tables=tuple(tables), group_offsets=group_offsets, sp_keys=keys, sp_hkeys=hkeys,
-                               sp_values=values, labels=blk.labels[rows], timestamps=blk.timestamps[rows],
-                               sid_bytes=sid_bytes, sid_offsets=sid_offsets[0], **extra)
+    return dataclasses.replace(
+        blk,
+        tables=tuple(tables),
+        group_offsets=group_offsets,
+        sp_keys=keys,
+        sp_hkeys=hkeys,
+        sp_values=values,
+        labels=blk.labels[rows],
+        timestamps=blk.timestamps[rows],
+        sid_bytes=sid_bytes,
+        sid_offsets=sid_offsets[0],
+        **extra,
+    )
 
 
 def replace_sparse(blk, table, feature, offsets, keys, values):
@@ -93,8 +104,13 @@ def replace_sparse(blk, table, feature, offsets, keys, values):
     tables = list(blk.tables)
     tables[table] = dataclasses.replace(tab, sp_offsets=sp_offsets)
     hkeys = None if blk.sp_hkeys is None else np.concatenate([blk.sp_hkeys, np.zeros(len(keys), np.int64)])
-    return dataclasses.replace(blk, tables=tuple(tables), sp_keys=np.concatenate([blk.sp_keys, keys]),
-                               sp_values=np.concatenate([blk.sp_values, values]), sp_hkeys=hkeys)
+    return dataclasses.replace(
+        blk,
+        tables=tuple(tables),
+        sp_keys=np.concatenate([blk.sp_keys, keys]),
+        sp_values=np.concatenate([blk.sp_values, values]),
+        sp_hkeys=hkeys,
+    )
 
 
 def concat_blocks(blocks):
@@ -104,8 +120,9 @@ def concat_blocks(blocks):
     first = blocks[0]
     ntables = len(first.tables)
     row_base = [np.cumsum([0] + [b.tables[t].nrows for b in blocks]) for t in range(ntables)]
-    lengths = [np.concatenate([np.diff(b.tables[t].sp_offsets, axis=1) for b in blocks], axis=1)
-               for t in range(ntables)]
+    lengths = [
+        np.concatenate([np.diff(b.tables[t].sp_offsets, axis=1) for b in blocks], axis=1) for t in range(ntables)
+    ]
     end = 0
     layouts = []
     for t in range(ntables):  # feature after feature over all blocks' rows, as one parsed table would be
@@ -120,7 +137,7 @@ def concat_blocks(blocks):
         for i, b in enumerate(blocks):
             tab = b.tables[t]
             rows = np.arange(tab.nrows, dtype=np.int64)
-            dst = layouts[t][:, row_base[t][i]:row_base[t][i] + tab.nrows + 1]
+            dst = layouts[t][:, row_base[t][i] : row_base[t][i] + tab.nrows + 1]
             gather_csr(tab.sp_offsets, rows, b.sp_keys, dst, keys)
             gather_csr(tab.sp_offsets, rows, b.sp_values, dst, values)
             if b.sp_hkeys is not None:
@@ -139,8 +156,16 @@ def concat_blocks(blocks):
     if getattr(first, "group_pos", None) is not None:
         extra["group_pos"] = np.concatenate([b.group_pos for b in blocks])
     return dataclasses.replace(
-        first, tables=tuple(tables), group_offsets=group_offsets.astype(np.int64),
-        sp_keys=keys, sp_hkeys=hkeys, sp_values=values, labels=np.concatenate([b.labels for b in blocks]),
+        first,
+        tables=tuple(tables),
+        group_offsets=group_offsets.astype(np.int64),
+        sp_keys=keys,
+        sp_hkeys=hkeys,
+        sp_values=values,
+        labels=np.concatenate([b.labels for b in blocks]),
         timestamps=np.concatenate([b.timestamps for b in blocks]),
-        sid_bytes=np.concatenate([b.sid_bytes for b in blocks]), sid_offsets=sid_offsets.astype(np.int64),
-        end=blocks[-1].end, **extra)
+        sid_bytes=np.concatenate([b.sid_bytes for b in blocks]),
+        sid_offsets=sid_offsets.astype(np.int64),
+        end=blocks[-1].end,
+        **extra,
+    )

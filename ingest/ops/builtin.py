@@ -3,6 +3,7 @@
 They work column by column (numba kernels, no Python object per sample or id), except
 ``DebugOP``, which formats the groups it prints.
 """
+
 import math
 import sys
 import threading
@@ -102,8 +103,9 @@ class DenseToSparseOP(BlockOp):
         except (TypeError, ValueError):
             raise ConfigError(f"DenseToSparseOP(boundaries={boundaries!r}): expected a list of numbers") from None
         if not bounds or any(not math.isfinite(b) for b in bounds) or bounds != sorted(bounds):
-            raise ConfigError(f"DenseToSparseOP(boundaries={boundaries!r}): expected finite numbers in ascending "
-                              f"order, at least one")
+            raise ConfigError(
+                f"DenseToSparseOP(boundaries={boundaries!r}): expected finite numbers in ascending order, at least one"
+            )
         self.dense = dense
         self.sparse = sparse
         self.boundaries = np.array(bounds, np.float64)
@@ -116,15 +118,21 @@ class DenseToSparseOP(BlockOp):
         dn = schema.by_name.get(self.dense)
         if dn is None or dn.type is not FeatureType.dense:
             known = ", ".join(s.name for s in schema.dense) or "none"
-            raise ConfigError(f"{self!r}: dense={self.dense!r} is not a parsed dense feature of the reader (declared "
-                              f"dense features without dsl: {known})")
+            raise ConfigError(
+                f"{self!r}: dense={self.dense!r} is not a parsed dense feature of the reader (declared "
+                f"dense features without dsl: {known})"
+            )
         sp = schema.by_name.get(self.sparse)
         if sp is None or sp.type is not FeatureType.sparse:
-            raise ConfigError(f"{self!r}: sparse={self.sparse!r} is not declared as a sparse feature; declare it with "
-                              f"reader.feature({self.sparse!r}, 'sparse', table={dn.table})")
+            raise ConfigError(
+                f"{self!r}: sparse={self.sparse!r} is not declared as a sparse feature; declare it with "
+                f"reader.feature({self.sparse!r}, 'sparse', table={dn.table})"
+            )
         if sp.table != dn.table:
-            raise ConfigError(f"{self!r}: sparse feature {self.sparse!r} is in table {sp.table}, dense feature "
-                              f"{self.dense!r} in table {dn.table}; declare both in the same table")
+            raise ConfigError(
+                f"{self!r}: sparse feature {self.sparse!r} is in table {sp.table}, dense feature "
+                f"{self.dense!r} in table {dn.table}; declare both in the same table"
+            )
         table = dn.table
         d = schema.dense_in(table).index(dn)
         f = schema.sparse_in(table).index(sp)
@@ -215,7 +223,7 @@ def describe_group(blk, g, number, sparse, dense):
         tab = blk.tables[t]
         for r in range(lo, hi):
             if t == 0:
-                sid = blk.sid_bytes[blk.sid_offsets[r]:blk.sid_offsets[r + 1]].tobytes().decode("utf-8", "replace")
+                sid = blk.sid_bytes[blk.sid_offsets[r] : blk.sid_offsets[r + 1]].tobytes().decode("utf-8", "replace")
                 labels = ",".join(f"{v:g}" for v in blk.labels[r].tolist())
                 head = f"  sample {r - r0}: id={sid!r} labels={labels} ts={int(blk.timestamps[r])}"
             else:

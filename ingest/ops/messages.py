@@ -6,6 +6,7 @@ the Python ops on it, serializes what they keep, and ``GroupCodec.decode`` reads
 records with the ``pb`` front end into a Block of the same schema.  Python work is per
 group (one parse, the ops, one serialize); everything per value is in the kernels.
 """
+
 import dataclasses
 import io
 
@@ -46,8 +47,7 @@ class GroupCodec:
             # the conversion encoder's Feature headers and dense layout, one table at a time
             enc = RecordEncoder(Schema(schema.sparse_in(t) + schema.dense_in(t), schema.label_count), set(), False)
             self.tables.append((*enc.sp_hdr, *enc.dn_hdr, enc.layout.first_col, enc.layout.width))
-        self.format = ProtobufFormat(Schema([_as_parsed(s) for s in schema.specs], schema.label_count,
-                                            schema.tables))
+        self.format = ProtobufFormat(Schema([_as_parsed(s) for s in schema.specs], schema.label_count, schema.tables))
 
     def encode(self, blk):
         """``(records, starts)``: uint8 bytes of every group's record, and int64 ``[G + 1]`` record starts.
@@ -73,25 +73,64 @@ class GroupCodec:
             sp_hdr, sp_off, dn_hdr, dn_off, dn_base, dn_width = self.tables[t]
             dense = np.hstack(tab.dense) if tab.dense else np.zeros((tab.nrows, 0), np.float32)
             size = np.empty(tab.nrows, np.int64)
-            K.line_sizes(*ranges[t], tab.sp_offsets, blk.sp_keys, hkeys, blk.sp_values, sp_off, dense, dn_base,
-                         dn_width, dn_off, refers[t], size, table_body[t])
+            K.line_sizes(
+                *ranges[t],
+                tab.sp_offsets,
+                blk.sp_keys,
+                hkeys,
+                blk.sp_values,
+                sp_off,
+                dense,
+                dn_base,
+                dn_width,
+                dn_off,
+                refers[t],
+                size,
+                table_body[t],
+            )
             sizes.append(size)
             denses.append(dense)
         starts = np.empty(ngroups + 1, np.int64)
         table_pos = np.empty((ntables, ngroups), np.int64)
         ext_pos = np.empty(ngroups, np.int64)
-        total = K.record_layout(blk.group_offsets, blk.sid_offsets, blk.labels.shape[1], blk.timestamps, table_body,
-                                starts, table_pos, ext_pos)
+        total = K.record_layout(
+            blk.group_offsets,
+            blk.sid_offsets,
+            blk.labels.shape[1],
+            blk.timestamps,
+            table_body,
+            starts,
+            table_pos,
+            ext_pos,
+        )
         out = np.empty(total, np.uint8)
         one = np.zeros(1, np.float32)
         bits = (one, one.view(np.uint32))
         for t, tab in enumerate(blk.tables):
             sp_hdr, sp_off, dn_hdr, dn_off, dn_base, dn_width = self.tables[t]
-            K.write_table(*ranges[t], table_pos[t], table_body[t], sizes[t], tab.sp_offsets, blk.sp_keys, hkeys,
-                          blk.sp_values, sp_hdr, sp_off, denses[t], dn_base, dn_width, dn_hdr, dn_off, refers[t],
-                          bits, out)
-        K.write_frames(blk.group_offsets, blk.sid_bytes, blk.sid_offsets, blk.labels, blk.timestamps, starts,
-                       ext_pos, bits, out)
+            K.write_table(
+                *ranges[t],
+                table_pos[t],
+                table_body[t],
+                sizes[t],
+                tab.sp_offsets,
+                blk.sp_keys,
+                hkeys,
+                blk.sp_values,
+                sp_hdr,
+                sp_off,
+                denses[t],
+                dn_base,
+                dn_width,
+                dn_hdr,
+                dn_off,
+                refers[t],
+                bits,
+                out,
+            )
+        K.write_frames(
+            blk.group_offsets, blk.sid_bytes, blk.sid_offsets, blk.labels, blk.timestamps, starts, ext_pos, bits, out
+        )
         return out, starts
 
     def decode(self, records, source):

@@ -7,6 +7,7 @@ True to keep the group or False to drop it; consecutive Python ops share one tri
 messages (``GroupCodec``), which is the slow path: per group a parse, the calls and a
 serialize.
 """
+
 import dataclasses
 
 import numpy as np
@@ -62,24 +63,35 @@ def as_op(op):
     if isinstance(op, (BlockOp, PythonOp)):
         return op
     if isinstance(op, type):
-        raise ConfigError(f"add_op(op={op.__qualname__}): got a class, expected an instance of it "
-                          f"(e.g. add_op({op.__qualname__}(...)))")
+        raise ConfigError(
+            f"add_op(op={op.__qualname__}): got a class, expected an instance of it "
+            f"(e.g. add_op({op.__qualname__}(...)))"
+        )
     if callable(getattr(op, "run", None)) or callable(op):
         return PythonOp(op)
-    raise ConfigError(f"add_op(op={op!r}): expected a callable taking a SampleGroup and returning a bool, an object "
-                      f"with run(group) -> bool, or a built-in op (ingest.ops.FilterOP, DenseToSparseOP, DebugOP)")
+    raise ConfigError(
+        f"add_op(op={op!r}): expected a callable taking a SampleGroup and returning a bool, an object "
+        f"with run(group) -> bool, or a built-in op (ingest.ops.FilterOP, DenseToSparseOP, DebugOP)"
+    )
 
 
 def _first_sample_id(blk, g):
     r = int(blk.group_offsets[g])
-    return blk.sid_bytes[blk.sid_offsets[r]:blk.sid_offsets[r + 1]].tobytes().decode("utf-8", "replace")
+    return blk.sid_bytes[blk.sid_offsets[r] : blk.sid_offsets[r + 1]].tobytes().decode("utf-8", "replace")
 
 
 def _op_error(blk, g, op, reason):
     group_pos = getattr(blk, "group_pos", None)
     offset = int(group_pos[g]) if group_pos is not None else blk.start
-    return OpError(reason, op=op, source=blk.source, offset=offset, block_offset=blk.start, group=g,
-                   sample_id=_first_sample_id(blk, g))
+    return OpError(
+        reason,
+        op=op,
+        source=blk.source,
+        offset=offset,
+        block_offset=blk.start,
+        group=g,
+        sample_id=_first_sample_id(blk, g),
+    )
 
 
 class _PythonOps:
@@ -97,7 +109,7 @@ class _PythonOps:
         kept, parts = [], []
         for g in range(ngroups):
             group = sample_pb2.SampleGroup()
-            group.ParseFromString(view[starts[g] + 4:starts[g + 1]])
+            group.ParseFromString(view[starts[g] + 4 : starts[g + 1]])
             if self._keeps(group, blk, g) and len(group.labels):  # a group whose samples were all removed goes
                 body = group.SerializeToString()
                 parts += (len(body).to_bytes(4, "little"), body)
@@ -109,8 +121,12 @@ class _PythonOps:
         except ProtobufDecodeError as exc:
             g = kept[exc.record] if exc.record is not None and exc.record < len(kept) else kept[0]
             names = ", ".join(op.name for op in self.ops)
-            raise _op_error(blk, g, names, f"the group the ops left does not read back ({exc.reason} "
-                                           f"{exc.text!r}, expected {exc.expected})") from exc
+            raise _op_error(
+                blk,
+                g,
+                names,
+                f"the group the ops left does not read back ({exc.reason} {exc.text!r}, expected {exc.expected})",
+            ) from exc
         extra = {}
         if getattr(blk, "group_pos", None) is not None:
             extra["group_pos"] = blk.group_pos[np.array(kept, np.int64)]
@@ -127,8 +143,9 @@ class _PythonOps:
             elif isinstance(verdict, np.bool_):
                 keep = bool(verdict)
             else:
-                raise _op_error(blk, g, op.name, f"returned {verdict!r}; an op returns True (keep the group) "
-                                                 f"or False (drop it)")
+                raise _op_error(
+                    blk, g, op.name, f"returned {verdict!r}; an op returns True (keep the group) or False (drop it)"
+                )
             if not keep:
                 return False
         return True
@@ -136,10 +153,19 @@ class _PythonOps:
 
 def _with_content(blk, out, extra):
     """``blk`` (its source, positions and pipeline fields) with the columns of the decoded ``out``."""
-    return dataclasses.replace(blk, tables=out.tables, group_offsets=out.group_offsets, sp_keys=out.sp_keys,
-                               sp_hkeys=out.sp_hkeys, sp_values=out.sp_values, labels=out.labels,
-                               timestamps=out.timestamps, sid_bytes=out.sid_bytes, sid_offsets=out.sid_offsets,
-                               **extra)
+    return dataclasses.replace(
+        blk,
+        tables=out.tables,
+        group_offsets=out.group_offsets,
+        sp_keys=out.sp_keys,
+        sp_hkeys=out.sp_hkeys,
+        sp_values=out.sp_values,
+        labels=out.labels,
+        timestamps=out.timestamps,
+        sid_bytes=out.sid_bytes,
+        sid_offsets=out.sid_offsets,
+        **extra,
+    )
 
 
 class OpStage:

@@ -1,4 +1,5 @@
 """Cutting the block stream into batches (docs/formats.md, the batch)."""
+
 import threading
 import time
 
@@ -36,8 +37,18 @@ class BatchBuilder:
     every row of table k to its row of table k + 1 in the batch.
     """
 
-    def __init__(self, schema, batch_size, pad, unique=False, stats=None, pool=None, track=False,
-                 keep_pieces=False, kernels_ready=None):
+    def __init__(
+        self,
+        schema,
+        batch_size,
+        pad,
+        unique=False,
+        stats=None,
+        pool=None,
+        track=False,
+        keep_pieces=False,
+        kernels_ready=None,
+    ):
         self.kernels_ready = kernels_ready  # called once before the first build (warmup.CompileAhead.wait)
         self.keep_pieces = keep_pieces  # the batch keeps its pieces (keep_sample, pause: its groups are released)
         self.track = track  # record the position each batch delivers up to (reader state)
@@ -64,9 +75,12 @@ class BatchBuilder:
         sparse_index = {s.name: f for f, s in enumerate(sparse)}
         dense_index = {s.name: d for d, s in enumerate(dense)}
         # per feature in schema order: (name, is sparse, index, table, row of its table's offsets, pair)
-        self.layout = [(s.name, True, sparse_index[s.name], s.table, int(self.sparse_row[sparse_index[s.name]]),
-                        not s.serialized) if s.name in sparse_index
-                       else (s.name, False, dense_index[s.name], s.table, None, None) for s in schema.specs]
+        self.layout = [
+            (s.name, True, sparse_index[s.name], s.table, int(self.sparse_row[sparse_index[s.name]]), not s.serialized)
+            if s.name in sparse_index
+            else (s.name, False, dense_index[s.name], s.table, None, None)
+            for s in schema.specs
+        ]
         self.dense_widths = [(s.table, s.width) for s in dense]
         self.label_count = schema.label_count
 
@@ -93,8 +107,9 @@ class BatchBuilder:
         for blk, r0, r1 in pieces:
             args = _block_args(blk)
             sp_offsets, refers = args[0], args[3]
-            ranges, m = measure_piece(blk.group_offsets, refers, sp_offsets, blk.sid_offsets, r0, r1, counts, rows,
-                                      sid_total)
+            ranges, m = measure_piece(
+                blk.group_offsets, refers, sp_offsets, blk.sid_offsets, r0, r1, counts, rows, sid_total
+            )
             plans.append((args, ranges, m))
         n = int(rows[0])
         rows0 = self.batch_size if self.pad else n
@@ -109,8 +124,12 @@ class BatchBuilder:
         parts += [((f1 - f0, r[t] + 1), _INT64) for t, (f0, f1) in self.table_bounds]
         parts += [((r[t], width), _FLOAT32) for t, width in self.dense_widths]
         parts += [((r[k],), _INT32) for k in range(nt - 1)]
-        parts += [((rows0, self.label_count), _FLOAT32), ((rows0,), _INT64), ((int(sid_total[0]),), _UINT8),
-                  ((n + 1,), _INT64)]
+        parts += [
+            ((rows0, self.label_count), _FLOAT32),
+            ((rows0,), _INT64),
+            ((int(sid_total[0]),), _UINT8),
+            ((n + 1,), _INT64),
+        ]
         unique = self.unique and len(self.pair) > 0
         if unique:  # the unique-id thread's outputs share the batch's buffer: one lease a batch in all
             parts += unique_parts(nkeys, npairs, len(self.pair))
@@ -118,39 +137,79 @@ class BatchBuilder:
         if unique:
             unique_out, arrays = arrays[-3:], arrays[:-3]
         keys, pairs, values = arrays[:3]
-        offsets = tuple(arrays[3:3 + nt])
-        dense = tuple(arrays[3 + nt:3 + nt + len(self.dense_widths)])
-        indicators = arrays[3 + nt + len(dense):-4]
+        offsets = tuple(arrays[3 : 3 + nt])
+        dense = tuple(arrays[3 + nt : 3 + nt + len(self.dense_widths)])
+        indicators = arrays[3 + nt + len(dense) : -4]
         labels, timestamps, sid_bytes, sid_offsets = arrays[-4:]
         dense_out = dense or (_NO_DENSE,)
         indicators_out = tuple(indicators) or (_NO_INDICATORS,)
         at = np.zeros(2 * nt + 1, np.int64)
         for (blk, r0, r1), (args, ranges, m) in zip(pieces, plans):
-            copy_piece(*args, blk.labels, blk.timestamps, blk.sid_bytes, blk.sid_offsets, r0, r1, ranges, m,
-                       self.pair, key_base, value_base, self.dense_table, at, offsets, keys, pairs, values, dense_out,
-                       indicators_out, labels, timestamps, sid_bytes, sid_offsets)
+            copy_piece(
+                *args,
+                blk.labels,
+                blk.timestamps,
+                blk.sid_bytes,
+                blk.sid_offsets,
+                r0,
+                r1,
+                ranges,
+                m,
+                self.pair,
+                key_base,
+                value_base,
+                self.dense_table,
+                at,
+                offsets,
+                keys,
+                pairs,
+                values,
+                dense_out,
+                indicators_out,
+                labels,
+                timestamps,
+                sid_bytes,
+                sid_offsets,
+            )
         pad_batch(at, rows, offsets, dense_out, self.dense_table, indicators_out, labels, timestamps)
         kb, vb, c = key_base.tolist(), value_base.tolist(), counts.tolist()
         features = {}
         feats = [None] * len(c)  # the SparseFeatures in kernel order
         for name, is_sparse, i, t, row, is_pair in self.layout:
             if is_sparse:
-                ids = pairs[kb[i]:kb[i] + c[i]] if is_pair else keys[kb[i]:kb[i] + c[i]]
-                features[name] = feats[i] = SparseFeature(name, ids, values[vb[i]:vb[i] + c[i]], offsets[t][row])
+                ids = pairs[kb[i] : kb[i] + c[i]] if is_pair else keys[kb[i] : kb[i] + c[i]]
+                features[name] = feats[i] = SparseFeature(name, ids, values[vb[i] : vb[i] + c[i]], offsets[t][row])
             else:
                 features[name] = dense[i]
-        batch = Batch(n, labels, timestamps, sid_bytes, sid_offsets, features, indicators,
-                      tables=self.table_of, table_rows=r)
+        batch = Batch(
+            n, labels, timestamps, sid_bytes, sid_offsets, features, indicators, tables=self.table_of, table_rows=r
+        )
         batch.sparse_spans = [  # per table: its features' ids (or None), values and offsets, each one array
-            (keys[kb[f0]:kb[f1 - 1] + c[f1 - 1]] if keys_only else None, values[vb[f0]:vb[f1 - 1] + c[f1 - 1]],
-             offsets[t]) if f1 > f0 else None
-            for (t, (f0, f1)), keys_only in zip(self.table_bounds, self.keys_only)]
+            (
+                keys[kb[f0] : kb[f1 - 1] + c[f1 - 1]] if keys_only else None,
+                values[vb[f0] : vb[f1 - 1] + c[f1 - 1]],
+                offsets[t],
+            )
+            if f1 > f0
+            else None
+            for (t, (f0, f1)), keys_only in zip(self.table_bounds, self.keys_only)
+        ]
         batch.marks = Marks({blk.unit: blk.position(r1) for blk, _, r1 in pieces} if self.track else {})
         if self.keep_pieces:
             batch.pieces = list(pieces)
         if unique:
-            batch.unique_work = (feats, keys, pairs, self.pair, key_base, counts, offsets, self.sparse_table,
-                                 self.sparse_row, *unique_out)
+            batch.unique_work = (
+                feats,
+                keys,
+                pairs,
+                self.pair,
+                key_base,
+                counts,
+                offsets,
+                self.sparse_table,
+                self.sparse_row,
+                *unique_out,
+            )
         if self.stats is not None:
             self.stats.stage("batch", t0, time.perf_counter(), size=n)
         return batch
@@ -191,9 +250,12 @@ def _block_args(blk):
             tuple(_NO_FLAGS if tab.from_dsl is None else tab.from_dsl for tab in tabs),
             tuple(d for tab in tabs for d in tab.dense) or (_NO_DENSE,),
             tuple(tab.refer for tab in tabs[:-1]) or (_NO_INT64,),
-            blk.sp_keys, _NO_INT64 if blk.sp_hkeys is None else blk.sp_hkeys, blk.sp_values,
+            blk.sp_keys,
+            _NO_INT64 if blk.sp_hkeys is None else blk.sp_hkeys,
+            blk.sp_values,
             _NO_INT64 if blk.dsl_keys is None else blk.dsl_keys,
-            _NO_FLOAT32 if blk.dsl_values is None else blk.dsl_values)
+            _NO_FLOAT32 if blk.dsl_values is None else blk.dsl_values,
+        )
     return blk.batch_args
 
 
@@ -219,8 +281,7 @@ class UniqueScratch:
         return self.slots, self.places, self.work_counts
 
 
-def add_unique_ids(feats, keys, pairs, pair, key_base, counts, offsets, table_of, row_of, big, small, layout,
-                   scratch):
+def add_unique_ids(feats, keys, pairs, pair, key_base, counts, offsets, table_of, row_of, big, small, layout, scratch):
     """Fill ``unique_ids``, ``inverse``, ``unique_rows`` and ``unique_row_offsets`` of the SparseFeatures
     ``feats`` of a batch, whose ids are ``counts[f]`` from ``key_base[f]`` in ``keys`` (``pairs`` when
     ``pair[f]``) and whose row offsets are ``offsets[table_of[f]][row_of[f]]``, into ``big``, ``small``
@@ -232,22 +293,24 @@ def add_unique_ids(feats, keys, pairs, pair, key_base, counts, offsets, table_of
     """
     nf = len(feats)
     total = len(small) // 2
-    unique_ids_of_batch(keys, pairs, pair, key_base, counts, offsets, table_of, row_of, *scratch.room(total), small,
-                        big, layout)
+    unique_ids_of_batch(
+        keys, pairs, pair, key_base, counts, offsets, table_of, row_of, *scratch.room(total), small, big, layout
+    )
     where = layout.tolist()
-    at, words, nunique = where[:nf + 1], where[nf + 1:2 * nf + 2], where[2 * nf + 2:]
+    at, words, nunique = where[: nf + 1], where[nf + 1 : 2 * nf + 2], where[2 * nf + 2 :]
     nwords = words[nf]
     for f, feat in enumerate(feats):
         a, n, w, u = at[f], at[f + 1] - at[f], words[f], nunique[f]
-        feat.inverse = small[a:a + n]
-        feat.unique_rows = small[total + a:total + a + n]
-        feat.unique_ids = big[w:w + 2 * u].reshape(u, 2) if pair[f] else big[w:w + u]
+        feat.inverse = small[a : a + n]
+        feat.unique_rows = small[total + a : total + a + n]
+        feat.unique_ids = big[w : w + 2 * u].reshape(u, 2) if pair[f] else big[w : w + u]
         o = nwords + a + f
-        feat.unique_row_offsets = big[o:o + u + 1]
+        feat.unique_row_offsets = big[o : o + u + 1]
 
 
-def cut_batches(blocks, builder, *, split_group=True, drop_last=False, on_skip=None, rounds=None, build=None,
-                rest=None):
+def cut_batches(
+    blocks, builder, *, split_group=True, drop_last=False, on_skip=None, rounds=None, build=None, rest=None
+):
     """Yield Batches from an iterable of Blocks, each made by ``build(pieces)`` (default ``builder.build``).
 
     A block's rows are taken from ``blk.skip`` on; a piece ``(blk, r0, r1)`` in the stream stands for those
@@ -312,12 +375,15 @@ def cut_batches(blocks, builder, *, split_group=True, drop_last=False, on_skip=N
                         pieces, filled = [], 0
                         continue
                     g_end = int(ends[np.searchsorted(ends, r, side="right")])
-                    first_id = blk.sid_bytes[blk.sid_offsets[r]:blk.sid_offsets[r + 1]].tobytes()
+                    first_id = blk.sid_bytes[blk.sid_offsets[r] : blk.sid_offsets[r + 1]].tobytes()
                     err = GroupTooLargeError(
                         f"sample group of {g_end - r} samples is larger than batch_size={size}; "
                         f"its first sample id, in the chunk that starts at the byte offset given, is",
-                        source=blk.source, offset=blk.start, text=first_id.decode("utf-8", "replace"),
-                        expected="groups of at most batch_size samples with split_group(False)")
+                        source=blk.source,
+                        offset=blk.start,
+                        text=first_id.decode("utf-8", "replace"),
+                        expected="groups of at most batch_size samples with split_group(False)",
+                    )
                     if on_skip is None:
                         raise err
                     on_skip(err)

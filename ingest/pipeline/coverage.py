@@ -4,10 +4,16 @@ A sparse feature is seen in a block when one of its rows has a value, a dense on
 zero (an absent dense feature is a zero row).  Once every feature has been seen in an epoch, a block costs one
 check; until then, one look at each unseen feature's offsets or values.
 """
+
+import difflib
 import threading
+import warnings
 from collections import Counter
 
 import numpy as np
+
+from ..discover import names_in
+from ..errors import IngestError, UnseenFeatureWarning
 
 __all__ = ["Coverage"]
 
@@ -72,3 +78,24 @@ class Coverage:
         with self._lock:
             out, self._ended = self._ended, []
         return out
+
+    def warn_unseen(self, reader, units, file_type, declared):
+        """An ``UnseenFeatureWarning`` for each declared feature an epoch that ended never held, with the closest
+        name of an undeclared feature in the input (from the first 4 MiB of the first work unit, ``units[0]``)."""
+        ended = self.ended()
+        if not ended:
+            return
+        try:
+            present = names_in(units[0], file_type)
+        except IngestError:
+            present = []
+        for epoch, names, samples in ended:
+            for name in names:
+                close = difflib.get_close_matches(name, [p for p in present if p not in declared], n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                warnings.warn(
+                    f"reader {reader!r}: feature {name!r} was declared but never seen in {samples:,} "
+                    f"samples (epoch {epoch}){hint}",
+                    UnseenFeatureWarning,
+                    stacklevel=4,
+                )

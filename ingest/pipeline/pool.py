@@ -8,6 +8,7 @@ and a consumer that keeps a batch, or one array of it, keeps that memory intact:
 never overwrite data still in use.  In steady state, batch building allocates no new
 buffers (``allocated`` stops growing).
 """
+
 import math
 import sys
 import threading
@@ -35,7 +36,7 @@ class BufferPool:
         self._classes = {}
         self._lock = threading.Lock()
         self._free_refs = _refs_when_free()
-        self.allocated = 0          # buffers created so far
+        self.allocated = 0  # buffers created so far
         self.allocated_bytes = 0
 
     def lease(self, shape, dtype):

@@ -7,6 +7,7 @@ delivered in any order (several parse threads), so done units are kept per epoch
 first epoch with anything undelivered on.  Every batch carries the marks of what it
 delivers (``Marks``); the reader applies them when it hands the batch out.
 """
+
 import threading
 from dataclasses import dataclass, field
 
@@ -34,10 +35,10 @@ class Progress:
     """Delivered work of one reader: epoch floor, done units, partial positions, counts."""
 
     def __init__(self, units, epoch=0, done=None, partial=None, batches=0, samples=0, window=None):
-        self.units = units            # unit indices of this shard
-        self.window = window          # the shuffle window under way: (epoch, window, rows delivered)
-        self.epoch = epoch            # first epoch with an undelivered unit
-        self.done = done or {}        # epoch -> set of unit indices
+        self.units = units  # unit indices of this shard
+        self.window = window  # the shuffle window under way: (epoch, window, rows delivered)
+        self.epoch = epoch  # first epoch with an undelivered unit
+        self.done = done or {}  # epoch -> set of unit indices
         self.partial = partial or {}  # (epoch, unit index) -> (position, rows)
         self.batches = batches
         self.samples = samples
@@ -62,8 +63,15 @@ class Progress:
     def snapshot(self):
         """A copy, consistent even while the consumer's thread applies marks."""
         with self._lock:
-            return Progress(self.units, self.epoch, {e: set(s) for e, s in self.done.items()}, dict(self.partial),
-                            self.batches, self.samples, self.window)
+            return Progress(
+                self.units,
+                self.epoch,
+                {e: set(s) for e, s in self.done.items()},
+                dict(self.partial),
+                self.batches,
+                self.samples,
+                self.window,
+            )
 
     def delivered(self, epoch, index):
         """Whether every sample of the unit in that epoch was delivered."""
@@ -79,10 +87,13 @@ class Progress:
         return self.partial.get((epoch, index))
 
     def to_json(self):
-        out = {"epoch": self.epoch,
-               "done": {str(e): _ranges(sorted(s)) for e, s in sorted(self.done.items())},
-               "partial": [[e, u, _plain(pos), rows] for (e, u), (pos, rows) in sorted(self.partial.items())],
-               "batches": self.batches, "samples": self.samples}
+        out = {
+            "epoch": self.epoch,
+            "done": {str(e): _ranges(sorted(s)) for e, s in sorted(self.done.items())},
+            "partial": [[e, u, _plain(pos), rows] for (e, u), (pos, rows) in sorted(self.partial.items())],
+            "batches": self.batches,
+            "samples": self.samples,
+        }
         if self.window is not None:
             out["window"] = list(self.window)
         return out
@@ -90,8 +101,7 @@ class Progress:
     @classmethod
     def from_json(cls, units, obj):
         done = {int(e): {u for a, b in r for u in range(a, b)} for e, r in obj["done"].items()}
-        partial = {(e, u): (tuple(pos) if isinstance(pos, list) else pos, rows)
-                   for e, u, pos, rows in obj["partial"]}
+        partial = {(e, u): (tuple(pos) if isinstance(pos, list) else pos, rows) for e, u, pos, rows in obj["partial"]}
         window = tuple(obj["window"]) if obj.get("window") else None
         return cls(units, obj["epoch"], done, partial, obj["batches"], obj["samples"], window)
 

@@ -12,6 +12,7 @@ waiting to be recirculated).  When it is 0 and no fresh group can come (the gate
 closed, or every worker has run out of input), the batcher delivers its partial batch:
 nothing else could ever complete it (XDL waited 60 s there, or forever).
 """
+
 import collections
 import threading
 
@@ -92,8 +93,7 @@ class Rounds:
     def starved(self):
         """Whether nothing can reach the batcher before the consumer is done with what it holds."""
         with self.cond:
-            return (self.outside == 0 and self.live > 0
-                    and (self.closed or self.workers_out_of_input == self.threads))
+            return self.outside == 0 and self.live > 0 and (self.closed or self.workers_out_of_input == self.threads)
 
     # -- consumer --------------------------------------------------------------------------
     def released(self, groups, blk=None):

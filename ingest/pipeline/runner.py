@@ -11,6 +11,7 @@ computes them, batch by batch, while the batcher builds the next.  The consumer 
 from a bounded prefetch queue.  Every blocking put or get wakes up regularly to check the stop
 flag, so ``close()`` never hangs, whatever the consumer does.
 """
+
 import contextlib
 import dataclasses
 import itertools
@@ -87,7 +88,7 @@ class _GroupRelease:
                 groups += int(gb - ga)
                 if self.rounds.keep:
                     rows = np.zeros(blk.nrows, np.bool_)
-                    rows[blk.group_offsets[ga]:blk.group_offsets[gb]] = True
+                    rows[blk.group_offsets[ga] : blk.group_offsets[gb]] = True
                     used.append(take_rows(blk.parsed, rows))
         self.rounds.released(groups, concat_blocks(used) if used else None)
 
@@ -123,9 +124,31 @@ class Pipeline:
         Shuffles the groups of the block stream, which then follows the input order (as ``deterministic``).
     """
 
-    def __init__(self, units, epochs, fmt, builder, *, threads, deterministic, split_group, drop_last, on_skip,
-                 stats, ops=None, dsl=None, rounds=None, prefetch=4, queue_blocks=4, shuffle=None, progress=None,
-                 unit_source=None, live=False, coverage=None, group_shuffle=None):
+    def __init__(
+        self,
+        units,
+        epochs,
+        fmt,
+        builder,
+        *,
+        threads,
+        deterministic,
+        split_group,
+        drop_last,
+        on_skip,
+        stats,
+        ops=None,
+        dsl=None,
+        rounds=None,
+        prefetch=4,
+        queue_blocks=4,
+        shuffle=None,
+        progress=None,
+        unit_source=None,
+        live=False,
+        coverage=None,
+        group_shuffle=None,
+    ):
         self.units = units
         self.group_shuffle = group_shuffle
         self.coverage = coverage
@@ -286,8 +309,13 @@ class Pipeline:
         done, rest = [], []
         try:
             with contextlib.closing(self._stream(w)) as items:
-                batches = cut_batches(self._noting_units(items, done), self.builder, split_group=self.split_group,
-                                      on_skip=self.on_skip, rest=rest)
+                batches = cut_batches(
+                    self._noting_units(items, done),
+                    self.builder,
+                    split_group=self.split_group,
+                    on_skip=self.on_skip,
+                    rest=rest,
+                )
                 if not self._deliver(batches, done):
                     return
             with self._rests_lock:
@@ -411,9 +439,15 @@ class Pipeline:
             delivered = done
             if self.group_shuffle is not None:  # the shuffle's windows say which units their batches complete
                 stream, delivered = self.group_shuffle(stream, done), []
-            batches = cut_batches(stream, self.builder, split_group=self.split_group,
-                                  drop_last=self.drop_last, on_skip=self.on_skip, rounds=self.rounds,
-                                  build=self.builder.assemble)
+            batches = cut_batches(
+                stream,
+                self.builder,
+                split_group=self.split_group,
+                drop_last=self.drop_last,
+                on_skip=self.on_skip,
+                rounds=self.rounds,
+                build=self.builder.assemble,
+            )
             if self._deliver(batches, delivered):
                 self._put(self.batched, _End(Marks(done=list(done))))
         except ReaderClosedError:

@@ -10,6 +10,7 @@ the window's groups (the blocks holding them), never more.
 The stage sits between the block stream (in input order: ``deterministic``) and ``cut_batches``: it yields
 ``Shuffled`` pieces, one per group; ``batch_marks`` says what a batch of them delivers (``Marks.window``).
 """
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,10 +27,10 @@ class Window:
     epoch: int
     number: int
     rows: int
-    start: dict       # {unit: (position, 0)} of its first group
+    start: dict  # {unit: (position, 0)} of its first group
     start_done: list  # units completed before it
-    end: dict         # {unit: (position, 0)} after its last group
-    end_done: list    # units completed before its end
+    end: dict  # {unit: (position, 0)} after its last group
+    end_done: list  # units completed before its end
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ class GroupShuffle:
 
     def __call__(self, blocks, done):
         """The ``Shuffled`` pieces of ``blocks``; ``done`` is the list the stream appends completed units to."""
-        pending = []      # (block, first row, end row) of the window's groups, in input order
+        pending = []  # (block, first row, end row) of the window's groups, in input order
         epoch = None
         number = 0
         start = start_done = None
@@ -103,8 +104,15 @@ class GroupShuffle:
 
     def _window(self, epoch, number, pending, start, start_done, during):
         last, _, end_row = pending[-1]
-        window = Window(epoch, number, sum(b - a for _, a, b in pending), start, start_done,
-                        {last.unit: last.position(end_row)}, list(during))
+        window = Window(
+            epoch,
+            number,
+            sum(b - a for _, a, b in pending),
+            start,
+            start_done,
+            {last.unit: last.position(end_row)},
+            list(during),
+        )
         skip = 0
         if self.resume is not None and self.resume[:2] == (epoch, number):
             skip, self.resume = self.resume[2], None  # delivered before the state was taken

@@ -1,4 +1,5 @@
 """Reader statistics: counters and stage times, updated per chunk or batch (never per sample)."""
+
 import threading
 import time
 from collections import Counter
@@ -47,8 +48,10 @@ class Stats:
     def snapshot(self):
         """A plain dict: counts, ``errors_skipped`` by kind with the first messages, seconds per stage."""
         with self._lock:
-            out = {k: self._counts.get(k, 0) for k in
-                   ("bytes", "samples", "groups", "blocks", "batches", "units", "errors_skipped")}
+            out = {
+                k: self._counts.get(k, 0)
+                for k in ("bytes", "samples", "groups", "blocks", "batches", "units", "errors_skipped")
+            }
             out["errors_by_kind"] = dict(self._skipped_by_kind)
             out["first_errors"] = list(self._first_errors)
             out["seconds"] = {k: round(v, 6) for k, v in self._times.items()}

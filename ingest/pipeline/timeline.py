@@ -4,6 +4,7 @@ Events are complete spans (``"ph": "X"``), one per chunk read and parsed, op run
 unique-id pass and consumer wait, with their sizes as arguments; they are recorded per chunk
 or batch, never per sample.
 """
+
 import json
 import os
 import threading
@@ -22,8 +23,14 @@ class Timeline:
     def span(self, name, start, end, args=None):
         """Record ``name`` from ``start`` to ``end`` (``perf_counter`` seconds) on the calling thread's track."""
         thread = threading.current_thread()
-        event = {"name": name, "ph": "X", "pid": os.getpid(), "tid": thread.ident,
-                 "ts": (start - self._origin) * 1e6, "dur": (end - start) * 1e6}
+        event = {
+            "name": name,
+            "ph": "X",
+            "pid": os.getpid(),
+            "tid": thread.ident,
+            "ts": (start - self._origin) * 1e6,
+            "dur": (end - start) * 1e6,
+        }
         if args:
             event["args"] = args
         with self._lock:
@@ -33,8 +40,10 @@ class Timeline:
     def events(self):
         """The trace events: thread names first, then the spans in time order."""
         with self._lock:
-            names = [{"name": "thread_name", "ph": "M", "pid": os.getpid(), "tid": tid, "args": {"name": name}}
-                     for tid, name in self._threads.items()]
+            names = [
+                {"name": "thread_name", "ph": "M", "pid": os.getpid(), "tid": tid, "args": {"name": name}}
+                for tid, name in self._threads.items()
+            ]
             spans = sorted(self._events, key=lambda e: e["ts"])
         return names + spans
 

@@ -6,11 +6,25 @@ and every fsspec protocol (``hdfs.py`` picks the HDFS client), ``kafka`` for ``k
 other packages register under the ``ingest.sources`` entry point group.  ``plan.plan_paths`` makes the units of
 a list of paths; a unit opens itself (``unit.open()``) as a ``UnitStream``.
 """
+
 from .base import Source, Unit, UnitStream, read_into
 from .files import FileRange, expand_paths, plan_units
 from .hdfs import hdfs_client, use_hdfs_client
 from .plan import plan_paths
 from .registry import register, scheme_of, source_for
 
-__all__ = ["FileRange", "Source", "Unit", "UnitStream", "expand_paths", "hdfs_client", "plan_paths", "plan_units",
-           "read_into", "register", "scheme_of", "source_for", "use_hdfs_client"]
+__all__ = [
+    "FileRange",
+    "Source",
+    "Unit",
+    "UnitStream",
+    "expand_paths",
+    "hdfs_client",
+    "plan_paths",
+    "plan_units",
+    "read_into",
+    "register",
+    "scheme_of",
+    "source_for",
+    "use_hdfs_client",
+]

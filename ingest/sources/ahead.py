@@ -3,6 +3,7 @@
 The producing call blocks in C (socket reads, zstd) with the GIL released, so it overlaps with the
 parse worker that takes its results.
 """
+
 import threading
 
 from ..queues import BoundedQueue

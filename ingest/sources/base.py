@@ -1,5 +1,6 @@
 """What a source is to the rest of ingest: work units, the byte stream a unit opens as, and the ``Source`` that
 plans them for its URLs and answers for their reader-wide concerns (docs/architecture.md, adding a source)."""
+
 import io
 
 from ..errors import ConfigError
@@ -143,5 +144,5 @@ def read_into(f, view):
         except (NotImplementedError, io.UnsupportedOperation):
             pass
     data = f.read(len(view))
-    view[:len(data)] = data
+    view[: len(data)] = data
     return len(data)

@@ -6,6 +6,7 @@ concatenated) and ``lz4`` (LZ4 frames, through pyarrow: it decompresses about th
 as zstd, for inputs read more often than stored).  They are ingest's own table: fsspec's global
 compression registry is left alone.  ``compressed_writer`` wraps an output file for ``ingest convert``.
 """
+
 import gzip
 import io
 import zlib
@@ -69,8 +70,12 @@ def _zstd_reader(fileobj):
     return zstandard.ZstdDecompressor().stream_reader(fileobj, read_across_frames=True)
 
 
-_READERS = {"gzip": lambda f: gzip.GzipFile(fileobj=f, mode="rb"), "zstd": _zstd_reader, "zlib": _ZlibReader,
-            "lz4": _lz4_reader}
+_READERS = {
+    "gzip": lambda f: gzip.GzipFile(fileobj=f, mode="rb"),
+    "zstd": _zstd_reader,
+    "zlib": _ZlibReader,
+    "lz4": _lz4_reader,
+}
 
 
 def decompressed(fileobj, codec):
@@ -128,4 +133,4 @@ def strip_suffix(name):
     codec = infer_compression(name)
     if codec is None:
         return name
-    return next(name[:-len(s)] for s in CODECS[codec] if name.lower().endswith(s))
+    return next(name[: -len(s)] for s in CODECS[codec] if name.lower().endswith(s))

@@ -1,6 +1,7 @@
 """The one way ingest turns a URL into a filesystem: fsspec's, except that ``hdfs://`` is served by the client
 ``hdfs.py`` chose.  Nothing is registered in fsspec's global registry, so importing or running ingest changes
 nothing for another library of the same process that opens URLs with fsspec."""
+
 import os
 import tempfile
 
@@ -28,12 +29,17 @@ def url_to_fs(url):
         return fsspec.core.url_to_fs(url)
     except ValueError:  # fsspec: "Protocol not known"
         own = "".join(f"{scheme}://, " for scheme in schemes())
-        raise SourceError(f"{url}: unknown URL scheme {protocol_of(url)!r}; ingest reads local paths, file://, "
-                          f"hdfs://, {own}and any fsspec protocol whose package is installed "
-                          f"({', '.join(sorted(fsspec.available_protocols()))})", source=url) from None
+        raise SourceError(
+            f"{url}: unknown URL scheme {protocol_of(url)!r}; ingest reads local paths, file://, "
+            f"hdfs://, {own}and any fsspec protocol whose package is installed "
+            f"({', '.join(sorted(fsspec.available_protocols()))})",
+            source=url,
+        ) from None
     except ImportError as exc:
-        raise SourceError(f"{url}: the {protocol_of(url)}:// filesystem of fsspec needs a package that is not "
-                          f"installed ({exc})", source=url) from exc
+        raise SourceError(
+            f"{url}: the {protocol_of(url)}:// filesystem of fsspec needs a package that is not installed ({exc})",
+            source=url,
+        ) from exc
 
 
 def open_url(url, mode="rb", **kwargs):

@@ -10,6 +10,7 @@ address: ``INGEST_WEBHDFS_URL`` when set, else ``dfs.namenode.http-address`` of
 ``$HADOOP_CONF_DIR/hdfs-site.xml``, else the NameNode's host on 9870.  ``check_reachable`` probes the
 address the client in use connects to before a path is read.
 """
+
 import ctypes.util
 import functools
 import importlib.util
@@ -57,9 +58,11 @@ def use_hdfs_client(client="auto"):
     if client == "auto":
         client = next((c for c in CLIENTS if _missing(c) is None), None)
         if client is None:
-            raise ConfigError("no HDFS client is installed: pip install 'ingest[hdfs]' (hdfs-native), or set "
-                              "ARROW_LIBHDFS_DIR / HADOOP_HOME for pyarrow's libhdfs client, or pip install "
-                              "'ingest[webhdfs]' for WebHDFS")
+            raise ConfigError(
+                "no HDFS client is installed: pip install 'ingest[hdfs]' (hdfs-native), or set "
+                "ARROW_LIBHDFS_DIR / HADOOP_HOME for pyarrow's libhdfs client, or pip install "
+                "'ingest[webhdfs]' for WebHDFS"
+            )
     elif (why := _missing(client)) is not None:
         raise ConfigError(f"hdfs client {client!r}: {why}")
     _current = client
@@ -80,6 +83,7 @@ def filesystem_class():
         return require("hdfs_native.fsspec", "hdfs-native", "hdfs").HdfsFileSystem
     if client == "pyarrow":
         from fsspec.implementations.arrow import HadoopFileSystem
+
         return HadoopFileSystem
     return _webhdfs_as_hdfs()
 

@@ -1,4 +1,5 @@
 """The work units of a list of paths, in the given order, each run of paths planned by its source."""
+
 import itertools
 import os
 
@@ -23,6 +24,15 @@ def plan_paths(paths, *, splittable, compression=None, task_num=1, unit_bytes=No
     options (``ReaderOptions.sources``)."""
     units = []
     for source, scheme, urls in sources_of(paths):
-        units.extend(source.plan(urls, splittable=splittable, compression=compression, task_num=task_num,
-                                 unit_bytes=unit_bytes, options=(options or {}).get(scheme), first_index=len(units)))
+        units.extend(
+            source.plan(
+                urls,
+                splittable=splittable,
+                compression=compression,
+                task_num=task_num,
+                unit_bytes=unit_bytes,
+                options=(options or {}).get(scheme),
+                first_index=len(units),
+            )
+        )
     return units

@@ -1,6 +1,7 @@
 """Which ``Source`` reads a URL, by its scheme: ingest's own, those of other packages (entry point group
 ``ingest.sources``, ``scheme = "module:Class"``), and files through fsspec for every other scheme.  Like fsspec's
 registry it is lazy: a source's module is imported when a URL of its scheme is first read."""
+
 import functools
 import importlib
 import importlib.metadata
@@ -28,8 +29,9 @@ def register(scheme, target, clobber=False):
     """Have ``target`` (a ``Source`` class, or ``"module:Class"`` imported on first use) read ``scheme://`` URLs."""
     scheme = scheme.lower()
     if scheme in _registered() and not clobber:
-        raise ConfigError(f"a source is registered for {scheme}:// already ({_registered()[scheme]}); "
-                          f"pass clobber=True to replace it")
+        raise ConfigError(
+            f"a source is registered for {scheme}:// already ({_registered()[scheme]}); pass clobber=True to replace it"
+        )
     _registered()[scheme] = target
     _load.cache_clear()
 
@@ -56,4 +58,3 @@ def _load(target) -> Source:
 def source_for(url) -> Source:
     """The ``Source`` of ``url``."""
     return _load(_registered().get(scheme_of(url), _FILES))
-

@@ -1,4 +1,5 @@
 """Files through fsspec: expansion of paths, planning them as whole files or byte ranges, opening them."""
+
 import os
 from dataclasses import dataclass
 
@@ -49,8 +50,9 @@ class FileSource(Source):
     uncompressed files of a splittable format cut into byte ranges."""
 
     def plan(self, urls, *, splittable, compression, task_num, unit_bytes, options, first_index):
-        planned = plan_units(expand_paths(urls), compression=compression, splittable=splittable,
-                             task_num=task_num, unit_bytes=unit_bytes)
+        planned = plan_units(
+            expand_paths(urls), compression=compression, splittable=splittable, task_num=task_num, unit_bytes=unit_bytes
+        )
         return [FileRange(first_index + u.index, u.url, u.start, u.end, u.size, u.compression) for u in planned]
 
 

@@ -1,5 +1,6 @@
 """The byte streams of files: ranged HDFS reads, decompression read ahead, and the ``UnitStream`` a file unit
 opens as."""
+
 import io
 
 from ...errors import SourceError
@@ -17,10 +18,11 @@ def skip(f, n, url):
     scratch = bytearray(min(n, 1 << 22))
     left = n
     while left:
-        got = read_into(f, memoryview(scratch)[:min(left, len(scratch))])
+        got = read_into(f, memoryview(scratch)[: min(left, len(scratch))])
         if got == 0:
-            raise SourceError(f"{url}: ends {left} bytes before the position to skip to (was the file changed?)",
-                              source=url)
+            raise SourceError(
+                f"{url}: ends {left} bytes before the position to skip to (was the file changed?)", source=url
+            )
         left -= got
 
 
@@ -31,8 +33,8 @@ class _Chunked(io.RawIOBase):
     def __init__(self):
         super().__init__()
         self._current = memoryview(b"")
-        self._at = 0      # next byte in _current
-        self._pos = 0     # stream position of the next byte
+        self._at = 0  # next byte in _current
+        self._pos = 0  # stream position of the next byte
 
     def readable(self):
         return True
@@ -50,7 +52,7 @@ class _Chunked(io.RawIOBase):
                     break
                 self._current, self._at = memoryview(chunk), 0
             k = min(len(view) - n, len(self._current) - self._at)
-            view[n:n + k] = self._current[self._at:self._at + k]
+            view[n : n + k] = self._current[self._at : self._at + k]
             n += k
             self._at += k
             self._pos += k
@@ -78,8 +80,8 @@ class RangeStream(_Chunked):
         self._size = f.size
         self._end = end
         self._pos = f.tell()
-        self._ask = self.FIRST            # bytes the next stream asks for
-        self._chunks = None               # the current stream's iterator of bytes, from _pos on
+        self._ask = self.FIRST  # bytes the next stream asks for
+        self._chunks = None  # the current stream's iterator of bytes, from _pos on
 
     def seekable(self):
         return True

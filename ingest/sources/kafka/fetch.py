@@ -10,6 +10,7 @@ times: on a 2-core machine it moved 110-200 MB/s where this moves 1.1-1.6 GB/s (
 ``ConsumerFetch`` goes through ``KafkaConsumer`` (``kafka(client="kafka-python")``): for what the
 direct path does not speak (TLS, SASL, ``read_committed``).
 """
+
 import socket
 import struct
 import time
@@ -22,18 +23,19 @@ from ...errors import ConfigError, SourceError
 
 __all__ = ["Messages", "Cluster", "DirectFetch", "ConsumerFetch", "fetcher", "consumer"]
 
-FETCH_VERSION = 12     # the last Fetch that names topics (13+ use topic ids); Kafka 2.7 to 4.x
+FETCH_VERSION = 12  # the last Fetch that names topics (13+ use topic ids); Kafka 2.7 to 4.x
 METADATA_VERSION = 8
-RETRY_FOR_S = 120      # how long an unreachable leader is retried (a broker restart) before a SourceError
+RETRY_FOR_S = 120  # how long an unreachable leader is retried (a broker restart) before a SourceError
 _BACKOFF_S = (0.05, 1.0)
 
 
 class _BatchHeader(NamedTuple):
     """The fields of a record batch's header that the Python side needs (for compressed batches and errors)."""
+
     base: int
-    stop: int          # the byte after the batch
+    stop: int  # the byte after the batch
     attributes: int
-    next_offset: int   # base + last offset delta + 1
+    next_offset: int  # base + last offset delta + 1
     count: int  # type: ignore[assignment]  # a field, not tuple.count
 
     @classmethod
@@ -46,6 +48,7 @@ class _BatchHeader(NamedTuple):
 
 class Messages(NamedTuple):
     """Message values ``buf[starts[i]:starts[i] + lens[i]]`` at ``offsets[i]``."""
+
     buf: np.ndarray
     offsets: np.ndarray
     starts: np.ndarray
@@ -64,9 +67,11 @@ def check_direct(config):
     """ConfigError for consumer settings the direct client cannot honour."""
     protocol = config.get("security_protocol", "PLAINTEXT")
     if protocol != "PLAINTEXT" or config.get("isolation_level", "read_uncommitted") != "read_uncommitted":
-        raise ConfigError(f"kafka(security_protocol={protocol!r}, isolation_level="
-                          f"{config.get('isolation_level', 'read_uncommitted')!r}): the direct client speaks "
-                          f"PLAINTEXT and read_uncommitted only; pass client='kafka-python' for the others")
+        raise ConfigError(
+            f"kafka(security_protocol={protocol!r}, isolation_level="
+            f"{config.get('isolation_level', 'read_uncommitted')!r}): the direct client speaks "
+            f"PLAINTEXT and read_uncommitted only; pass client='kafka-python' for the others"
+        )
 
 
 def _decompress(codec, data):
@@ -76,6 +81,7 @@ def _decompress(codec, data):
 
     import pyarrow as pa
     from kafka import codec as kafka_codec
+
     if codec == 1:
         return gzip.decompress(data)
     if codec == 3:
@@ -153,22 +159,29 @@ class Cluster:
         """``{partition: (host, port) of its leader, or None}``; None when the brokers know no such topic.
         OSError when no broker answers."""
         from kafka.protocol.metadata import MetadataRequest, MetadataResponse
-        meta = self._any_broker(lambda conn: conn.call(
-            MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)], allow_auto_topic_creation=False),
-            MetadataResponse, METADATA_VERSION))
+
+        meta = self._any_broker(
+            lambda conn: conn.call(
+                MetadataRequest(
+                    topics=[MetadataRequest.MetadataRequestTopic(name=topic)], allow_auto_topic_creation=False
+                ),
+                MetadataResponse,
+                METADATA_VERSION,
+            )
+        )
         nodes = {b.node_id: (b.host, b.port) for b in meta.brokers}
         for t in meta.topics:
             if t.name == topic and t.error_code == 0:
-                return {p.partition_index: nodes.get(p.leader_id) if p.error_code == 0 else None
-                        for p in t.partitions}
+                return {p.partition_index: nodes.get(p.leader_id) if p.error_code == 0 else None for p in t.partitions}
         return None
 
     def partitions_for_topic(self, topic):
         try:
             leaders = self.leaders(topic)
         except OSError as exc:
-            raise SourceError(f"kafka://{','.join(self.brokers)}: cannot connect: {exc}",
-                              source=",".join(self.brokers)) from exc
+            raise SourceError(
+                f"kafka://{','.join(self.brokers)}: cannot connect: {exc}", source=",".join(self.brokers)
+            ) from exc
         return set(leaders) if leaders else None
 
     def _list(self, tps, timestamp):
@@ -177,6 +190,7 @@ class Cluster:
         from kafka import TopicPartition
         from kafka.errors import for_code
         from kafka.protocol.consumer.offsets import ListOffsetsRequest, ListOffsetsResponse
+
         by_leader = {}
         for topic in {tp.topic for tp in tps}:
             leaders = self.leaders(topic) or {}
@@ -188,18 +202,30 @@ class Cluster:
             raise SourceError(f"kafka://{','.join(self.brokers)}/{tp.topic}:{tp.partition}: no leader", source=tp.topic)
         out = {}
         for leader, asked in by_leader.items():
-            topics = [ListOffsetsRequest.ListOffsetsTopic(name=topic, partitions=[
-                ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
-                    partition_index=tp.partition, current_leader_epoch=-1, timestamp=timestamp)
-                for tp in asked if tp.topic == topic]) for topic in {tp.topic for tp in asked}]
-            got = self._ask(leader, ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=topics),
-                            ListOffsetsResponse, 4)
+            topics = [
+                ListOffsetsRequest.ListOffsetsTopic(
+                    name=topic,
+                    partitions=[
+                        ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
+                            partition_index=tp.partition, current_leader_epoch=-1, timestamp=timestamp
+                        )
+                        for tp in asked
+                        if tp.topic == topic
+                    ],
+                )
+                for topic in {tp.topic for tp in asked}
+            ]
+            got = self._ask(
+                leader, ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=topics), ListOffsetsResponse, 4
+            )
             for t in got.topics:
                 for answer in t.partitions:
                     if answer.error_code:
-                        raise SourceError(f"kafka://{','.join(self.brokers)}/{t.name}:{answer.partition_index}: "
-                                          f"cannot list offsets: {for_code(answer.error_code).__name__}",
-                                          source=t.name)
+                        raise SourceError(
+                            f"kafka://{','.join(self.brokers)}/{t.name}:{answer.partition_index}: "
+                            f"cannot list offsets: {for_code(answer.error_code).__name__}",
+                            source=t.name,
+                        )
                     out[TopicPartition(t.name, answer.partition_index)] = answer.offset if answer.offset >= 0 else None
         return out
 
@@ -211,6 +237,7 @@ class Cluster:
 
     def offsets_for_times(self, times):
         from kafka.structs import OffsetAndTimestamp
+
         out = {}
         for t in set(times.values()):
             got = self._list([tp for tp in times if times[tp] == t], t)
@@ -249,27 +276,54 @@ class Cluster:
         from kafka.errors import for_code
         from kafka.protocol.consumer.group import OffsetCommitRequest, OffsetCommitResponse
         from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
-        found = self._any_broker(lambda conn: conn.call(FindCoordinatorRequest(key_type=0, coordinator_keys=[group]),
-                                                        FindCoordinatorResponse, 4).coordinators[0])
+
+        found = self._any_broker(
+            lambda conn: conn.call(
+                FindCoordinatorRequest(key_type=0, coordinator_keys=[group]), FindCoordinatorResponse, 4
+            ).coordinators[0]
+        )
         if found.error_code:
             return for_code(found.error_code).__name__
         topic_class = OffsetCommitRequest.OffsetCommitRequestTopic
-        topics = [topic_class(name=topic, partitions=[topic_class.OffsetCommitRequestPartition(
-            partition_index=tp.partition, committed_offset=offset, committed_leader_epoch=-1,
-            committed_metadata=meta) for tp, (offset, meta) in offsets.items() if tp.topic == topic])
-            for topic in sorted({tp.topic for tp in offsets})]
-        got = self._ask((found.host, found.port),
-                        OffsetCommitRequest(group_id=group, generation_id_or_member_epoch=generation,
-                                            member_id=member_id, group_instance_id=None, topics=topics),
-                        OffsetCommitResponse, 8)
+        topics = [
+            topic_class(
+                name=topic,
+                partitions=[
+                    topic_class.OffsetCommitRequestPartition(
+                        partition_index=tp.partition,
+                        committed_offset=offset,
+                        committed_leader_epoch=-1,
+                        committed_metadata=meta,
+                    )
+                    for tp, (offset, meta) in offsets.items()
+                    if tp.topic == topic
+                ],
+            )
+            for topic in sorted({tp.topic for tp in offsets})
+        ]
+        got = self._ask(
+            (found.host, found.port),
+            OffsetCommitRequest(
+                group_id=group,
+                generation_id_or_member_epoch=generation,
+                member_id=member_id,
+                group_instance_id=None,
+                topics=topics,
+            ),
+            OffsetCommitResponse,
+            8,
+        )
         for t in got.topics:
             for answer in t.partitions:
                 if answer.error_code:
                     error = for_code(answer.error_code)
                     if error.retriable or error.__name__ in ("RebalanceInProgressError", "IllegalGenerationError"):
                         return error.__name__
-                    raise SourceError(f"kafka://{','.join(self.brokers)}/{t.name}:{answer.partition_index}: cannot "
-                                      f"commit for group {group!r}: {error.__name__}", source=t.name)
+                    raise SourceError(
+                        f"kafka://{','.join(self.brokers)}/{t.name}:{answer.partition_index}: cannot "
+                        f"commit for group {group!r}: {error.__name__}",
+                        source=t.name,
+                    )
         return None
 
     def close(self):
@@ -297,6 +351,7 @@ class DirectFetch:
         given): empty when nothing arrived within ``wait_ms``."""
         from kafka.errors import for_code
         from kafka.protocol.consumer.fetch import FetchRequest, FetchResponse
+
         deadline = time.monotonic() + RETRY_FOR_S
         backoff = _BACKOFF_S[0]
         while True:
@@ -305,12 +360,25 @@ class DirectFetch:
                 if self.conn is None:
                     self.conn = self.cluster.connect(*self._leader(), self.cluster.timeout_s + wait_ms / 1000)
                 part = FetchRequest.FetchTopic.FetchPartition(
-                    partition=self.partition, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
-                    log_start_offset=-1, partition_max_bytes=self.partition_bytes)
-                request = FetchRequest(replica_id=-1, max_wait_ms=wait_ms, min_bytes=1, max_bytes=self.max_bytes,
-                                       isolation_level=0, session_id=0, session_epoch=-1,
-                                       topics=[FetchRequest.FetchTopic(topic=self.topic, partitions=[part])],
-                                       forgotten_topics_data=[], rack_id="")
+                    partition=self.partition,
+                    current_leader_epoch=-1,
+                    fetch_offset=offset,
+                    last_fetched_epoch=-1,
+                    log_start_offset=-1,
+                    partition_max_bytes=self.partition_bytes,
+                )
+                request = FetchRequest(
+                    replica_id=-1,
+                    max_wait_ms=wait_ms,
+                    min_bytes=1,
+                    max_bytes=self.max_bytes,
+                    isolation_level=0,
+                    session_id=0,
+                    session_epoch=-1,
+                    topics=[FetchRequest.FetchTopic(topic=self.topic, partitions=[part])],
+                    forgotten_topics_data=[],
+                    rack_id="",
+                )
                 response = self.conn.call(request, FetchResponse, FETCH_VERSION)
                 [data] = response.responses[0].partitions
                 code = response.error_code or data.error_code
@@ -321,17 +389,22 @@ class DirectFetch:
                     return self._messages(data.records, offset, end)
                 error = for_code(code)
                 if error.__name__ == "OffsetOutOfRangeError":
-                    raise SourceError(f"{self.url}: cannot fetch from offset {offset}: the broker holds offsets "
-                                      f"{data.log_start_offset} to {data.high_watermark} (retention deleted the "
-                                      f"others?)", source=self.url)
+                    raise SourceError(
+                        f"{self.url}: cannot fetch from offset {offset}: the broker holds offsets "
+                        f"{data.log_start_offset} to {data.high_watermark} (retention deleted the "
+                        f"others?)",
+                        source=self.url,
+                    )
                 if not error.retriable:
-                    raise SourceError(f"{self.url}: cannot fetch from offset {offset}: {error.__name__}",
-                                      source=self.url)
+                    raise SourceError(
+                        f"{self.url}: cannot fetch from offset {offset}: {error.__name__}", source=self.url
+                    )
                 failure = error.__name__
             self.close()  # find the leader again
             if time.monotonic() > deadline:
-                raise SourceError(f"{self.url}: cannot fetch from offset {offset} for {RETRY_FOR_S} s: {failure}",
-                                  source=self.url)
+                raise SourceError(
+                    f"{self.url}: cannot fetch from offset {offset} for {RETRY_FOR_S} s: {failure}", source=self.url
+                )
             if stop is None:
                 time.sleep(backoff)
             elif stop.wait(backoff):
@@ -359,9 +432,11 @@ class DirectFetch:
             next_offset = max(next_offset, batch_next)
             if status == kernels.DONE:
                 if at == 0 and len(buf):
-                    raise SourceError(f"{self.url}: the record batch at offset {first} is larger than "
-                                      f"max_partition_fetch_bytes ({self.partition_bytes}) or cut short",
-                                      source=self.url)
+                    raise SourceError(
+                        f"{self.url}: the record batch at offset {first} is larger than "
+                        f"max_partition_fetch_bytes ({self.partition_bytes}) or cut short",
+                        source=self.url,
+                    )
                 return out, next_offset
             if status == kernels.FULL:
                 self.out = [np.empty(2 * len(a), np.int64) for a in self.out]
@@ -372,20 +447,27 @@ class DirectFetch:
                     out.append(batch)
                 at = _BatchHeader.at(buf, at).stop
             else:
-                what = {kernels.BAD_MAGIC: "a record batch of message format v0/v1",
-                        kernels.MALFORMED: "a malformed record batch"}[status]
-                raise SourceError(f"{self.url}: {what} at offset {struct.unpack_from('>q', buf, at)[0]}",
-                                  source=self.url)
+                what = {
+                    kernels.BAD_MAGIC: "a record batch of message format v0/v1",
+                    kernels.MALFORMED: "a malformed record batch",
+                }[status]
+                raise SourceError(
+                    f"{self.url}: {what} at offset {struct.unpack_from('>q', buf, at)[0]}", source=self.url
+                )
             p = at
 
     def _check(self, buf, checks):
         import crc32c
+
         view = memoryview(buf)
         for start, stop, expected in checks.tolist():
             if crc32c.crc32c(view[start:stop]) != expected:
                 base = struct.unpack_from(">q", buf, start - 21)[0]  # a CRC covers the batch from its attributes
-                raise SourceError(f"{self.url}: the record batch at offset {base} does not match its CRC (corrupt on "
-                                  f"the broker or in transit)", source=self.url)
+                raise SourceError(
+                    f"{self.url}: the record batch at offset {base} does not match its CRC (corrupt on "
+                    f"the broker or in transit)",
+                    source=self.url,
+                )
 
     def _decompressed(self, buf, at, first, last):
         """The messages of the compressed batch at ``at`` (None when none is in range), and the next offset."""
@@ -394,10 +476,12 @@ class DirectFetch:
         if h.attributes & 0x20:  # transaction markers
             return None, next_offset
         try:
-            records = np.frombuffer(_decompress(h.attributes & 7, buf[at + kernels.BATCH_HEADER:h.stop]), np.uint8)
+            records = np.frombuffer(_decompress(h.attributes & 7, buf[at + kernels.BATCH_HEADER : h.stop]), np.uint8)
         except Exception as exc:  # noqa: BLE001 - any codec's failure on bad bytes
-            raise SourceError(f"{self.url}: the compressed record batch at offset {h.base} does not decompress: "
-                              f"{exc}", source=self.url) from exc
+            raise SourceError(
+                f"{self.url}: the compressed record batch at offset {h.base} does not decompress: {exc}",
+                source=self.url,
+            ) from exc
         arrays = [np.empty(h.count, np.int64) for _ in range(3)]
         k = kernels.walk_records(records, 0, len(records), h.base, h.count, first, last, *arrays, 0)
         if k < 0:
@@ -424,6 +508,7 @@ class ConsumerFetch:
 
     def fetch(self, offset, end, wait_ms, stop=None):
         from kafka.errors import KafkaError
+
         if self.sought != offset:
             self.consumer.seek(self.tp, offset)
         try:
@@ -439,9 +524,17 @@ class ConsumerFetch:
         starts = np.zeros(len(values), np.int64)
         np.cumsum(lens[:-1], out=starts[1:])
         self.sought = got[-1].offset + 1
-        return ([Messages(np.frombuffer(b"".join(values), np.uint8), np.fromiter((m.offset for m in got), np.int64,
-                                                                                   len(got)), starts, lens)],
-                self.sought)
+        return (
+            [
+                Messages(
+                    np.frombuffer(b"".join(values), np.uint8),
+                    np.fromiter((m.offset for m in got), np.int64, len(got)),
+                    starts,
+                    lens,
+                )
+            ],
+            self.sought,
+        )
 
     def close(self):
         self.consumer.close()
@@ -455,6 +548,7 @@ _FETCH = {"max_partition_fetch_bytes": 16 << 20, "fetch_max_bytes": 64 << 20, "a
 def consumer(brokers, config):
     from kafka import KafkaConsumer
     from kafka.errors import KafkaError
+
     try:
         return KafkaConsumer(bootstrap_servers=brokers, enable_auto_commit=False, **{**_FETCH, **config})
     except KafkaError as exc:

@@ -21,6 +21,7 @@ With ``until="forever"`` a partition whose stream is caught up (or has held its 
 ``SLICE_S``) gives its parse thread up at a message boundary whenever another partition waits for one,
 and goes on as a new lease at the back of the queue: any number of partitions share ``threads(n)``.
 """
+
 import collections
 import dataclasses
 import logging
@@ -36,10 +37,10 @@ __all__ = ["GroupMember", "Lease"]
 
 log = logging.getLogger(__name__)
 
-SLICE_S = 5.0        # a live partition holds a thread at most this long while others wait
-_POLL_MS = 100       # the membership thread's poll: how soon new assignments become units
+SLICE_S = 5.0  # a live partition holds a thread at most this long while others wait
+_POLL_MS = 100  # the membership thread's poll: how soon new assignments become units
 _COMMIT_RETRY_S = 10.0
-_REJOINS = 3         # consumers replaced in a row whose membership never settled: then the reader fails
+_REJOINS = 3  # consumers replaced in a row whose membership never settled: then the reader fails
 _STUCK_SESSIONS = 2  # unsettled this many session timeouts (no drain of ours under way): a new consumer rejoins
 _LOST_DRAIN_SESSIONS = 4  # a dropped member's drain: no rebalance waits on it, so it may take longer
 
@@ -51,10 +52,10 @@ class Lease:
     def __init__(self, member, tp, assignment):
         self.member = member
         self.tp = tp
-        self.assignment = assignment      # which assignment of the partition to this member it reads for
+        self.assignment = assignment  # which assignment of the partition to this member it reads for
         self.unit = None
         self.revoked = threading.Event()  # the partition was taken away: stop at the next message boundary
-        self.taken_at = None              # when a parse worker took it
+        self.taken_at = None  # when a parse worker took it
         self.end = None
         self.closed = threading.Event()
 
@@ -88,28 +89,28 @@ class GroupMember:
         self.brokers = brokers
         self.topics = topics
         self.options = options
-        self.planner = planner          # offsets and commits over ingest's own connections (a Cluster)
+        self.planner = planner  # offsets and commits over ingest's own connections (a Cluster)
         config = options.config
         session_s = config.get("session_timeout_ms", 45000) / 1000
         self.drain_s = session_s / 2  # a revocation holds the group's rebalance up meanwhile
         self.lost_drain_s = _LOST_DRAIN_SESSIONS * session_s
         self.stuck_s = _STUCK_SESSIONS * session_s
         self.delivery = None
-        self._ends = {}                 # caught_up: the end offsets seen at startup
+        self._ends = {}  # caught_up: the end offsets seen at startup
         if options.until == "caught_up":
             self._ends = planner.end_offsets(self._all_partitions())
         self._cond = threading.Condition()
         self._queue: collections.deque = collections.deque()  # leases waiting for a parse worker
         self._chains: dict = {}  # tp -> its leases, oldest first, from the first not yet delivered
-        self._added: list = []   # (partition, assignment) given by the listener, not yet made units
-        self._owned: dict = {}   # partition -> its assignment (a number) while not revoked
+        self._added: list = []  # (partition, assignment) given by the listener, not yet made units
+        self._owned: dict = {}  # partition -> its assignment (a number) while not revoked
         self._assignments = 0
         self._next_index = 0
-        self._settled = False              # no rebalance under way since the last poll (callbacks included)
+        self._settled = False  # no rebalance under way since the last poll (callbacks included)
         self._settled_at = time.monotonic()  # when _settled was last True, or a drain of ours or a rejoin ended
-        self._revoking = 0                 # revocations under way (their drains hold the rebalance up)
-        self._rejoining = False            # a stuck consumer is being replaced: its commits may be refused
-        self._callbacks = 0                # rebalance callbacks so far
+        self._revoking = 0  # revocations under way (their drains hold the rebalance up)
+        self._rejoining = False  # a stuck consumer is being replaced: its commits may be refused
+        self._callbacks = 0  # rebalance callbacks so far
         self._error = None
         self._closing = threading.Event()
         self._commit_lock = threading.Lock()
@@ -118,6 +119,7 @@ class GroupMember:
 
     def _all_partitions(self):
         from kafka import TopicPartition
+
         out = []
         for topic in self.topics:
             out.extend(TopicPartition(topic, p) for p in sorted(topic_partitions(self.planner, topic, self.url)))
@@ -130,8 +132,13 @@ class GroupMember:
     # -- the membership thread ------------------------------------------------------------------
     def _subscribe(self):
         from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
-        settings = {"partition_assignment_strategy": (CooperativeStickyAssignor,), **self.options.config,
-                    "group_id": self.options.group_id, "auto_offset_reset": "earliest"}  # never fetches
+
+        settings = {
+            "partition_assignment_strategy": (CooperativeStickyAssignor,),
+            **self.options.config,
+            "group_id": self.options.group_id,
+            "auto_offset_reset": "earliest",
+        }  # never fetches
         member = consumer(self.brokers, settings)
         for topic in self.topics:  # the first assignment then covers every partition
             member.partitions_for_topic(topic)
@@ -153,14 +160,18 @@ class GroupMember:
                     if self._settled:
                         self._settled_at = time.monotonic()
                         rejoins = 0
-                    stuck = not self._settled and not self._revoking and \
-                        time.monotonic() - self._settled_at > self.stuck_s
+                    stuck = (
+                        not self._settled and not self._revoking and time.monotonic() - self._settled_at > self.stuck_s
+                    )
                     self._cond.notify_all()
                 if stuck:
                     rejoins += 1
                     if rejoins > _REJOINS:
-                        raise SourceError(f"the membership did not settle in {_REJOINS + 1} consumers in a row, "
-                                          f"{self.stuck_s:.0f} s each", source=self.url)
+                        raise SourceError(
+                            f"the membership did not settle in {_REJOINS + 1} consumers in a row, "
+                            f"{self.stuck_s:.0f} s each",
+                            source=self.url,
+                        )
                     self._rejoin()
         except BaseException as exc:  # noqa: BLE001 - travels to the consumer through next_unit
             with self._cond:
@@ -179,6 +190,7 @@ class GroupMember:
         logged and the next poll retries: kafka-python 3 lets a failed metadata refresh out of ``poll()`` while
         a broker restarts.  If it lasts, the membership stops settling and ``_rejoin`` takes over."""
         from kafka.errors import KafkaError
+
         try:
             self._consumer.poll(timeout_ms=_POLL_MS)
         except KafkaError as exc:
@@ -191,8 +203,12 @@ class GroupMember:
         """Replace a consumer whose membership stopped settling (kafka-python 3.0 was seen to send no SyncGroup
         after a join, never heartbeating again): it leaves the group, revoking (draining, committing) what it
         held, and a new consumer joins."""
-        log.warning("%s: group %r: the membership did not settle for %.0f s; rejoining with a new consumer",
-                    self.url, self.options.group_id, self.stuck_s)
+        log.warning(
+            "%s: group %r: the membership did not settle for %.0f s; rejoining with a new consumer",
+            self.url,
+            self.options.group_id,
+            self.stuck_s,
+        )
         self._rejoining = True
         try:
             self._consumer.close(timeout_ms=1000 * self.drain_s)
@@ -243,8 +259,9 @@ class GroupMember:
         with self._cond:
             while True:
                 if self._error is not None:
-                    raise SourceError(f"{self.url}: consumer group {self.options.group_id!r}: {self._error}",
-                                      source=self.url) from self._error
+                    raise SourceError(
+                        f"{self.url}: consumer group {self.options.group_id!r}: {self._error}", source=self.url
+                    ) from self._error
                 if self._queue:
                     lease = self._queue.popleft()
                     lease.taken_at = time.monotonic()
@@ -267,11 +284,17 @@ class GroupMember:
 
     def lease_closed(self, lease):
         """A live lease that gave its thread up goes on as a new lease, at the back of the queue."""
-        if self.options.until == "forever" and not lease.revoked.is_set() and not self._closing.is_set() \
-                and not self.delivery.stopped():
-            self._queue_lease(lease.tp, lease.assignment,
-                              dataclasses.replace(lease.unit, resume=lease.resume_at_end,
-                                                  first=lease.end, lease=None))
+        if (
+            self.options.until == "forever"
+            and not lease.revoked.is_set()
+            and not self._closing.is_set()
+            and not self.delivery.stopped()
+        ):
+            self._queue_lease(
+                lease.tp,
+                lease.assignment,
+                dataclasses.replace(lease.unit, resume=lease.resume_at_end, first=lease.end, lease=None),
+            )
         with self._cond:
             self._cond.notify_all()
 
@@ -319,9 +342,15 @@ class GroupMember:
     def _drain_and_commit(self, tps, leases, as_member, bound_s):
         drained = self._drain([lease for lease in leases if lease.taken_at is not None], bound_s)
         if not drained and not self.delivery.stopped():
-            log.warning("%s: partitions %s revoked from group %r: the consumer did not take the batches read "
-                        "before the cut within %.0f s; committing what it was handed (the rest may be "
-                        "delivered twice)", self.url, _names(tps), self.options.group_id, bound_s)
+            log.warning(
+                "%s: partitions %s revoked from group %r: the consumer did not take the batches read "
+                "before the cut within %.0f s; committing what it was handed (the rest may be "
+                "delivered twice)",
+                self.url,
+                _names(tps),
+                self.options.group_id,
+                bound_s,
+            )
         self._commit({tp: self._position(tp) for tp in tps if tp in self._chains}, as_member)
 
     def _drain(self, started, bound_s):
@@ -367,9 +396,13 @@ class GroupMember:
         consumer closed), as no member: the coordinator takes that while the group has no member either."""
         if not positions:
             return
-        log.info("%s: group %r: committing %s%s", self.url, self.options.group_id,  # offset+byte/rows
-                 ", ".join(f"{tp.topic}:{tp.partition}@{o}+{w}/{r}" for tp, (o, w, r) in sorted(positions.items())),
-                 "" if as_member else " (as no member)")
+        log.info(
+            "%s: group %r: committing %s%s",
+            self.url,
+            self.options.group_id,  # offset+byte/rows
+            ", ".join(f"{tp.topic}:{tp.partition}@{o}+{w}/{r}" for tp, (o, w, r) in sorted(positions.items())),
+            "" if as_member else " (as no member)",
+        )
         offsets = {tp: (o, commit_metadata(w, r)) for tp, (o, w, r) in positions.items()}
         with self._commit_lock:
             refused = "this reader was dropped from the group"
@@ -386,9 +419,14 @@ class GroupMember:
             except SourceError as again:
                 failure = again
             if failure is not None:
-                log.warning("%s: group %r: %s; a commit as no member: %s: the partitions go on from their last "
-                            "commit, and what was delivered since may be delivered again", self.url,
-                            self.options.group_id, refused, failure)
+                log.warning(
+                    "%s: group %r: %s; a commit as no member: %s: the partitions go on from their last "
+                    "commit, and what was delivered since may be delivered again",
+                    self.url,
+                    self.options.group_id,
+                    refused,
+                    failure,
+                )
 
     def _commit_as_member(self, offsets, retry_s):
         deadline = time.monotonic() + retry_s
@@ -398,8 +436,10 @@ class GroupMember:
             if failure is None:
                 return
             if time.monotonic() > deadline:
-                raise SourceError(f"{self.url}: cannot commit for group {self.options.group_id!r} for "
-                                  f"{retry_s:.0f} s: {failure}", source=self.url)
+                raise SourceError(
+                    f"{self.url}: cannot commit for group {self.options.group_id!r} for {retry_s:.0f} s: {failure}",
+                    source=self.url,
+                )
             time.sleep(0.1)
 
     def close(self):
@@ -454,8 +494,12 @@ def _listener(member):
 
         async def on_partitions_lost(self, lost):
             if lost:
-                log.warning("%s: consumer group %r dropped this reader (its session expired); partitions %s",
-                            member.url, member.options.group_id, _names(lost))
+                log.warning(
+                    "%s: consumer group %r dropped this reader (its session expired); partitions %s",
+                    member.url,
+                    member.options.group_id,
+                    _names(lost),
+                )
                 await off_loop(member.revoke, set(lost), True)
 
     return Listener()

@@ -4,11 +4,11 @@ A position inside a partition is ``(message offset, byte in message)``: the read
 commits them to the consumer group as the offset plus metadata ``ingest:<byte in message>:<samples of that group
 delivered>`` (plain consumers see the offset).
 """
+
 from ...errors import SourceError
 from .fetch import consumer
 
-__all__ = ["plan_offsets", "topic_partitions", "commit_metadata", "committed_position", "KafkaGroup",
-           "kafka_positions"]
+__all__ = ["plan_offsets", "topic_partitions", "commit_metadata", "committed_position", "KafkaGroup", "kafka_positions"]
 
 
 def topic_partitions(planner, topic, url):
@@ -46,7 +46,7 @@ def committed_position(group_consumer, tp):
         return None
     meta = committed.metadata or ""
     if meta.startswith(_META):
-        within, rows = (int(v) for v in meta[len(_META):].split(":"))
+        within, rows = (int(v) for v in meta[len(_META) :].split(":"))
         if within or rows:
             return committed.offset, ((committed.offset, within), rows)
     return committed.offset, None
@@ -64,8 +64,13 @@ class KafkaGroup:
         """``positions``: ``{(topic, partition): (offset, within, rows)}``."""
         from kafka import TopicPartition
         from kafka.structs import OffsetAndMetadata
-        self.consumer.commit({TopicPartition(t, p): OffsetAndMetadata(o, commit_metadata(w, r), -1)
-                              for (t, p), (o, w, r) in positions.items()})
+
+        self.consumer.commit(
+            {
+                TopicPartition(t, p): OffsetAndMetadata(o, commit_metadata(w, r), -1)
+                for (t, p), (o, w, r) in positions.items()
+            }
+        )
 
     def close(self):
         self.consumer.close()

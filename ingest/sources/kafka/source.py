@@ -6,6 +6,7 @@ or length-prefixed protobuf records), so a partition's messages, concatenated, r
 a file.  The offsets a unit reads are fixed when the reader starts: from the earliest
 offset (or the latest, or the first at a timestamp, or the consumer group's committed
 position) up to the end offset seen then."""
+
 from ...errors import ConfigError, SourceError
 from ..base import Source
 from .fetch import Cluster, consumer
@@ -20,14 +21,14 @@ def kafka_units(url, options, first_index):
     """The ``PartitionSpan``s of a kafka:// URL, from where ``options`` (``KafkaOptions``) start each partition
     up to its end offset now (or forever)."""
     from kafka import TopicPartition
+
     brokers, topic, chosen = parse_kafka_url(url)
     planner = Cluster(brokers, options.config) if options.client == "direct" else consumer(brokers, options.config)
     try:
         known = topic_partitions(planner, topic, url)
         missing = sorted(set(chosen or ()) - known)
         if missing:
-            raise SourceError(f"{url}: topic {topic!r} has no partition {missing} (it has {sorted(known)})",
-                              source=url)
+            raise SourceError(f"{url}: topic {topic!r} has no partition {missing} (it has {sorted(known)})", source=url)
         tps = [TopicPartition(topic, p) for p in (chosen or sorted(known))]
         ends = planner.end_offsets(tps)
         starts = plan_offsets(planner, tps, options.start, ends)
@@ -45,9 +46,10 @@ def kafka_units(url, options, first_index):
         planner.close()
     netloc = ",".join(brokers)
     forever = options.until == "forever"
-    return [partition_unit(first_index + i, netloc, tp, starts[tp], None if forever else ends[tp], options,
-                           resume.get(tp))
-            for i, tp in enumerate(tps)]
+    return [
+        partition_unit(first_index + i, netloc, tp, starts[tp], None if forever else ends[tp], options, resume.get(tp))
+        for i, tp in enumerate(tps)
+    ]
 
 
 class KafkaSource(Source):
@@ -66,8 +68,10 @@ class KafkaSource(Source):
     def check(self, units, options, reader_options, name):
         if self.live(options) and len(units) > reader_options.threads:
             # a live partition holds its parse worker for good: with fewer workers, some would never be read
-            raise ConfigError(f"reader {name!r}: kafka(until='forever') reads each partition on a parse thread of its "
-                              f"own; this reader has {len(units)} partitions and threads({reader_options.threads})")
+            raise ConfigError(
+                f"reader {name!r}: kafka(until='forever') reads each partition on a parse thread of its "
+                f"own; this reader has {len(units)} partitions and threads({reader_options.threads})"
+            )
 
     def live(self, options):
         return options is not None and options.until == "forever"
@@ -88,15 +92,18 @@ class KafkaSource(Source):
         elif o.task[1] > 1:
             why = "shard() shares partitions out too; name the partitions in the URL for a fixed assignment"
         elif o.enable_state:
-            why = ("enable_state / restore / save_state_every keep positions of a fixed assignment; a member's "
-                   "positions are the group's commits (reader.commit())")
+            why = (
+                "enable_state / restore / save_state_every keep positions of a fixed assignment; a member's "
+                "positions are the group's commits (reader.commit())"
+            )
         elif o.deterministic or o.keep or o.pause is not None or o.epochs != 1 or o.shuffle is not None:
             why = "deterministic, keep_sample, pause, epochs and shuffle need a fixed set of units"
         elif kafka.client != "direct":
             why = "a member commits over ingest's own PLAINTEXT connections: it needs client='direct'"
         if why is not None:
-            raise ConfigError(f"reader {name!r}: kafka(group_id={kafka.group_id!r}) on topic URLs joins "
-                              f"the consumer group, but {why}")
+            raise ConfigError(
+                f"reader {name!r}: kafka(group_id={kafka.group_id!r}) on topic URLs joins the consumer group, but {why}"
+            )
         brokers = topics[0][0]
         return GroupMember(brokers, sorted({topic for _, topic, _ in topics}), kafka, Cluster(brokers, kafka.config))
 

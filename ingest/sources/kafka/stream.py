@@ -1,4 +1,5 @@
 """A partition's messages read as one byte stream, fetched ahead of the parser."""
+
 import collections
 
 import numpy as np
@@ -25,22 +26,23 @@ class KafkaStream(UnitStream):
         super().__init__(unit.url)
         self._next, self._end = unit.first, unit.last
         self._chunks = collections.deque()  # Messages fetched and not read to their end
-        self._message = 0                   # the next byte to read: message and byte in the first chunk
+        self._message = 0  # the next byte to read: message and byte in the first chunk
         self._byte = 0
-        if unit.resume is not None:         # the first message was delivered up to a byte
+        if unit.resume is not None:  # the first message was delivered up to a byte
             (self._next, self._byte), _ = unit.resume
-        self._read = 0                      # stream position of the next byte
-        self._tail = -self._byte            # stream position where the next fetched message starts
-        self._starts = np.zeros(0, np.int64)   # stream position where each message read starts
+        self._read = 0  # stream position of the next byte
+        self._tail = -self._byte  # stream position where the next fetched message starts
+        self._starts = np.zeros(0, np.int64)  # stream position where each message read starts
         self._offsets = np.zeros(0, np.int64)  # and its offset
         self.live = self._end is None
-        self._lease = unit.lease            # a consumer group's partition: it may end at any message boundary
-        self._after = self._next            # the offset after the last message read whole
+        self._lease = unit.lease  # a consumer group's partition: it may end at any message boundary
+        self._after = self._next  # the offset after the last message read whole
         self._cut = False
         self._fetch = self._ahead = None
         if self.live or self._next < self._end:
-            self._fetch = fetcher(self.url, list(unit.brokers), unit.topic, unit.partition, unit.client,
-                                  dict(unit.config))
+            self._fetch = fetcher(
+                self.url, list(unit.brokers), unit.topic, unit.partition, unit.client, dict(unit.config)
+            )
             self._ahead = Ahead(self._fetch_next, depth=2, name="ingest-kafka-fetch")
 
     def _fetch_next(self, stop):

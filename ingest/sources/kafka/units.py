@@ -1,5 +1,6 @@
 """Kafka's work units: one per partition, from a start offset up to an end offset (or forever), and the
 ``reader.kafka(...)`` options they are planned by."""
+
 import urllib.parse
 from dataclasses import dataclass
 
@@ -16,8 +17,10 @@ class KafkaOptions:
 
     def __init__(self, group_id=None, start="earliest", until="caught_up", client="direct", **consumer_config):
         if client not in ("direct", "kafka-python"):
-            raise ConfigError(f"kafka(client={client!r}): expected 'direct' (ingest's fetch path) or 'kafka-python' "
-                              f"(kafka-python's KafkaConsumer)")
+            raise ConfigError(
+                f"kafka(client={client!r}): expected 'direct' (ingest's fetch path) or 'kafka-python' "
+                f"(kafka-python's KafkaConsumer)"
+            )
         if client == "direct":
             check_direct(consumer_config)
         if group_id is not None and (not isinstance(group_id, str) or not group_id):
@@ -25,8 +28,9 @@ class KafkaOptions:
         if start not in ("earliest", "latest") and (isinstance(start, bool) or not isinstance(start, int)):
             raise ConfigError(f"kafka(start={start!r}): expected 'earliest', 'latest' or a timestamp in ms")
         if until not in ("caught_up", "forever"):
-            raise ConfigError(f"kafka(until={until!r}): expected 'caught_up' (stop at the end offsets seen at "
-                              f"startup) or 'forever'")
+            raise ConfigError(
+                f"kafka(until={until!r}): expected 'caught_up' (stop at the end offsets seen at startup) or 'forever'"
+            )
         self.group_id = group_id
         self.start = start
         self.until = until
@@ -71,7 +75,7 @@ class PartitionSpan(Unit):
     resume: object = None
     lease: object = None
 
-    start = 0     # not a byte range
+    start = 0  # not a byte range
     end = None
     size = None
 
@@ -84,5 +88,15 @@ class PartitionSpan(Unit):
 
 def partition_unit(index, netloc, tp, start, end, options, resume=None):
     """The work unit reading partition ``tp`` from offset ``start`` up to ``end`` (None: forever)."""
-    return PartitionSpan(index, f"kafka://{netloc}/{tp.topic}:{tp.partition}", tuple(netloc.split(",")), tp.topic,
-                         tp.partition, start, end, options.client, tuple(sorted(options.config.items())), resume)
+    return PartitionSpan(
+        index,
+        f"kafka://{netloc}/{tp.topic}:{tp.partition}",
+        tuple(netloc.split(",")),
+        tp.topic,
+        tp.partition,
+        start,
+        end,
+        options.client,
+        tuple(sorted(options.config.items())),
+        resume,
+    )
