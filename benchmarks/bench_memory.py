@@ -17,7 +17,7 @@ import numpy as np
 import ingest
 from ingest import synthetic
 
-from _common import arguments, machine, markdown_table, synthetic_file
+from _common import arguments, machine, markdown_table, save_report, synthetic_file
 
 POINTS = (10, 25, 50, 75, 100)
 LIMIT = 1.25
@@ -82,6 +82,15 @@ def main(argv=None):
         )
     )
     passed = ratio <= LIMIT
+    save_report(
+        "bench_memory",
+        samples=args.samples,
+        threads=THREADS,
+        batch_size=BATCH_SIZE,
+        rss_mb={"before": before, **{f"{p}%": float(at[p]) for p in POINTS}, "peak": float(peak)},
+        peak_over_25=float(ratio),
+        passed=bool(passed),
+    )
     print(f"\npeak / RSS at 25 %: {ratio:.3f} (limit {LIMIT}): {'PASS' if passed else 'FAIL'}")
     return 0 if passed else 1
 
