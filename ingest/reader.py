@@ -303,10 +303,10 @@ class DataReader:
             self._progress = Progress([u.index for u in mine])
         rounds = self._rounds()
         by_source = self._by_source(mine)
-        for source, options, units in by_source:
-            source.check(units, options, o, self.name)
+        for source, settings, units in by_source:
+            source.check(units, settings, o, self.name)
         if self._progress is not None:
-            made = (source.committer(units, options) for source, options, units in by_source)
+            made = (source.committer(units, settings) for source, settings, units in by_source)
             self._committers = [c for c in made if c is not None]
         dsl = dsl_stage(schema)
         builder = BatchBuilder(
@@ -324,7 +324,7 @@ class DataReader:
         )
         ops = OpStage(schema.raw, o.ops) if o.ops else None  # checks built-in ops against the schema
         # with units that come and go (a consumer group) or never end no epoch ends
-        live = any(source.live(options) for source, options, _ in by_source)
+        live = any(source.live(settings) for source, settings, _ in by_source)
         self._coverage = Coverage(schema.raw, len(mine)) if self._member is None and not live else None
         self._pipeline = Pipeline(
             mine,
@@ -385,7 +385,8 @@ class DataReader:
         or None."""
         o = self._options
         paths = [o.paths] if isinstance(o.paths, str) else list(o.paths)
-        members = [m for source, _, _ in sources_of(paths) if (m := source.member(paths, o, self.name)) is not None]
+        sources = {id(source): source for source, _, _ in sources_of(paths)}.values()
+        members = [m for source in sources if (m := source.member(paths, o, self.name)) is not None]
         return members[0] if members else None
 
     def _rounds(self):
