@@ -127,13 +127,13 @@ def test_errors_of_a_third_party_source_name_it(memory_source):
 
 
 def test_register_refuses_to_take_a_scheme_over(monkeypatch):
-    monkeypatch.setattr(registry, "_registered", lambda cache={"kafka": "x"}: cache)
+    table = {"kafka": "ingest.sources.kafka:KafkaSource"}  # a registry of this test's own
+    monkeypatch.setattr(registry, "_registered", lambda: table)
     with pytest.raises(ConfigError, match="registered for kafka:// already"):
         register("kafka", MemorySource)
-    register("kafka", MemorySource, clobber=True)
-    registry._load.cache_clear()
+    register("kafka", MemorySource, clobber=True)  # clears the loaded sources
     assert isinstance(source_for("kafka://b/t"), MemorySource)
-    registry._load.cache_clear()
+    registry._load.cache_clear()  # the next test loads ingest's own again
 
 
 def test_files_take_no_options():

@@ -1,5 +1,6 @@
 """Files through fsspec: expansion of paths, planning them as whole files or byte ranges, opening them."""
 
+import dataclasses
 import os
 from dataclasses import dataclass
 
@@ -53,7 +54,7 @@ class FileSource(Source):
         planned = plan_units(
             expand_paths(urls), compression=compression, splittable=splittable, task_num=task_num, unit_bytes=unit_bytes
         )
-        return [FileRange(first_index + u.index, u.url, u.start, u.end, u.size, u.compression) for u in planned]
+        return [dataclasses.replace(u, index=first_index + u.index) for u in planned]
 
 
 def _hidden(path):
