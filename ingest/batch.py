@@ -158,8 +158,8 @@ class Batch:
         """Per table, int64 ``[rows]``: the row of that table each row of table 0 (each sample, padding included)
         reads, through the indicators."""
         rows = [np.arange(self.rows, dtype=np.int64)]
-        for ind in self.indicators:
-            rows.append(ind[rows[-1]].astype(np.int64))
+        for k, ind in enumerate(self.indicators):
+            rows.append((ind if k == 0 else ind[rows[-1]]).astype(np.int64))  # table 0's rows are 0..rows-1
         return rows
 
     def to_dlpack(self) -> dict:
@@ -277,8 +277,7 @@ def _kjt(batch, table, expand):
     """``Batch.to_kjt``."""
     torch = require("torch", "torch", "torch")
     kjt_class = require("torchrec.sparse.jagged_tensor", "torchrec", "torchrec").KeyedJaggedTensor
-    sparse = set(batch.sparse_names)
-    names = [n for n in batch if n in sparse and (expand or batch.table_of(n) == table)]
+    names = [n for n in batch.sparse_names if expand or batch._tables.get(n, 0) == table]
     if expand:
         rows = batch.rows_of_samples()
         parts = []
@@ -296,7 +295,7 @@ def _kjt(batch, table, expand):
         spans = batch.sparse_spans[table] if batch.sparse_spans is not None else None
         if spans is not None and spans[0] is not None:  # laid out one after the other by the builder: no copy
             ids, weights, offsets = spans
-            parts = [(ids, weights, np.diff(offsets).ravel())]
+            parts = [(ids, weights, (offsets[:, 1:] - offsets[:, :-1]).ravel())]
         else:
             parts = [(_ids_64(f), f.values, np.diff(f.offsets)) for f in (batch[n] for n in names)]
     values = torch.from_numpy(_joined([p[0] for p in parts], np.int64))

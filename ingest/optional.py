@@ -1,6 +1,7 @@
 """Optional dependencies: imported where their path is taken, a clear error where they are absent."""
 
 import importlib
+import sys
 
 from .errors import ConfigError
 
@@ -10,6 +11,9 @@ __all__ = ["require"]
 def require(module, package, extra):
     """Import ``module``; when it is not installed, a ``ConfigError`` naming ``package`` and the extra of
     ingest that installs it (``pip install 'ingest[extra]'``)."""
+    loaded = sys.modules.get(module)  # per batch on some paths (to_kjt): import_module's own lookup costs microseconds
+    if loaded is not None:
+        return loaded
     try:
         return importlib.import_module(module)
     except ImportError as exc:

@@ -53,11 +53,13 @@ class _SharedBatch:
         block = getattr(root, "base", None)
         if not (isinstance(block, torch.Tensor) and block.is_shared()):
             return None
+        base = root.__array_interface__["data"][0]
         layout = []
         for name, arr in _arrays(batch).items():
             if arr.base is not root:
                 return None
-            layout.append((name, arr.ctypes.data - root.ctypes.data, arr.dtype, arr.shape))
+            # the dtype as its one-letter code: pickling dtype objects cost more than the rest of the batch
+            layout.append((name, arr.__array_interface__["data"][0] - base, arr.dtype.char, arr.shape))
         return cls(block, layout, batch.size)
 
     def __reduce__(self):
@@ -70,7 +72,7 @@ def _arrived(block, layout, size):
     _MAPPED.append(block)
     root = block.numpy()
     weakref.finalize(root, _free, block[:_HEADER].numpy())  # a view of the tensor: it must not keep root alive
-    out = {name: torch.from_numpy(np.ndarray(shape, dtype, root, at)) for name, at, dtype, shape in layout}
+    out = {name: torch.from_numpy(np.ndarray(shape, code, root, at)) for name, at, code, shape in layout}
     out["size"] = size
     return out
 
@@ -145,7 +147,8 @@ class ReaderDataset(torch.utils.data.IterableDataset):  # type: ignore[name-defi
         index, count = shard_of_this_process()
         task, tasks = reader._options.task
         reader._set(task=(task + tasks * index, tasks * count), enable_state=True)
-        if torch.utils.data.get_worker_info() is not None:
+        if self.transform is batch_tensors and torch.utils.data.get_worker_info() is not None:
+            # only batch_tensors hands a block back (_SharedBatch): under another transform one would stay in use
             reader._buffers = SharedBuffers()
             # the blocks travel by name, which the main process maps once per block: with the default
             # file-descriptor strategy every batch took a socket round trip to pass its descriptor
@@ -160,7 +163,7 @@ class ReaderDataset(torch.utils.data.IterableDataset):  # type: ignore[name-defi
 
     def _batches(self, reader):
         self._running = reader
-        shared = self.transform is batch_tensors and reader._buffers is not None
+        shared = reader._buffers is not None
         with reader:
             for batch in reader.startup():
                 yield (shared and _SharedBatch.of(batch)) or self.transform(batch)

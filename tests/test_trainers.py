@@ -79,6 +79,18 @@ def test_a_loader_delivers_every_sample_once_whatever_its_workers(pb_files, work
     assert _ids_of(loader) == _want_ids(want)
 
 
+def _sample_ids(batch):
+    return [batch.sample_id(r) for r in range(batch.size)]
+
+
+def test_a_transform_runs_in_the_workers_and_delivers_every_sample_once(pb_files):
+    paths, want = pb_files
+    dataset = ingest.torch.ReaderDataset(_reader(paths), transform=_sample_ids)
+    loader = DataLoader(dataset, batch_size=None, num_workers=2, **_SPAWN[True])
+    got = collections.Counter(sid for ids in loader for sid in ids)
+    assert got == _want_ids(want)
+
+
 def test_a_loader_item_is_the_batch_as_tensors(pb_files):
     paths, _ = pb_files
     item = next(iter(DataLoader(ingest.torch.ReaderDataset(_reader(paths)), batch_size=None)))
