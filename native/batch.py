@@ -1,35 +1,51 @@
 """Kernels that build batches from blocks: row-range copies, aux-table ranges, indicators."""
 
+import collections
+
 import numpy as np
 from numba import njit
 
 from .jit import brief, helper
 
+# The bundles ``copy_piece`` takes (namedtuples: one argument each).
+# A block's arrays: per table (tuples) its sparse offsets, which features the DSL made, its dense matrices and its
+# refers; its ids, high ids and values, and the DSL's; its labels, timestamps and sample ids.
+PieceSource = collections.namedtuple(
+    "PieceSource",
+    [
+        "sp_offsets",
+        "from_dsl",
+        "dense",
+        "refers",
+        "keys",
+        "hkeys",
+        "values",
+        "dsl_keys",
+        "dsl_values",
+        "labels",
+        "timestamps",
+        "sid_bytes",
+        "sid_offsets",
+    ],
+)
+# Where a batch's features go: per sparse feature whether its ids are (hkey, key) pairs and where its ids and
+# values start; per dense matrix its table.
+FeaturePlaces = collections.namedtuple("FeaturePlaces", ["pair", "key_base", "value_base", "dense_table"])
+# A batch's arrays: per table its sparse offsets (a tuple), ids, pairs, values, dense matrices and indicators
+# (tuples), labels, timestamps and sample ids.
+BatchArrays = collections.namedtuple(
+    "BatchArrays",
+    ["offsets", "keys", "pairs", "values", "dense", "indicators", "labels", "timestamps", "sid_bytes", "sid_offsets"],
+)
+
 
 @helper
-def copy_sparse_ranges(
-    src_offsets,
-    src_keys,
-    src_hkeys,
-    src_values,
-    dsl_keys,
-    dsl_values,
-    from_dsl,
-    lo,
-    hi,
-    nranges,
-    row0,
-    pair,
-    key_base,
-    value_base,
-    dst_offsets,
-    dst_keys,
-    dst_pairs,
-    dst_values,
-):
+def copy_sparse_ranges(src, lo, hi, nranges, row0, places, dst):
     """Append rows ``lo[g]:hi[g]`` (g < nranges) of every sparse feature of a table at row ``row0``.
 
-    ``dst_offsets[f]`` (int64 ``[R + 1]``) holds row offsets local to feature ``f``;
+    ``src`` is ``(src_offsets, src_keys, src_hkeys, src_values, dsl_keys, dsl_values, from_dsl)``, ``places``
+    ``(pair, key_base, value_base)`` of the table's features, ``dst`` ``(dst_offsets, dst_keys, dst_pairs,
+    dst_values)``.  ``dst_offsets[f]`` (int64 ``[R + 1]``) holds row offsets local to feature ``f``;
     ``dst_offsets[f, row0]`` must already be set.  Feature ``f`` writes its values at
     ``value_base[f] + local offset``, and its ids at ``key_base[f] + local offset`` either
     into ``dst_pairs`` as ``(hkey, key)`` when ``pair[f]`` or into ``dst_keys``.
@@ -37,6 +53,9 @@ def copy_sparse_ranges(
     (when it is not empty) are read from ``dsl_keys``/``dsl_values``, high words 0.
     Returns the next free row.
     """
+    src_offsets, src_keys, src_hkeys, src_values, dsl_keys, dsl_values, from_dsl = src
+    pair, key_base, value_base = places
+    dst_offsets, dst_keys, dst_pairs, dst_values = dst
     has_hkeys = len(src_hkeys) > 0
     row = row0
     # Every loop runs over views sliced first: indexing with an offset (dst[b + i] = src[a + i]) kept
@@ -248,41 +267,9 @@ def measure_piece(group_offsets, refers, sp_offsets, sid_offsets, r0, r1, counts
 
 
 @njit(nogil=True, cache=True)
-def copy_piece(
-    sp_offsets,
-    from_dsl,
-    src_dense,
-    refers,
-    src_keys,
-    src_hkeys,
-    src_values,
-    dsl_keys,
-    dsl_values,
-    src_labels,
-    src_timestamps,
-    src_sid_bytes,
-    src_sid_offsets,
-    r0,
-    r1,
-    ranges,
-    m,
-    pair,
-    key_base,
-    value_base,
-    dense_table,
-    at,
-    offsets,
-    keys,
-    pairs,
-    values,
-    dense,
-    indicators,
-    labels,
-    timestamps,
-    sid_bytes,
-    sid_offsets,
-):
-    """Copy a piece planned by ``measure_piece`` into the arrays of a batch.
+def copy_piece(src, r0, r1, ranges, m, places, at, out):
+    """Copy rows ``r0:r1`` of a block (``src``), planned by ``measure_piece`` (``ranges``, ``m``), into the
+    arrays of a batch (``out``), its features placed by ``places``.
 
     Per table t of the block: ``sp_offsets[t]`` and ``from_dsl[t]`` (see ``copy_sparse_ranges``);
     dense matrix d belongs to table ``dense_table[d]``.  Sparse features are numbered over all
@@ -292,6 +279,23 @@ def copy_piece(
     ``at[t]`` is the next row of table t, ``at[T + k]`` the rows of table k + 1 packed so far (what
     ``indicators[k]`` counts from), ``at[2T]`` the sample id bytes written.
     """
+    (
+        sp_offsets,
+        from_dsl,
+        src_dense,
+        refers,
+        src_keys,
+        src_hkeys,
+        src_values,
+        dsl_keys,
+        dsl_values,
+        src_labels,
+        src_timestamps,
+        src_sid_bytes,
+        src_sid_offsets,
+    ) = src
+    pair, key_base, value_base, dense_table = places
+    offsets, keys, pairs, values, dense, indicators, labels, timestamps, sid_bytes, sid_offsets = out
     tables = len(sp_offsets)
     row0 = at[0]
     # Table 0's rows are contiguous: one range copies them (its groups matter to the indicators only).
@@ -309,24 +313,13 @@ def copy_piece(
             offsets[t][:, 0] = 0
         f1 = f0 + nf
         at[t] = copy_sparse_ranges(
-            sp_offsets[t],
-            src_keys,
-            src_hkeys,
-            src_values,
-            dsl_keys,
-            dsl_values,
-            from_dsl[t],
+            (sp_offsets[t], src_keys, src_hkeys, src_values, dsl_keys, dsl_values, from_dsl[t]),
             lo,
             hi,
             n,
             row,
-            pair[f0:f1],
-            key_base[f0:f1],
-            value_base[f0:f1],
-            offsets[t],
-            keys,
-            pairs,
-            values,
+            (pair[f0:f1], key_base[f0:f1], value_base[f0:f1]),
+            (offsets[t], keys, pairs, values),
         )
         for d in range(len(dense_table)):
             if dense_table[d] == t:

@@ -58,12 +58,14 @@ def count_rows(tok_feat, tok0, tok1, nrows, feat_map, cutoff, base, offsets):
 
 
 @njit(nogil=True, cache=True)
-def fill_rows(tok_feat, tok_key, tok_hkey, tok_val, tok0, tok1, nrows, feat_map, cutoff, offsets, keys, hkeys, values):
-    """Scatter tokens into ``keys``/``hkeys``/``values`` laid out by ``count_rows``.
+def fill_rows(tokens, tok0, tok1, nrows, feat_map, cutoff, offsets, keys, hkeys, values):
+    """Scatter ``tokens`` (the arrays of their feature, key, high key and value) into ``keys``/``hkeys``/``values``
+    laid out by ``count_rows``.
 
     A positive cutoff keeps the first values of a row, a negative one the last, both in
     input order.  ``hkeys`` (or ``tok_hkey``) of length 0 means no high keys are kept.
     """
+    tok_feat, tok_key, tok_hkey, tok_val = tokens
     nfeat = offsets.shape[0]
     with_h = len(hkeys) > 0 and len(tok_hkey) > 0
     any_cut = False

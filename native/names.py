@@ -4,10 +4,15 @@ Built once per reader in Python (``build_name_table``), probed per feature entry
 parse kernels (``lookup_name``) without creating a Python object.
 """
 
+import collections
+
 import numpy as np
 
 from .index import _u
 from .jit import helper, inline
+
+# what build_name_table returns, passed to the kernels as one argument
+NameTable = collections.namedtuple("NameTable", ["slots", "names", "offsets"])
 
 _FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 _FNV_PRIME = np.uint64(0x100000001B3)
@@ -50,7 +55,7 @@ def is_name(buf, i, end, f, names, name_offsets):
 
 
 def build_name_table(names):
-    """Return ``(slots, names_blob, name_offsets)`` for the given list of names (str).
+    """Return the ``NameTable`` ``(slots, names_blob, name_offsets)`` of the given list of names (str).
 
     ``slots`` is int32, a power of two at least 4x the number of names, -1 where empty;
     name ``j`` is ``names_blob[name_offsets[j]:name_offsets[j+1]]`` (UTF-8).
@@ -69,4 +74,4 @@ def build_name_table(names):
         while slots[s] >= 0:
             s = (s + 1) & (size - 1)
         slots[s] = j
-    return slots, blob, offsets
+    return NameTable(slots, blob, offsets)

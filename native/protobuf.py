@@ -52,47 +52,14 @@ from .protobuf_codes import (
     STATE_SLOTS,
     REGION_FULL,
 )
-from .protobuf_parts import _GUESSES
+from .protobuf_parts import _GUESSES, Columns, RecordScratch
+from .protobuf_parts import DecodeOptions, FeatureLayout, Rows  # noqa: F401 - the front end builds these
 from .protobuf_record import _decode_record
 from .protobuf_wire import _len_field, _skip, _tag, _u32, _varint
 
 
 @njit(nogil=True, cache=True)
-def decode_chunk(
-    buf,
-    end,
-    final,
-    simple,
-    max_record,
-    stop_on_error,
-    label_count,
-    slots,
-    names,
-    name_off,
-    feat,
-    dn_feat,
-    dn_elem_col,
-    tab_feats,
-    tab_feat_off,
-    keys,
-    hkeys,
-    values,
-    first,
-    cur,
-    lim,
-    ends,
-    refer,
-    tab_rows,
-    dense,
-    labels,
-    timestamps,
-    sid_bytes,
-    sid_off,
-    group_start,
-    group_pos,
-    errors,
-    st,
-):
+def decode_chunk(buf, end, final, options, name_table, layout, cols, rows):
     """Decode the whole records in ``buf[:end]``; ``group_pos`` gets each group's record position.
 
     Returns ``(status, consumed, records, nerr)``; counts of rows, groups and sample-id bytes
@@ -103,6 +70,17 @@ def decode_chunk(
     functions need no bounds checks for those; when it cannot, or when a value finds its
     column's region full (``st[S_FULL_FEATURE]`` says which), the status is FULL.
     """
+    simple, max_record, stop_on_error, label_count = options
+    keys, hkeys, values, first, cur, lim = cols
+    refer, tab_rows, timestamps, sid_bytes, sid_off = (
+        rows.refer,
+        rows.tab_rows,
+        rows.timestamps,
+        rows.sid_bytes,
+        rows.sid_off,
+    )
+    group_start, group_pos, errors, st = rows.group_start, rows.group_pos, rows.errors, rows.st
+    dn_feat = layout.dn_feat
     ntables = tab_rows.shape[0]
     for k in range(ntables):
         tab_rows[k] = 0
@@ -123,6 +101,8 @@ def decode_chunk(
     lines0 = np.zeros(ntables, np.int64)
     saved = np.zeros(ntables, np.int64)
     saved_cur = np.empty_like(cur)
+    bit_cols = Columns(keys, hkeys, val_bits, first, cur, lim)  # values as their bits, as they come on the wire
+    scratch = RecordScratch(spans, dn_seen, vec, bits, lines0, guess)
     pos = 0
     records = 0
     nerr = 0
@@ -164,43 +144,7 @@ def decode_chunk(
         for f in range(len(cur)):  # loops, not slice copies: those compile numpy's shape-mismatch error message
             saved_cur[f] = cur[f]
         groups0 = st[S_NGROUPS]
-        err = _decode_record(
-            buf,
-            a,
-            b,
-            simple,
-            label_count,
-            slots,
-            names,
-            name_off,
-            feat,
-            dn_feat,
-            dn_elem_col,
-            keys,
-            hkeys,
-            val_bits,
-            first,
-            cur,
-            lim,
-            ends,
-            tab_feats,
-            tab_feat_off,
-            refer,
-            tab_rows,
-            dense,
-            labels,
-            timestamps,
-            sid_bytes,
-            sid_off,
-            group_start,
-            spans,
-            dn_seen,
-            vec,
-            bits,
-            lines0,
-            guess,
-            st,
-        )
+        err = _decode_record(buf, a, b, simple, label_count, name_table, layout, bit_cols, rows, scratch)
         if err != 0:
             st[S_NSID] = nsid
             st[S_ANY_HKEY] = any_h

@@ -1,5 +1,8 @@
 """The pieces of decoding a record: the feature names a line is likely to hold, a failure noted in the state,
-the ``timestamp`` extension, a line without features, the end of a group."""
+the ``timestamp`` extension, a line without features, the end of a group; and the bundles of arrays the decoding
+kernels take (namedtuples: one argument each, unpacked at the top of a kernel into the names its body uses)."""
+
+import collections
 
 import numpy as np
 
@@ -22,6 +25,37 @@ from .protobuf_codes import (
 from .protobuf_wire import _len_field, _skip, _tag
 
 _TIMESTAMP = np.frombuffer(b"timestamp", np.uint8).copy()
+
+# Scalars of a decoding run: ``spb`` records, the longest record accepted, whether the first bad record ends the
+# call, the labels a sample must have.
+DecodeOptions = collections.namedtuple("DecodeOptions", ["simple", "max_record", "stop_on_error", "label_count"])
+# Where the declared features go: per feature (kind, index in its kind, table); per dense feature (nvec, first
+# element of ``dn_elem_col``); per table, its sparse features ``tab_feats[tab_feat_off[k]:tab_feat_off[k + 1]]``.
+FeatureLayout = collections.namedtuple("FeatureLayout", ["feat", "dn_feat", "dn_elem_col", "tab_feats", "tab_feat_off"])
+# The sparse columns of a chunk (protobuf module): ids, high ids, values (float32, or their bits inside a record),
+# and per feature where its region starts, is filled up to and ends.
+Columns = collections.namedtuple("Columns", ["keys", "hkeys", "values", "first", "cur", "lim"])
+# Everything else a chunk's records are decoded into, and the error table and state of the call.
+Rows = collections.namedtuple(
+    "Rows",
+    [
+        "ends",
+        "refer",
+        "tab_rows",
+        "dense",
+        "labels",
+        "timestamps",
+        "sid_bytes",
+        "sid_off",
+        "group_start",
+        "group_pos",
+        "errors",
+        "st",
+    ],
+)
+# A record's scratch, made once per call: its lines' spans, the dense features seen in a line, one dense vector,
+# float32 bit casting, each table's lines before the record, the names guessed per position of a line.
+RecordScratch = collections.namedtuple("RecordScratch", ["spans", "dn_seen", "vec", "bits", "lines0", "guess"])
 
 
 _GUESSES = 64  # Feature entries of a line whose names are remembered (``_declared``)
@@ -120,8 +154,19 @@ def _empty_line(table, row, cur, ends, tab_feats, tab_feat_off, refer, dense):
 
 
 @helper
-def _finish_group(n, lines0, tab_rows, ntables, cur, ends, tab_feats, tab_feat_off, refer, dense, group_start, st, pos):
+def _finish_group(n, lines0, layout, cols, rows, pos):
     """Checks after a group's fields: aux tables it lacks get one empty line, refers become block rows."""
+    tab_feats, tab_feat_off = layout.tab_feats, layout.tab_feat_off
+    cur = cols.cur
+    ends, refer, tab_rows, dense, group_start, st = (
+        rows.ends,
+        rows.refer,
+        rows.tab_rows,
+        rows.dense,
+        rows.group_start,
+        rows.st,
+    )
+    ntables = tab_rows.shape[0]
     for k in range(1, ntables):
         if tab_rows[k] == lines0[k]:
             row = tab_rows[k]

@@ -33,43 +33,7 @@ _ONE_BITS = np.uint32(0x3F800000)  # float32 1.0, the value of a sparse value wi
 
 
 @helper
-def _decode_record(
-    buf,
-    a,
-    b,
-    simple,
-    label_count,
-    slots,
-    names,
-    name_off,
-    feat,
-    dn_feat,
-    dn_elem_col,
-    keys,
-    hkeys,
-    val_bits,
-    first,
-    cur,
-    lim,
-    ends,
-    tab_feats,
-    tab_feat_off,
-    refer,
-    tab_rows,
-    dense,
-    labels,
-    timestamps,
-    sid_bytes,
-    sid_off,
-    group_start,
-    spans,
-    dn_seen,
-    vec,
-    bits,
-    lines0,
-    guess,
-    st,
-):
+def _decode_record(buf, a, b, simple, label_count, name_table, layout, cols, rows, scratch):
     """One record: a ``SampleGroup``, or a ``SampleSimple`` when ``simple``.  Returns 0 or an error code.
 
     Everything per line, feature and value is decoded in this one function, with only
@@ -84,6 +48,11 @@ def _decode_record(
     written only once a value of the chunk has one (``hk_live``): until then the chunk has
     none, and its ``hkeys`` are not read.  A value with no room left returns ``REGION_FULL``.
     """
+    slots, names, name_off = name_table
+    feat, dn_feat, dn_elem_col, tab_feats, tab_feat_off = layout
+    keys, hkeys, val_bits, first, cur, lim = cols
+    ends, refer, tab_rows, dense, labels, timestamps, sid_bytes, sid_off, group_start, _group_pos, _errors, st = rows
+    spans, dn_seen, vec, bits, lines0, guess = scratch
     ntables = tab_rows.shape[0]
     row0 = st[S_NROWS]
     for k in range(ntables):
@@ -471,9 +440,7 @@ def _decode_record(
         tab_rows[0] += 1
         sid_off[row0 + 1] = st[S_NSID]
         timestamps[row0] = 0
-        return _finish_group(
-            1, lines0, tab_rows, ntables, cur, ends, tab_feats, tab_feat_off, refer, dense, group_start, st, a
-        )
+        return _finish_group(1, lines0, layout, cols, rows, a)
     # -- checks of a group -----------------------------------------------------------------------
     n = nlabels
     if tab_rows[0] - lines0[0] != n:
@@ -487,6 +454,4 @@ def _decode_record(
         timestamps[row0 + r] = 0
     if n == 0:
         return -1  # an empty group: nothing to deliver, rolled back quietly
-    return _finish_group(
-        n, lines0, tab_rows, ntables, cur, ends, tab_feats, tab_feat_off, refer, dense, group_start, st, a
-    )
+    return _finish_group(n, lines0, layout, cols, rows, a)

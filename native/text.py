@@ -12,6 +12,8 @@ last group boundary too and says so; the caller grows the scratch when not even 
 fitted.
 """
 
+import collections
+
 import numpy as np
 from numba import njit
 
@@ -55,6 +57,35 @@ E_CODE, E_LINE, E_LINE_START, E_BAD_START, E_BAD_END, E_FIELD, E_FEATURE = range
 ERROR_COLUMNS = 7
 
 _PIPE, _NL, _CR, _AT, _SEMI, _COMMA, _COLON = 124, 10, 13, 64, 59, 44, 58
+
+# The bundles ``parse_text_chunk`` takes (namedtuples: one argument each).
+# Scalars of a run: whether the first bad line ends the call, the labels a sample must have, the most lines a group
+# may have.
+TextOptions = collections.namedtuple("TextOptions", ["stop_on_error", "label_count", "max_group_size"])
+# Where dense features go (features.DenseLayout): per feature its vectors, first element and first output column and
+# width, per element its column.
+DenseColumns = collections.namedtuple("DenseColumns", ["nvec", "elem_base", "elem_col", "out_base", "out_width"])
+# What a chunk is parsed into: the token stream of the sparse features (feature, key, value; ``row_tok`` where each
+# row's tokens start), dense rows, labels, timestamps, sample ids, group starts, the error table; ``dn_seen`` is
+# per-line scratch.
+TextOutputs = collections.namedtuple(
+    "TextOutputs",
+    [
+        "tok_feat",
+        "tok_key",
+        "tok_val",
+        "row_tok",
+        "dense",
+        "labels",
+        "timestamps",
+        "sid_bytes",
+        "sid_off",
+        "group_start",
+        "group_pos",
+        "errors",
+        "dn_seen",
+    ],
+)
 
 
 @helper
@@ -193,39 +224,7 @@ def _same_bytes(buf, a0, a1, b0, b1):
 
 
 @njit(nogil=True, cache=True)
-def parse_text_chunk(
-    buf,
-    start,
-    end,
-    final,
-    stop_on_error,
-    label_count,
-    max_group_size,
-    sp_slots,
-    sp_names,
-    sp_name_off,
-    dn_slots,
-    dn_names,
-    dn_name_off,
-    dn_nvec,
-    dn_elem_base,
-    dn_elem_col,
-    dn_out_base,
-    dn_out_width,
-    tok_feat,
-    tok_key,
-    tok_val,
-    row_tok,
-    dense,
-    labels,
-    timestamps,
-    sid_bytes,
-    sid_off,
-    group_start,
-    group_pos,
-    errors,
-    dn_seen,
-):
+def parse_text_chunk(buf, start, end, final, options, sp_table, dn_table, dense_columns, out):
     """Parse the whole lines of ``buf[start:end]`` into the scratch arrays.
 
     Returns ``(status, consumed, lines, nrows, ngroups, ntok, nsid, nerr)``: the byte
@@ -235,6 +234,25 @@ def parse_text_chunk(
     (rows of ``errors``) produced.  Rows of lines that fail are rolled back; the error is
     recorded and, with ``stop_on_error``, parsing stops right before that line.
     """
+    stop_on_error, label_count, max_group_size = options
+    sp_slots, sp_names, sp_name_off = sp_table
+    dn_slots, dn_names, dn_name_off = dn_table
+    dn_nvec, dn_elem_base, dn_elem_col, dn_out_base, dn_out_width = dense_columns
+    (
+        tok_feat,
+        tok_key,
+        tok_val,
+        row_tok,
+        dense,
+        labels,
+        timestamps,
+        sid_bytes,
+        sid_off,
+        group_start,
+        group_pos,
+        errors,
+        dn_seen,
+    ) = out
     row_cap = len(row_tok) - 1
     sid_cap = len(sid_bytes)
     err_cap = errors.shape[0]

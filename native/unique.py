@@ -6,6 +6,8 @@ it occurs in (``unique_rows[unique_row_offsets[u]:unique_row_offsets[u + 1]]``, 
 order: XDL's sidx/sseg).  A 128-bit id is the pair (hkey, key).
 """
 
+import collections
+
 import numpy as np
 
 from .jit import brief, helper, inline
@@ -13,6 +15,15 @@ from .mix import mix64
 
 _SPREAD = np.uint64(0x94D049BB133111EB)
 _INT64, _INT32 = np.dtype(np.int64), np.dtype(np.int32)  # made once: unique_parts runs every batch
+
+# The ids of a batch's sparse features as the batch builder lays them (``unique_ids_of_batch``): feature ``f`` has
+# ``counts[f]`` ids from ``key_base[f]`` in ``keys`` (or ``pairs`` when ``pair[f]``) and row offsets
+# ``offsets[table_of[f]][row_of[f]]``.
+BatchIds = collections.namedtuple(
+    "BatchIds", ["keys", "pairs", "pair", "key_base", "counts", "offsets", "table_of", "row_of"]
+)
+# What ``unique_ids_of_batch`` writes into (``unique_parts``): int64 ``big``, int32 ``small``, int64 ``layout``.
+UniqueOutputs = collections.namedtuple("UniqueOutputs", ["big", "small", "layout"])
 
 
 @inline
@@ -88,13 +99,11 @@ def unique_ids(hkeys, keys, offsets, slots, places, uniq_h, uniq_k, inverse, cou
 
 
 @helper
-def unique_ids_of_batch(
-    keys, pairs, pair, key_base, counts, offsets, table_of, row_of, slots, places, work_counts, small, big, layout
-):
-    """``unique_ids`` for every sparse feature of a batch, in one call.
+def unique_ids_of_batch(ids, scratch, out):
+    """``unique_ids`` for every sparse feature of a batch (``ids``, a ``BatchIds``), in one call, into ``out``
+    (``UniqueOutputs``) with ``scratch`` ``(slots, places, work_counts)``.
 
-    Feature ``f`` has ``counts[f]`` ids from ``key_base[f]`` in ``keys`` (or ``pairs`` when
-    ``pair[f]``) and row offsets ``offsets[table_of[f]][row_of[f]]``.  With ``F`` features, ``layout``
+    With ``F`` features, ``layout``
     (int64 ``[3F + 2]``) gets ``at = layout[:F + 1]`` and ``words = layout[F + 1:2F + 2]`` of
     ``unique_layout`` and then each feature's count of unique ids.  Feature ``f``'s inverse goes to
     ``small[at[f]:]``, its unique rows to ``small[at[F] + at[f]:]``, its unique ids to ``big[words[f]:]``
@@ -102,6 +111,9 @@ def unique_ids_of_batch(
     (``unique_parts`` sizes ``big``, ``small`` and ``layout``).  ``slots`` needs
     ``table_size(max(counts))`` entries, ``places`` room for max(counts), ``work_counts`` for one more.
     """
+    keys, pairs, pair, key_base, counts, offsets, table_of, row_of = ids
+    slots, places, work_counts = scratch
+    big, small, layout = out
     nf = len(counts)
     at = layout[: nf + 1]
     words = layout[nf + 1 : 2 * nf + 2]

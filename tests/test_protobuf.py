@@ -299,7 +299,8 @@ def test_region_room_matches_twin(ids, data, filled, consumed):
     floor = np.array(data.draw(st.lists(st.integers(0, 1 << 16), min_size=n, max_size=n)), np.int64)
     room = pf._Room(n)
     room.ids[:], room.bytes, room.floor[:] = ids, seen, floor
-    first, cur, lim, keys, _, _ = room.columns(filled)
+    cols = room.columns(filled)
+    first, cur, lim, keys = cols.first, cols.cur, cols.lim, cols.keys
     if seen:
         want = (np.array(ids, np.int64) * (1.2 * filled / seen)).astype(np.int64) + room.SPARE
     else:

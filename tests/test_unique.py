@@ -6,7 +6,7 @@ from hypothesis import given, strategies as st
 import ingest
 from ingest import synthetic
 from ingest import SparseFeature
-from ingest._native.unique import unique_layout, unique_parts
+from ingest._native.unique import BatchIds, UniqueOutputs, unique_layout, unique_parts
 from ingest.pipeline.batcher import UniqueScratch, add_unique_ids
 from ingest.pipeline.pool import BufferPool
 
@@ -63,9 +63,8 @@ def test_kernel_matches_twin(data, tables, pair):
         SparseFeature(f"f{f}", a, np.ones(len(a), np.float32), o) for f, (a, o) in enumerate(zip(ids, row_offsets))
     ]
     big, small, layout = BufferPool().lease_parts(unique_parts(len(keys), len(pairs), len(pair)))
-    add_unique_ids(
-        feats, keys, pairs, pair, key_base, counts, offsets, table_of, row_of, big, small, layout, UniqueScratch()
-    )
+    ids = BatchIds(keys, pairs, pair, key_base, counts, offsets, table_of, row_of)
+    add_unique_ids(feats, ids, UniqueOutputs(big, small, layout), UniqueScratch())
     for f, feat in enumerate(feats):
         order, inverse, rows_of = naive_unique(feat.ids, row_offsets[f])
         got_u = [tuple(u) for u in feat.unique_ids.tolist()] if pair[f] else feat.unique_ids.tolist()

@@ -88,7 +88,7 @@ class _Scratch:
         )
 
     def outputs(self):
-        return (
+        return K.Rows(
             self.ends,
             self.refer,
             self.tab_rows,
@@ -125,9 +125,9 @@ class _Room:
         self.first, self.cur, self.lim = (np.empty(nsparse, np.int64) for _ in range(3))
 
     def columns(self, filled):
-        """``(first, cur, lim, keys, hkeys, values)`` for decoding ``filled`` bytes."""
+        """The ``Columns`` for decoding ``filled`` bytes."""
         total = region_room(self.ids, self.bytes, filled, self.floor, self.SPARE, self.first, self.cur, self.lim)
-        return (self.first, self.cur, self.lim, *_columns(total))
+        return K.Columns(*_columns(total), self.first, self.cur, self.lim)
 
     def decoded(self, consumed):
         region_decoded(self.ids, self.first, self.cur, self.floor, consumed)
@@ -283,6 +283,9 @@ class ProtobufFormat(UnitFormat):
         self.tab_feat_off = np.cumsum([0] + [len(f) for f in self.table_sparse]).astype(np.int64)
         self.tab_feats = np.concatenate(self.table_sparse + [np.empty(0, np.int64)])
         self.cutoff = [np.array([s.cutoff for s in schema.sparse_in(t)], np.int64) for t in range(schema.tables)]
+        self.features = K.FeatureLayout(
+            self.feat, self.dn_feat, self.layout.elem_col, self.tab_feats, self.tab_feat_off
+        )
 
     def _new_scratch(self):
         rows = max(1024, self.chunk_bytes // 64)
@@ -310,6 +313,9 @@ class ProtobufFormat(UnitFormat):
             limit = (unit.size if last == len(starts) else int(starts[last])) - base
             f.seek(base)
         scratch = self._new_scratch()
+        options = K.DecodeOptions(
+            bool(self.simple), int(self.max_record_bytes), self.on_skip is None, int(self.schema.label_count)
+        )
         room = _Room(len(self.schema.sparse))
         buf = np.empty(self.chunk_bytes, np.uint8)
         filled = 0
@@ -320,33 +326,16 @@ class ProtobufFormat(UnitFormat):
             if filled == 0:
                 return
             final = whole_so_far(f, eof)
-            first, cur, lim, *columns = room.columns(filled)
+            cols = room.columns(filled)
             status, consumed, nrec, nerr = K.decode_chunk(
-                buf,
-                filled,
-                final,
-                self.simple,
-                self.max_record_bytes,
-                self.on_skip is None,
-                self.schema.label_count,
-                *self.names,
-                self.feat,
-                self.dn_feat,
-                self.layout.elem_col,
-                self.tab_feats,
-                self.tab_feat_off,
-                *columns,
-                first,
-                cur,
-                lim,
-                *scratch.outputs(),
+                buf, filled, final, options, self.names, self.features, cols, scratch.outputs()
             )
             room.decoded(consumed)
             if nerr and records is None:
                 records = count_records_before(unit, base, self.max_record_bytes)
             errors = [self._error(f, buf, filled, scratch.errors[k], unit, base, records) for k in range(nerr)]
             if scratch.st[K.S_NROWS]:
-                yield self._block(scratch, *columns, first, unit, base, base + consumed)
+                yield self._block(scratch, cols, unit, base, base + consumed)
             if status == K.STOPPED_AT_ERROR or (status == K.UNFRAMED and self.on_skip is None):
                 raise errors[-1]
             for err in errors:
@@ -373,7 +362,8 @@ class ProtobufFormat(UnitFormat):
             if stop is not None and stop.is_set():
                 return
 
-    def _block(self, s, keys, hkeys, values, first, unit, start, end):
+    def _block(self, s, cols, unit, start, end):
+        keys, hkeys, values, first = cols.keys, cols.hkeys, cols.values, cols.first
         schema = self.schema
         st = s.st
         nrows = int(st[K.S_NROWS])

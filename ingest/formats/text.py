@@ -100,6 +100,21 @@ class _Scratch:
         self.group_pos = np.empty(rows + 1, np.int64)
         self.errors = np.empty((max(64, rows // 16), K.ERROR_COLUMNS), np.int64)
         self.dn_seen = np.zeros(n_dense, np.bool_)
+        self.outputs = K.TextOutputs(
+            self.tok_feat,
+            self.tok_key,
+            self.tok_val,
+            self.row_tok,
+            self.dense,
+            self.labels,
+            self.timestamps,
+            self.sid_bytes,
+            self.sid_off,
+            self.group_start,
+            self.group_pos,
+            self.errors,
+            self.dn_seen,
+        )
 
     def grown(self):
         return _Scratch(
@@ -237,6 +252,8 @@ class TextFormat(UnitFormat):
         self.dn_table = build_name_table([s.name for s in self.dense])
         self.cutoff = np.array([s.cutoff for s in self.sparse], np.int64)
         self.layout = DenseLayout(self.dense)
+        lay = self.layout
+        self.dense_columns = K.DenseColumns(lay.nvec, lay.first_elem, lay.elem_col, lay.first_col, lay.width)
 
     def _new_scratch(self):
         rows = max(256, self.chunk_bytes // 256)
@@ -260,6 +277,7 @@ class TextFormat(UnitFormat):
                 return
             f.seek(start)
         scratch = self._new_scratch()
+        options = K.TextOptions(self.on_skip is None, int(self.schema.label_count), int(self.max_group_size))
         buf = np.empty(self.chunk_bytes, np.uint8)
         filled = 0
         base = start  # source offset of buf[0]
@@ -273,33 +291,7 @@ class TextFormat(UnitFormat):
                 return
             final = whole_so_far(f, eof)
             status, consumed, lines, nrows, ngroups, ntok, nsid, nerr = K.parse_text_chunk(
-                buf,
-                0,
-                filled,
-                final,
-                self.on_skip is None,
-                self.schema.label_count,
-                self.max_group_size,
-                *self.sp_table,
-                *self.dn_table,
-                self.layout.nvec,
-                self.layout.first_elem,
-                self.layout.elem_col,
-                self.layout.first_col,
-                self.layout.width,
-                scratch.tok_feat,
-                scratch.tok_key,
-                scratch.tok_val,
-                scratch.row_tok,
-                scratch.dense,
-                scratch.labels,
-                scratch.timestamps,
-                scratch.sid_bytes,
-                scratch.sid_off,
-                scratch.group_start,
-                scratch.group_pos,
-                scratch.errors,
-                scratch.dn_seen,
+                buf, 0, filled, final, options, self.sp_table, self.dn_table, self.dense_columns, scratch.outputs
             )
             errors = []
             if nerr:
@@ -336,21 +328,8 @@ class TextFormat(UnitFormat):
         total = count_rows(s.tok_feat, tok0, tok1, nrows, self.feat_map, self.cutoff, 0, offsets)
         keys = np.empty(total, np.int64)
         values = np.empty(total, np.float32)
-        fill_rows(
-            s.tok_feat,
-            s.tok_key,
-            _NONE,
-            s.tok_val,
-            tok0,
-            tok1,
-            nrows,
-            self.feat_map,
-            self.cutoff,
-            offsets,
-            keys,
-            _NONE,
-            values,
-        )
+        tokens = (s.tok_feat, s.tok_key, _NONE, s.tok_val)
+        fill_rows(tokens, tok0, tok1, nrows, self.feat_map, self.cutoff, offsets, keys, _NONE, values)
         dense = tuple(
             s.dense[:nrows, b : b + w].copy()  # a copy: the scratch is reused
             for b, w in zip(self.layout.first_col, self.layout.width)

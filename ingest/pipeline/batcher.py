@@ -5,8 +5,8 @@ import time
 
 import numpy as np
 
-from .._native.batch import copy_piece, feature_bases, measure_piece, pad_batch
-from .._native.unique import table_size, unique_ids_of_batch, unique_parts
+from .._native.batch import BatchArrays, FeaturePlaces, PieceSource, copy_piece, feature_bases, measure_piece, pad_batch
+from .._native.unique import BatchIds, UniqueOutputs, table_size, unique_ids_of_batch, unique_parts
 from ..blocks import placeholder_block
 from .pool import BufferPool
 from ..batch import Batch, SparseFeature
@@ -105,12 +105,11 @@ class BatchBuilder:
         sid_total = np.zeros(1, np.int64)
         plans = []
         for blk, r0, r1 in pieces:
-            args = _block_args(blk)
-            sp_offsets, refers = args[0], args[3]
+            src = _piece_source(blk)
             ranges, m = measure_piece(
-                blk.group_offsets, refers, sp_offsets, blk.sid_offsets, r0, r1, counts, rows, sid_total
+                blk.group_offsets, src.refers, src.sp_offsets, blk.sid_offsets, r0, r1, counts, rows, sid_total
             )
-            plans.append((args, ranges, m))
+            plans.append((src, ranges, m))
         n = int(rows[0])
         rows0 = self.batch_size if self.pad else n
         if rows0 > n:
@@ -144,33 +143,12 @@ class BatchBuilder:
         dense_out = dense or (_NO_DENSE,)
         indicators_out = tuple(indicators) or (_NO_INDICATORS,)
         at = np.zeros(2 * nt + 1, np.int64)
-        for (blk, r0, r1), (args, ranges, m) in zip(pieces, plans):
-            copy_piece(
-                *args,
-                blk.labels,
-                blk.timestamps,
-                blk.sid_bytes,
-                blk.sid_offsets,
-                r0,
-                r1,
-                ranges,
-                m,
-                self.pair,
-                key_base,
-                value_base,
-                self.dense_table,
-                at,
-                offsets,
-                keys,
-                pairs,
-                values,
-                dense_out,
-                indicators_out,
-                labels,
-                timestamps,
-                sid_bytes,
-                sid_offsets,
-            )
+        places = FeaturePlaces(self.pair, key_base, value_base, self.dense_table)
+        out = BatchArrays(
+            offsets, keys, pairs, values, dense_out, indicators_out, labels, timestamps, sid_bytes, sid_offsets
+        )
+        for (_, r0, r1), (src, ranges, m) in zip(pieces, plans):
+            copy_piece(src, r0, r1, ranges, m, places, at, out)
         pad_batch(at, rows, offsets, dense_out, self.dense_table, indicators_out, labels, timestamps)
         kb, vb, c = key_base.tolist(), value_base.tolist(), counts.tolist()
         features = {}
@@ -198,18 +176,8 @@ class BatchBuilder:
         if self.keep_pieces:
             batch.pieces = list(pieces)
         if unique:
-            batch.unique_work = (
-                feats,
-                keys,
-                pairs,
-                self.pair,
-                key_base,
-                counts,
-                offsets,
-                self.sparse_table,
-                self.sparse_row,
-                *unique_out,
-            )
+            ids = BatchIds(keys, pairs, self.pair, key_base, counts, offsets, self.sparse_table, self.sparse_row)
+            batch.unique_work = (feats, ids, UniqueOutputs(*unique_out))
         if self.stats is not None:
             self.stats.stage("batch", t0, time.perf_counter(), size=n)
         return batch
@@ -240,12 +208,11 @@ def warm(payload):
     builder.build([(placeholder_block(schema), 0, 1)])
 
 
-def _block_args(blk):
-    """What ``copy_piece`` takes of a block first: ``(sp_offsets, from_dsl, dense, refers)`` of its tables
-    as tuples, then its sparse ids and values (kept on the block: a block gives several batches)."""
+def _piece_source(blk):
+    """The ``PieceSource`` of a block, made once (a block gives several batches)."""
     if blk.batch_args is None:
         tabs = blk.tables
-        blk.batch_args = (
+        blk.batch_args = PieceSource(
             tuple(tab.sp_offsets for tab in tabs),
             tuple(_NO_FLAGS if tab.from_dsl is None else tab.from_dsl for tab in tabs),
             tuple(d for tab in tabs for d in tab.dense) or (_NO_DENSE,),
@@ -255,6 +222,10 @@ def _block_args(blk):
             blk.sp_values,
             _NO_INT64 if blk.dsl_keys is None else blk.dsl_keys,
             _NO_FLOAT32 if blk.dsl_values is None else blk.dsl_values,
+            blk.labels,
+            blk.timestamps,
+            blk.sid_bytes,
+            blk.sid_offsets,
         )
     return blk.batch_args
 
@@ -281,21 +252,20 @@ class UniqueScratch:
         return self.slots, self.places, self.work_counts
 
 
-def add_unique_ids(feats, keys, pairs, pair, key_base, counts, offsets, table_of, row_of, big, small, layout, scratch):
+def add_unique_ids(feats, ids, out, scratch):
     """Fill ``unique_ids``, ``inverse``, ``unique_rows`` and ``unique_row_offsets`` of the SparseFeatures
-    ``feats`` of a batch, whose ids are ``counts[f]`` from ``key_base[f]`` in ``keys`` (``pairs`` when
-    ``pair[f]``) and whose row offsets are ``offsets[table_of[f]][row_of[f]]``, into ``big``, ``small``
-    and ``layout`` (``unique_parts``; the batch builder leases them with the batch): one kernel call for
-    them all (each call into a kernel gives up the GIL, and the other pipeline threads hold it).
+    ``feats`` of a batch, whose ids are ``ids`` (a ``BatchIds``), into ``out`` (``UniqueOutputs`` of
+    ``unique_parts``; the batch builder leases them with the batch): one kernel call for them all (each call
+    into a kernel gives up the GIL, and the other pipeline threads hold it).
 
     ``big`` holds, as int64, every feature's unique ids and then their row offsets, ``small``, as int32,
     every inverse and then every feature's unique rows.
     """
+    big, small, layout = out
+    pair = ids.pair
     nf = len(feats)
     total = len(small) // 2
-    unique_ids_of_batch(
-        keys, pairs, pair, key_base, counts, offsets, table_of, row_of, *scratch.room(total), small, big, layout
-    )
+    unique_ids_of_batch(ids, scratch.room(total), out)
     where = layout.tolist()
     at, words, nunique = where[: nf + 1], where[nf + 1 : 2 * nf + 2], where[2 * nf + 2 :]
     nwords = words[nf]
