@@ -17,7 +17,7 @@ from .pipeline.batcher import BatchBuilder
 from .pipeline.coverage import Coverage
 from .pipeline.progress import Progress
 from .pipeline.rounds import Rounds
-from .pipeline.runner import Pipeline, PipelineDelivery
+from .pipeline.runner import Flow, PipelineDelivery, Stages, runner_for
 from .pipeline.shuffle import GroupShuffle
 from .pipeline.stats import Stats
 from .pipeline.timeline import Timeline
@@ -326,28 +326,27 @@ class DataReader:
         # with units that come and go (a consumer group) or never end no epoch ends
         live = any(source.live(settings) for source, settings, _ in by_source)
         self._coverage = Coverage(schema.raw, len(mine)) if self._member is None and not live else None
-        self._pipeline = Pipeline(
-            mine,
-            o.epochs,
+        stages = Stages(
             fmt,
             builder,
             ops=ops,
             dsl=dsl,
             rounds=rounds,
+            coverage=self._coverage,
+            group_shuffle=self._group_shuffle(live, rounds),
+            on_skip=on_skip,
+        )
+        flow = Flow(
             threads=o.threads,
+            epochs=o.epochs,
             deterministic=o.deterministic,
             split_group=o.split_group,
             drop_last=o.drop_last,
-            on_skip=on_skip,
-            stats=self._stats,
             prefetch=o.prefetch,
             shuffle=o.shuffle,
-            progress=self._progress,
-            group_shuffle=self._group_shuffle(live, rounds),
-            unit_source=self._member,
             live=live,
-            coverage=self._coverage,
         )
+        self._pipeline = runner_for(mine, stages, flow, self._stats, progress=self._progress, unit_source=self._member)
         self._started = True
         if o.timeline_path is not None:
             self._stats.timeline = Timeline()

@@ -1,5 +1,5 @@
 """House rules, checked with every test run: layers that only look down, lint, types, kernels that import nothing
-of ingest and pass their twin tests as plain Python, modules of one idea."""
+of ingest and pass their twin tests as plain Python, modules of one idea, functions of at most 12 arguments."""
 
 import ast
 import os
@@ -63,6 +63,20 @@ def test_no_module_over_600_lines():
         if p.name != "sample_pb2.py" and (n := len(p.read_text().splitlines())) > 600
     }
     assert long == {}
+
+
+def test_no_function_takes_more_than_12_arguments():
+    """Arrays that travel together go as one bundle (architecture.md), options as one object."""
+    modules = sorted([*(ROOT / "ingest").rglob("*.py"), *(ROOT / "native").glob("*.py")])
+    wide = {}
+    for p in modules:
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                a = node.args
+                count = len(a.posonlyargs) + len(a.args) + len(a.kwonlyargs) + bool(a.vararg) + bool(a.kwarg)
+                if count > 12:
+                    wide[f"{p.relative_to(ROOT)}:{node.name}"] = count
+    assert wide == {}
 
 
 # the tests that compare kernels with their slow twins (and the reader paths over them)

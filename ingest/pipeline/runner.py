@@ -1,15 +1,19 @@
-"""The running pipeline: parse workers, the batcher thread and the bounded queues between them.
+"""The runners of the pipeline: the threads and bounded queues that compose the stages of ``stages.py``.
 
-Workers turn work units into Blocks (the parse kernels release the GIL, so threads run in
-parallel).  By default each worker also cuts its own Blocks into Batches and computes their
-unique ids, so one thread's work stays on one core; when it stops, the pieces of its
-unfinished batch wait for the others', and the last worker to stop cuts them all, in worker
-order, into full batches and one short one.  Where the batches must follow one block stream
-(``deterministic``, ``keep_sample`` / ``pause``, a consumer group, live Kafka partitions) the
-workers queue their Blocks to one batcher thread instead; with unique ids, one more thread
-computes them, batch by batch, while the batcher builds the next.  The consumer takes Batches
-from a bounded prefetch queue.  Every blocking put or get wakes up regularly to check the stop
-flag, so ``close()`` never hangs, whatever the consumer does.
+Workers turn work units into Blocks (the parse kernels release the GIL, so threads run in parallel).  Two
+runners, one per topology (``runner_for`` picks):
+
+- ``WorkerBatches`` (the default): each parse worker also cuts its own Blocks into Batches and computes their
+  unique ids, so one thread's work stays on one core; when it stops, the pieces of its unfinished batch wait
+  for the others', and the last worker to stop cuts them all, in worker order, into full batches and one
+  short one.
+- ``OneStream``: where the batches must follow one block stream (``deterministic``, ``keep_sample`` /
+  ``pause``, a group shuffle, a consumer group, live Kafka partitions) the workers queue their Blocks to one
+  batcher thread instead; with unique ids, one more thread computes them, batch by batch, while the batcher
+  builds the next.
+
+The consumer takes Batches from a bounded prefetch queue.  Every blocking put or get wakes up regularly to
+check the stop flag, so ``close()`` never hangs, whatever the consumer does.
 """
 
 import contextlib
@@ -21,16 +25,26 @@ import time
 
 import numpy as np
 
-from ..batch import Batch
 from ..errors import IngestError, ReaderClosedError
-from ..formats.base import ReadClock
 from ..ops.blocks import concat_blocks, take_rows
 from .batcher import FLUSH, cut_batches
 from .progress import Marks
+from .stages import (
+    Delivered,
+    Prepare,
+    UnitDone,
+    admitted,
+    marked,
+    noting_units,
+    prepared,
+    read_units,
+    recirculated,
+    with_unique_ids,
+)
 from ..queues import BoundedQueue
 from ..sources.base import Delivery
 
-__all__ = ["Pipeline", "PipelineDelivery"]
+__all__ = ["Flow", "OneStream", "PipelineDelivery", "Stages", "WorkerBatches", "runner_for"]
 
 _POLL = 0.05
 _ROUNDS_POLL = 0.005  # the batcher looks this often whether a round or pass has ended
@@ -45,20 +59,6 @@ class _Marker:
 
 
 _WORKER_DONE = _Marker("WORKER_DONE")
-
-
-@dataclasses.dataclass(frozen=True)
-class _UnitDone:
-    """Follows the last block of a unit in its worker's queue."""
-
-    key: tuple
-
-
-@dataclasses.dataclass(frozen=True)
-class _Delivered:
-    """Units completed with no batch to carry them (a flush with nothing pending): applied, not handed out."""
-
-    marks: Marks
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,127 +93,106 @@ class _GroupRelease:
         self.rounds.released(groups, concat_blocks(used) if used else None)
 
 
-class Pipeline:
-    """Threads and queues of one reader run.
+@dataclasses.dataclass(frozen=True)
+class Stages:
+    """What the pipeline does to its input, stage by stage.
 
-    Parameters
-    ----------
-    units : list of Unit (ingest.sources)
-        This shard's units, in order; repeated ``epochs`` times (0 = forever), in an order
-        shuffled per epoch when ``shuffle`` is a seed.
-    progress : Progress or None
-        A restored state: delivered units are passed over, partial ones resume.
-    fmt : format front end with ``read_unit(unit, stop)``
+    fmt : format front end with ``read_unit(unit, stop, clock)``: reads and parses a unit into Blocks
+    builder : BatchBuilder: cuts Blocks into Batches and computes their unique ids
     ops, dsl : callable or None
         Block -> Block, run by the parse worker on each block: the user's ops, then the DSL stage.
     rounds : Rounds or None
         ``keep_sample`` / ``pause``: the admission gate and the recirculation of used groups.
-    builder : BatchBuilder
-    threads : int
-    deterministic : bool
-        Blocks reach the batcher in unit order (worker ``w`` parses units ``w, w+T, ...``);
-        otherwise in arrival order, units handed to whichever worker is free.
-    live : bool
-        The units never end (Kafka partitions read ``until="forever"``).
-    unit_source : object with ``next_unit(stop)`` or None
-        Units that come while reading (a Kafka consumer group's partitions) instead of ``units``, in
-        arrival order; ``flush()`` delivers what they left in the partial batch.
     coverage : Coverage or None
         Shown every block read (after the ops, before the DSL) and every unit completed.
     group_shuffle : shuffle.GroupShuffle or None
         Shuffles the groups of the block stream, which then follows the input order (as ``deterministic``).
+    on_skip : callable or None
+        Takes the groups too large for a batch when ``split_group`` is off (None: they raise).
     """
 
-    def __init__(
-        self,
-        units,
-        epochs,
-        fmt,
-        builder,
-        *,
-        threads,
-        deterministic,
-        split_group,
-        drop_last,
-        on_skip,
-        stats,
-        ops=None,
-        dsl=None,
-        rounds=None,
-        prefetch=4,
-        queue_blocks=4,
-        shuffle=None,
-        progress=None,
-        unit_source=None,
-        live=False,
-        coverage=None,
-        group_shuffle=None,
-    ):
+    fmt: object
+    builder: object
+    ops: object = None
+    dsl: object = None
+    rounds: object = None
+    coverage: object = None
+    group_shuffle: object = None
+    on_skip: object = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Flow:
+    """How the pipeline runs its stages.
+
+    threads : parse workers
+    epochs : passes over the units (0 = forever)
+    deterministic : blocks reach the batcher in unit order (worker ``w`` parses units ``w, w+T, ...``);
+        otherwise in arrival order, units handed to whichever worker is free
+    split_group, drop_last : as the reader's options of those names
+    prefetch : batches ready ahead of the consumer
+    queue_blocks : blocks a worker may have queued ahead of the batcher
+    shuffle : a seed: the units in an order shuffled per epoch (None: in order)
+    live : the units never end (Kafka partitions read ``until="forever"``)
+    """
+
+    threads: int
+    epochs: int
+    deterministic: bool
+    split_group: bool
+    drop_last: bool
+    prefetch: int = 4
+    queue_blocks: int = 4
+    shuffle: int | None = None
+    live: bool = False
+
+
+class Runner:
+    """What both topologies share: the parse workers' streams of Blocks, the consumer's queue, the stop flag,
+    ``next_batch`` and ``close``.  A runner is made by ``runner_for`` and started once.
+
+    Parameters
+    ----------
+    units : list of Unit (ingest.sources)
+        This shard's units, in order; repeated ``flow.epochs`` times.
+    stages : Stages
+    flow : Flow
+    stats : pipeline.stats.Stats
+        Counts and stage times.
+    progress : Progress or None
+        A restored state: delivered units are passed over, partial ones resume.
+    unit_source : object with ``next_unit(stop)`` or None
+        Units that come while reading (a Kafka consumer group's partitions) instead of ``units``, in
+        arrival order.
+    """
+
+    def __init__(self, units, stages, flow, stats, progress=None, unit_source=None):
         self.units = units
-        self.group_shuffle = group_shuffle
-        self.coverage = coverage
-        self.unit_source = unit_source
-        self.epochs = epochs
-        self.shuffle = shuffle
-        self.progress = progress
-        self.fmt = fmt
-        self.ops = ops
-        self.dsl = dsl
-        self.rounds = rounds
-        self._handed = None  # the batch the consumer holds (rounds: released on the next call)
-        self.builder = builder
-        self.threads = threads
-        self.deterministic = deterministic or group_shuffle is not None
-        self.split_group = split_group
-        self.drop_last = drop_last
-        self.on_skip = on_skip
+        self.stages = stages
+        self.flow = flow
+        self.builder = stages.builder
+        self.rounds = stages.rounds
+        self.threads = flow.threads
         self.stats = stats
+        self.progress = progress
+        self.unit_source = unit_source
+        self.prepare = Prepare(stages.ops, stages.dsl, stages.rounds, stages.coverage, stats)
         self.stop = threading.Event()
+        self.out = BoundedQueue(flow.prefetch)
         self._handing = threading.Lock()  # a batch handed over and its marks applied, or refused after close()
-        # Parse workers batch their own blocks unless the batches must follow one block stream: the order of a
-        # one-thread read, the groups the rounds count packed, the partial batch a group member flushes, or
-        # live units (each worker's batch would wait for its own partition's messages).
-        self.worker_batches = not (self.deterministic or rounds is not None or unit_source is not None or live)
-        nq = 0 if self.worker_batches else threads if self.deterministic else 1
-        self.block_queues = [BoundedQueue(queue_blocks * (1 if self.deterministic else threads)) for _ in range(nq)]
-        self.out = BoundedQueue(prefetch)
-        # with unique ids and a batcher thread: its batches on their way to the unique-id thread
-        self.built = BoundedQueue(2) if builder.unique and not self.worker_batches else None
-        self.batched = self.out if self.built is None else self.built  # where batches go once cut
-        self._rests = {}  # worker -> (pieces of its unfinished batch, units completed since its last batch)
-        self._rests_lock = threading.Lock()
+        self._handed = None  # the batch the consumer holds (rounds: released on the next call)
         self._unit_lock = threading.Lock()
         self._unit_iter = self._sequence()
         self._threads = []
         self.finished = False
 
-    def _sequence(self):
-        """``(epoch, unit)`` in reading order; a unit that resumes carries its resume point."""
-        first = self.progress.epoch if self.progress is not None else 0
-        epochs = itertools.count(first) if self.epochs == 0 else range(first, self.epochs)
-        for epoch in epochs:
-            if not self.units:
-                return
-            order = self.units
-            if self.shuffle is not None:
-                order = [self.units[i] for i in np.random.default_rng([self.shuffle, epoch]).permutation(len(order))]
-            for unit in order:
-                if self.progress is not None:
-                    if self.progress.delivered(epoch, unit.index):
-                        continue
-                    resume = self.progress.resume(epoch, unit.index)
-                    if resume is not None:
-                        unit = dataclasses.replace(unit, resume=resume)
-                yield epoch, unit
+    def _targets(self):
+        """``(function, args, name)`` of each thread to start."""
+        raise NotImplementedError
 
     def start(self):
-        work = self._work_batches if self.worker_batches else self._work
-        for w in range(self.threads):
-            self._threads.append(threading.Thread(target=work, args=(w,), name=f"ingest-parse-{w}", daemon=True))
-        if not self.worker_batches:
-            self._threads.append(threading.Thread(target=self._batch_loop, name="ingest-batcher", daemon=True))
-        if self.built is not None:
-            self._threads.append(threading.Thread(target=self._unique_loop, name="ingest-unique", daemon=True))
+        for target, args, name in self._targets():
+            self._threads.append(threading.Thread(target=target, args=args, name=name, daemon=True))
         for t in self._threads:
             t.start()
 
@@ -233,14 +212,29 @@ class Pipeline:
                 if rounds is not None and rounds.starved():
                     return FLUSH
 
-    def flush(self):
-        """Deliver the partial batch now (with the units completed so far) rather than when more input fills
-        it: a consumer group member draining revoked partitions.  Only with one batcher thread, as a consumer
-        group has (``worker_batches`` off, ``deterministic`` off)."""
-        self._put(self.block_queues[0], FLUSH)
+    # -- a parse worker's stream ----------------------------------------------------------
+    def _sequence(self):
+        """``(epoch, unit)`` in reading order; a unit that resumes carries its resume point."""
+        first = self.progress.epoch if self.progress is not None else 0
+        epochs = itertools.count(first) if self.flow.epochs == 0 else range(first, self.flow.epochs)
+        seed = self.flow.shuffle
+        for epoch in epochs:
+            if not self.units:
+                return
+            order = self.units
+            if seed is not None:
+                order = [self.units[i] for i in np.random.default_rng([seed, epoch]).permutation(len(order))]
+            for unit in order:
+                if self.progress is not None:
+                    if self.progress.delivered(epoch, unit.index):
+                        continue
+                    resume = self.progress.resume(epoch, unit.index)
+                    if resume is not None:
+                        unit = dataclasses.replace(unit, resume=resume)
+                yield epoch, unit
 
-    # -- workers -------------------------------------------------------------------------
     def _units_for(self, w):
+        """The ``(epoch, unit)`` pairs worker ``w`` reads."""
         if self.unit_source is not None:
             return self._arriving_units()
         if self.deterministic:
@@ -260,230 +254,13 @@ class Pipeline:
             yield unit
 
     def _stream(self, w, q=None):
-        """Worker ``w``'s blocks, through the ops and the DSL, each unit's followed by ``_UnitDone``.  ``q`` is
-        the queue that recirculated blocks go to straight while the gate of ``pause`` is closed."""
-        for epoch, unit in self._units_for(w):
-            if self.stop.is_set():
-                return
-            key = (epoch, unit.index)
-            skip = unit.resume[1] if unit.resume is not None else 0
-            clock = ReadClock()
-            with contextlib.closing(self.fmt.read_unit(unit, self.stop, clock)) as blocks:
-                t0 = time.perf_counter()
-                for blk in blocks:  # the format reads and parses in next()
-                    blk.unit = key
-                    self._read_parse(t0, unit, blk.nbytes, blk.nrows, clock)
-                    for part in self._admitted(blk, q):
-                        part, skip = self._prepared(part, skip, epoch)
-                        yield part
-                    t0 = time.perf_counter()
-                self._read_parse(t0, unit, 0, 0, clock)
-            self.stats.add(units=1)
-            if self.coverage is not None:
-                self.coverage.unit_done(epoch)
-            yield _UnitDone(key)
-        if self.rounds is not None:
-            self.rounds.out_of_input()
-            while self.rounds.keep:  # used groups come back until the ops drop them all
-                blk = self.rounds.next_recirculated(self.stop)
-                if blk is None:
-                    return
-                yield self._prepared(blk)[0]
-
-    def _work(self, w):
-        """A parse worker that hands its blocks to the batcher thread."""
-        q = self.block_queues[w if self.deterministic else 0]
-        try:
-            with contextlib.closing(self._stream(w, q)) as items:
-                for item in items:
-                    if not self._put(q, item):
-                        return
-        except BaseException as exc:  # travels to the consumer in stream order
-            self._put(q, exc)
-        finally:
-            self._put(q, _WORKER_DONE)
-
-    def _work_batches(self, w):
-        """A parse worker that builds batches of its own blocks, unique ids included; what is left of its
-        last batch is cut again, with every other worker's, by the last worker to finish."""
-        done, rest = [], []
-        try:
-            with contextlib.closing(self._stream(w)) as items:
-                batches = cut_batches(
-                    self._noting_units(items, done),
-                    self.builder,
-                    split_group=self.split_group,
-                    on_skip=self.on_skip,
-                    rest=rest,
-                )
-                if not self._deliver(batches, done):
-                    return
-            with self._rests_lock:
-                self._rests[w] = (rest, done)
-                last = len(self._rests) == self.threads
-            if last:
-                self._cut_rests()
-        except BaseException as exc:
-            self._put(self.out, exc)
-
-    def _cut_rests(self):
-        """The workers' unfinished batches, in worker order: full batches, then the one short batch."""
-        done = []
-
-        def pieces():
-            for w in range(self.threads):
-                rest, completed = self._rests.pop(w)
-                yield from rest
-                done.extend(completed)  # units whose last rows are in the pieces just taken, or earlier
-
-        batches = cut_batches(pieces(), self.builder, split_group=self.split_group, drop_last=self.drop_last)
-        if self._deliver(batches, done):
-            self._put(self.out, _End(Marks(done=list(done))))
-
-    @staticmethod
-    def _noting_units(items, done):
-        """The blocks of a worker's stream; the units it completes go to the list ``done``."""
-        for item in items:
-            if isinstance(item, _UnitDone):
-                done.append(item.key)
-            else:
-                yield item
-
-    def _admitted(self, blk, q):
-        """The parts of a fresh block as the gate of ``pause`` lets them in (whole, without it)."""
+        """Worker ``w``'s Blocks through the ops and the DSL, each unit's followed by ``UnitDone``.  ``q`` is the
+        queue that recirculated blocks go to straight while the gate of ``pause`` is closed."""
+        items = read_units(self._units_for(w), self.stages.fmt, self.stop, self.stats)
         if self.rounds is None:
-            yield blk
-            return
-        while blk is not None:
-            room = self.rounds.room(self.stop, lambda used: self._put(q, self._prepared(used)[0]))
-            if room == 0:
-                return
-            groups = len(blk.group_offsets) - 1
-            if room is None or groups <= room:
-                self.rounds.admit(groups)
-                yield blk
-                return
-            cut = int(blk.group_offsets[room])
-            head = np.zeros(blk.nrows, np.bool_)
-            head[:cut] = True
-            self.rounds.admit(room)
-            yield take_rows(blk, head)
-            blk = take_rows(blk, ~head)
-
-    def _prepared(self, blk, skip=0, epoch=None):
-        """Run the ops and the DSL on a block (read in ``epoch``, None for a recirculated one).  Returns (the
-        block, the rows of ``skip`` left for the next block: all of them when the ops left this one empty)."""
-        t0 = time.perf_counter()
-        if self.ops is not None:
-            groups = len(blk.group_offsets) - 1
-            blk = self.ops(blk)
-            if self.rounds is not None:
-                self.rounds.dropped(groups - (len(blk.group_offsets) - 1))
-        if skip and blk.nrows:  # rows the ops keep, as delivered before the restore
-            blk.skip, skip = skip, 0
-        parsed = blk
-        if epoch is not None and self.coverage is not None:
-            self.coverage.add(epoch, blk)
-        if self.dsl is not None:
-            blk = self.dsl(blk)
-        if self.ops is not None or self.dsl is not None:
-            self.stats.stage("ops", t0, time.perf_counter(), rows=blk.nrows)
-        if self.rounds is not None and self.rounds.keep:
-            blk.parsed = parsed  # what goes through the ops again
-        self.stats.add(bytes=blk.nbytes, samples=blk.nrows, groups=len(blk.group_offsets) - 1, blocks=1)
-        return blk, skip
-
-    def _read_parse(self, t0, unit, nbytes, rows, clock):
-        """Count the time since ``t0``: what ``clock`` spent reading as read, the rest as parse."""
-        t1 = time.perf_counter()
-        read = min(clock.take(), t1 - t0)
-        self.stats.stage("read", t0, t0 + read)
-        self.stats.stage("parse", t0 + read, t1, unit=unit.url, offset=unit.start, bytes=nbytes, rows=rows)
-
-    # -- batcher ---------------------------------------------------------------------------
-    def _blocks(self, done):
-        """The blocks in stream order; units completed go to the list ``done``."""
-        if self.deterministic:
-            seq = 0
-            while True:
-                item = self._get(self.block_queues[seq % self.threads])
-                if isinstance(item, _UnitDone):
-                    done.append(item.key)
-                    seq += 1
-                elif item is _WORKER_DONE:
-                    return
-                elif isinstance(item, BaseException):
-                    raise item
-                else:
-                    yield item
-        else:
-            workers = 0
-            while workers < self.threads:
-                item = self._get(self.block_queues[0], self.rounds)
-                if item is FLUSH:  # from the rounds, or flush()
-                    yield item
-                    continue
-                if item is _WORKER_DONE:
-                    workers += 1
-                elif isinstance(item, _UnitDone):
-                    done.append(item.key)
-                elif isinstance(item, BaseException):
-                    raise item
-                else:
-                    yield item
-
-    def _batch_loop(self):
-        done = []
-        try:
-            stream = self._blocks(done)
-            delivered = done
-            if self.group_shuffle is not None:  # the shuffle's windows say which units their batches complete
-                stream, delivered = self.group_shuffle(stream, done), []
-            batches = cut_batches(
-                stream,
-                self.builder,
-                split_group=self.split_group,
-                drop_last=self.drop_last,
-                on_skip=self.on_skip,
-                rounds=self.rounds,
-                build=self.builder.assemble,
-            )
-            if self._deliver(batches, delivered):
-                self._put(self.batched, _End(Marks(done=list(done))))
-        except ReaderClosedError:
-            pass
-        except BaseException as exc:
-            self._put(self.batched, exc)
-
-    def _deliver(self, batches, done):
-        """Hand ``batches`` on (to the unique-id thread when there is one); each carries the units in ``done``,
-        which have all their samples in it or earlier ones.  False once the reader stops."""
-        for batch in batches:  # the builder counts its own time
-            if batch is FLUSH:  # nothing was pending: the units completed travel alone
-                if done and not self._put(self.batched, _Delivered(Marks(done=list(done)))):
-                    return False
-                done.clear()
-                continue
-            batch.marks.done += done
-            done.clear()
-            self.stats.add(batches=1)
-            if not self._put(self.batched, batch):
-                return False
-        return True
-
-    def _unique_loop(self):
-        """Complete the batcher's batches with their unique ids, in order; everything else passes through."""
-        try:
-            while True:
-                item = self._get(self.built)
-                if isinstance(item, Batch):
-                    self.builder.add_unique(item)
-                if not self._put(self.out, item) or isinstance(item, (_End, BaseException)):
-                    return
-        except ReaderClosedError:
-            pass
-        except BaseException as exc:
-            self._put(self.out, exc)
+            return prepared(items, self.prepare)
+        items = admitted(items, self.rounds, self.stop, lambda used: self._put(q, self.prepare(used)[0]))
+        return recirculated(prepared(items, self.prepare), self.rounds, self.stop, self.prepare)
 
     # -- consumer --------------------------------------------------------------------------
     def next_batch(self):
@@ -495,7 +272,7 @@ class Pipeline:
             self._handed = None
         t0 = time.perf_counter()
         item = self._get(self.out)
-        while isinstance(item, _Delivered):
+        while isinstance(item, Delivered):
             if self.progress is not None:
                 self.progress.apply(item.marks, batch=False)
             item = self._get(self.out)
@@ -522,12 +299,15 @@ class Pipeline:
             self._handed = item
         return item
 
+    def _queues(self):
+        return [self.out]
+
     def close(self, timeout=10.0):
         """Stop every thread and wait for them; safe to call twice.  No batch is handed over once it returns."""
         self.stop.set()
         with self._handing:  # a batch being handed over has its marks applied before progress is read
             pass
-        for q in self.block_queues + [self.out] + ([self.built] if self.built is not None else []):
+        for q in self._queues():
             with contextlib.suppress(queue.Empty):
                 while True:
                     q.get_nowait()
@@ -536,6 +316,204 @@ class Pipeline:
             if t is not threading.current_thread():
                 t.join(max(0.0, deadline - time.monotonic()))
         return all(not t.is_alive() for t in self._threads)
+
+    def _deliver(self, items, q):
+        """Put ``items`` (from ``marked``) on ``q``; False once the reader stops."""
+        for item in items:
+            if not self._put(q, item):
+                return False
+        return True
+
+
+class WorkerBatches(Runner):
+    """Each parse worker reads its share of the units (whichever are next) and cuts its own Blocks into Batches,
+    unique ids included; what is left of its last batch is cut again, with every other worker's, by the last
+    worker to finish, in worker order."""
+
+    deterministic = False
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._rests = {}  # worker -> (pieces of its unfinished batch, units completed since its last batch)
+        self._rests_lock = threading.Lock()
+
+    def _targets(self):
+        return [(self._work, (w,), f"ingest-parse-{w}") for w in range(self.threads)]
+
+    def _work(self, w):
+        done, rest = [], []
+        flow = self.flow
+        try:
+            with contextlib.closing(self._stream(w)) as items:
+                batches = cut_batches(
+                    noting_units(items, done),
+                    self.builder,
+                    split_group=flow.split_group,
+                    on_skip=self.stages.on_skip,
+                    build=self.builder.assemble,
+                    rest=rest,
+                )
+                if not self._deliver(with_unique_ids(marked(batches, done, self.stats), self.builder), self.out):
+                    return
+            with self._rests_lock:
+                self._rests[w] = (rest, done)
+                last = len(self._rests) == self.threads
+            if last:
+                self._cut_rests()
+        except BaseException as exc:
+            self._put(self.out, exc)
+
+    def _cut_rests(self):
+        """The workers' unfinished batches, in worker order: full batches, then the one short batch."""
+        done = []
+
+        def pieces():
+            for w in range(self.threads):
+                rest, completed = self._rests.pop(w)
+                yield from rest
+                done.extend(completed)  # units whose last rows are in the pieces just taken, or earlier
+
+        flow = self.flow
+        batches = cut_batches(
+            pieces(), self.builder, split_group=flow.split_group, drop_last=flow.drop_last, build=self.builder.assemble
+        )
+        if self._deliver(with_unique_ids(marked(batches, done, self.stats), self.builder), self.out):
+            self._put(self.out, _End(Marks(done=list(done))))
+
+
+class OneStream(Runner):
+    """The parse workers queue their Blocks to one batcher thread, which cuts them into Batches in one stream
+    (unit order when ``deterministic``: worker ``w`` parses units ``w, w+T, ...``; else arrival order); with
+    unique ids, a third stage thread computes them while the batcher builds the next batch.  ``flush()``
+    delivers the partial batch now (a consumer group member draining revoked partitions)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        flow = self.flow
+        self.deterministic = flow.deterministic or self.stages.group_shuffle is not None
+        nq = self.threads if self.deterministic else 1
+        depth = flow.queue_blocks * (1 if self.deterministic else self.threads)
+        self.block_queues = [BoundedQueue(depth) for _ in range(nq)]
+        # with unique ids: the batcher's batches on their way to the unique-id thread
+        self.built = BoundedQueue(2) if self.builder.unique else None
+        self.batched = self.out if self.built is None else self.built  # where batches go once cut
+
+    def _targets(self):
+        targets = [(self._work, (w,), f"ingest-parse-{w}") for w in range(self.threads)]
+        targets.append((self._batch_loop, (), "ingest-batcher"))
+        if self.built is not None:
+            targets.append((self._unique_loop, (), "ingest-unique"))
+        return targets
+
+    def _queues(self):
+        return self.block_queues + [self.out] + ([self.built] if self.built is not None else [])
+
+    def flush(self):
+        """Deliver the partial batch now (with the units completed so far) rather than when more input fills
+        it.  Only with one block queue, as a consumer group has (not ``deterministic``)."""
+        self._put(self.block_queues[0], FLUSH)
+
+    def _work(self, w):
+        """A parse worker: its Blocks go to the batcher thread."""
+        q = self.block_queues[w if self.deterministic else 0]
+        try:
+            with contextlib.closing(self._stream(w, q)) as items:
+                for item in items:
+                    if not self._put(q, item):
+                        return
+        except BaseException as exc:  # travels to the consumer in stream order
+            self._put(q, exc)
+        finally:
+            self._put(q, _WORKER_DONE)
+
+    def _blocks(self, done):
+        """The blocks in stream order; units completed go to the list ``done``."""
+        if self.deterministic:
+            seq = 0
+            while True:
+                item = self._get(self.block_queues[seq % self.threads])
+                if isinstance(item, UnitDone):
+                    done.append(item.key)
+                    seq += 1
+                elif item is _WORKER_DONE:
+                    return
+                elif isinstance(item, BaseException):
+                    raise item
+                else:
+                    yield item
+        else:
+            workers = 0
+            while workers < self.threads:
+                item = self._get(self.block_queues[0], self.rounds)
+                if item is FLUSH:  # from the rounds, or flush()
+                    yield item
+                    continue
+                if item is _WORKER_DONE:
+                    workers += 1
+                elif isinstance(item, UnitDone):
+                    done.append(item.key)
+                elif isinstance(item, BaseException):
+                    raise item
+                else:
+                    yield item
+
+    def _batch_loop(self):
+        done = []
+        flow = self.flow
+        group_shuffle = self.stages.group_shuffle
+        try:
+            stream = self._blocks(done)
+            delivered = done
+            if group_shuffle is not None:  # the shuffle's windows say which units their batches complete
+                stream, delivered = group_shuffle(stream, done), []
+            batches = cut_batches(
+                stream,
+                self.builder,
+                split_group=flow.split_group,
+                drop_last=flow.drop_last,
+                on_skip=self.stages.on_skip,
+                rounds=self.rounds,
+                build=self.builder.assemble,
+            )
+            if self._deliver(marked(batches, delivered, self.stats), self.batched):
+                self._put(self.batched, _End(Marks(done=list(done))))
+        except ReaderClosedError:
+            pass
+        except BaseException as exc:
+            self._put(self.batched, exc)
+
+    def _unique_loop(self):
+        """Complete the batcher's batches with their unique ids, in order; everything else passes through."""
+
+        def items():
+            while True:
+                item = self._get(self.built)
+                yield item
+                if isinstance(item, (_End, BaseException)):
+                    return
+
+        try:
+            self._deliver(with_unique_ids(items(), self.builder), self.out)
+        except ReaderClosedError:
+            pass
+        except BaseException as exc:
+            self._put(self.out, exc)
+
+
+def runner_for(units, stages, flow, stats, progress=None, unit_source=None):
+    """The runner of ``stages`` as ``flow`` says: ``WorkerBatches`` unless the batches must follow one block
+    stream (the order of a one-thread read, a group shuffle, the groups the rounds count packed, the partial
+    batch a group member flushes, or live units, where each worker's batch would wait for its own partition's
+    messages)."""
+    one_stream = (
+        flow.deterministic
+        or stages.group_shuffle is not None
+        or stages.rounds is not None
+        or unit_source is not None
+        or flow.live
+    )
+    runner = OneStream if one_stream else WorkerBatches
+    return runner(units, stages, flow, stats, progress=progress, unit_source=unit_source)
 
 
 class PipelineDelivery(Delivery):

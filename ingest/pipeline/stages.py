@@ -1,0 +1,209 @@
+"""The stages of the pipeline: each a generator from an iterator of items to an iterator of items, with no
+thread or queue of its own (the runners in ``runner.py`` compose them and put threads and queues between them).
+
+A parse worker's stream: ``read_units`` (units -> Blocks, each unit's between a ``UnitStart`` and a
+``UnitDone``), ``admitted`` (the gate of ``pause``), ``prepared`` (the user's ops and the DSL), then
+``recirculated`` (``keep_sample``'s used groups once the input ends).  Towards the consumer: ``noting_units``
+(the units completed, aside), ``batcher.cut_batches`` (Blocks -> Batches), ``marked`` (each Batch carries the
+units it completes) and ``with_unique_ids``.
+"""
+
+import contextlib
+import dataclasses
+import time
+
+import numpy as np
+
+from ..batch import Batch
+from ..formats.base import ReadClock
+from ..ops.blocks import take_rows
+from .batcher import FLUSH
+from .progress import Marks
+
+__all__ = [
+    "UnitStart",
+    "UnitDone",
+    "Delivered",
+    "Prepare",
+    "read_units",
+    "admitted",
+    "prepared",
+    "recirculated",
+    "noting_units",
+    "marked",
+    "with_unique_ids",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class UnitStart:
+    """Comes before the first block of a unit: its key ``(epoch, index)`` and the rows its blocks start with
+    that were delivered before a restore (``skip``)."""
+
+    key: tuple
+    skip: int
+
+
+@dataclasses.dataclass(frozen=True)
+class UnitDone:
+    """Follows the last block of a unit."""
+
+    key: tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class Delivered:
+    """Units completed with no batch to carry them (a flush with nothing pending): applied, not handed out."""
+
+    marks: Marks
+
+
+def read_units(units, fmt, stop, stats):
+    """The Blocks of ``units`` (``(epoch, unit)`` pairs) as ``fmt`` reads and parses them, each unit's between
+    its ``UnitStart`` and ``UnitDone``; the time spent in ``fmt`` goes to ``stats`` as read and parse."""
+    for epoch, unit in units:
+        if stop.is_set():
+            return
+        key = (epoch, unit.index)
+        yield UnitStart(key, unit.resume[1] if unit.resume is not None else 0)
+        clock = ReadClock()
+        with contextlib.closing(fmt.read_unit(unit, stop, clock)) as blocks:
+            t0 = time.perf_counter()
+            for blk in blocks:  # the format reads and parses in next()
+                blk.unit = key
+                _read_parse(stats, t0, unit, blk.nbytes, blk.nrows, clock)
+                yield blk
+                t0 = time.perf_counter()  # what the later stages did with the block is not parsing
+            _read_parse(stats, t0, unit, 0, 0, clock)
+        stats.add(units=1)
+        yield UnitDone(key)
+
+
+def _read_parse(stats, t0, unit, nbytes, rows, clock):
+    """Count the time since ``t0``: what ``clock`` spent reading as read, the rest as parse."""
+    t1 = time.perf_counter()
+    read = min(clock.take(), t1 - t0)
+    stats.stage("read", t0, t0 + read)
+    stats.stage("parse", t0 + read, t1, unit=unit.url, offset=unit.start, bytes=nbytes, rows=rows)
+
+
+def admitted(items, rounds, stop, recirculate):
+    """The Blocks of ``items`` as the gate of ``pause`` (``rounds``) lets them in: whole, or cut at a group
+    boundary when it has room for some of their groups only.  While it is closed, used groups that come back
+    go to ``recirculate``."""
+    for item in items:
+        if isinstance(item, (UnitStart, UnitDone)):
+            yield item
+            continue
+        blk = item
+        while blk is not None:
+            room = rounds.room(stop, recirculate)
+            if room == 0:  # stopped: the rest of this block is not admitted
+                break
+            groups = len(blk.group_offsets) - 1
+            if room is None or groups <= room:
+                rounds.admit(groups)
+                yield blk
+                break
+            cut = int(blk.group_offsets[room])
+            head = np.zeros(blk.nrows, np.bool_)
+            head[:cut] = True
+            rounds.admit(room)
+            yield take_rows(blk, head)
+            blk = take_rows(blk, ~head)
+
+
+@dataclasses.dataclass(frozen=True)
+class Prepare:
+    """The user's ops, then the DSL, on one Block (``Stages``' of those names)."""
+
+    ops: object
+    dsl: object
+    rounds: object
+    coverage: object
+    stats: object
+
+    def __call__(self, blk, skip=0, epoch=None):
+        """Run the ops and the DSL on a block (read in ``epoch``, None for a recirculated one).  Returns (the
+        block, the rows of ``skip`` left for the next block: all of them when the ops left this one empty)."""
+        t0 = time.perf_counter()
+        if self.ops is not None:
+            groups = len(blk.group_offsets) - 1
+            blk = self.ops(blk)
+            if self.rounds is not None:
+                self.rounds.dropped(groups - (len(blk.group_offsets) - 1))
+        if skip and blk.nrows:  # rows the ops keep, as delivered before the restore
+            blk.skip, skip = skip, 0
+        parsed = blk
+        if epoch is not None and self.coverage is not None:
+            self.coverage.add(epoch, blk)
+        if self.dsl is not None:
+            blk = self.dsl(blk)
+        if self.ops is not None or self.dsl is not None:
+            self.stats.stage("ops", t0, time.perf_counter(), rows=blk.nrows)
+        if self.rounds is not None and self.rounds.keep:
+            blk.parsed = parsed  # what goes through the ops again
+        self.stats.add(bytes=blk.nbytes, samples=blk.nrows, groups=len(blk.group_offsets) - 1, blocks=1)
+        return blk, skip
+
+
+def prepared(items, prepare):
+    """``prepare`` (a ``Prepare``) run on every Block of ``items``; a ``UnitStart`` is taken here (the rows to
+    skip of a restored unit), a ``UnitDone`` is shown to the coverage and passed on."""
+    skip, epoch = 0, None
+    for item in items:
+        if isinstance(item, UnitStart):
+            epoch, skip = item.key[0], item.skip
+        elif isinstance(item, UnitDone):
+            if prepare.coverage is not None:
+                prepare.coverage.unit_done(item.key[0])
+            yield item
+        else:
+            blk, skip = prepare(item, skip, epoch)
+            yield blk
+
+
+def recirculated(items, rounds, stop, prepare):
+    """``items``, then, once they end, the used groups ``keep_sample`` sends through the ops again until the ops
+    drop them all (``rounds``)."""
+    yield from items
+    if stop.is_set():
+        return
+    rounds.out_of_input()
+    while rounds.keep:
+        blk = rounds.next_recirculated(stop)
+        if blk is None:
+            return
+        yield prepare(blk)[0]
+
+
+def noting_units(items, done):
+    """The Blocks (and FLUSH) of ``items``; the keys of the units they complete go to the list ``done``."""
+    for item in items:
+        if isinstance(item, UnitDone):
+            done.append(item.key)
+        else:
+            yield item
+
+
+def marked(batches, done, stats):
+    """Each Batch of ``batches`` carrying the units in ``done`` (which have all their samples in it or earlier
+    ones); a FLUSH with nothing pending becomes ``Delivered`` of the units completed, when there are some."""
+    for batch in batches:  # the builder counts its own time
+        if batch is FLUSH:
+            if done:
+                yield Delivered(Marks(done=list(done)))
+            done.clear()
+            continue
+        batch.marks.done += done
+        done.clear()
+        stats.add(batches=1)
+        yield batch
+
+
+def with_unique_ids(items, builder):
+    """The Batches of ``items`` completed with their unique ids (``builder.add_unique``); anything else as it is."""
+    for item in items:
+        if isinstance(item, Batch):
+            builder.add_unique(item)
+        yield item
