@@ -21,7 +21,7 @@ import uuid
 import numpy as np
 
 from ._native.encode import identical_features
-from ._native.text_write import write_text_rows
+from ._native.text_write import TextLayout, TextRows, write_text_rows
 from .discover import scan_features
 from . import warmup
 from .errors import ConfigError, DataError, SourceError
@@ -168,9 +168,17 @@ class _TextWriter:
 
     def __init__(self, schema):
         self.schema = schema
-        self.names = byte_blob([s.name.encode() for s in schema.sparse])
-        self.dn_names = byte_blob([s.name.encode() for s in schema.dense])
-        self.layout = DenseLayout(schema.dense)
+        sp_name, sp_name_off = byte_blob([s.name.encode() for s in schema.sparse])
+        dn_name, dn_name_off = byte_blob([s.name.encode() for s in schema.dense])
+        dense_layout = DenseLayout(schema.dense)
+        self.layout = TextLayout(
+            sp_name=sp_name,
+            sp_name_off=sp_name_off,
+            dn_name=dn_name,
+            dn_name_off=dn_name_off,
+            dn_base=dense_layout.first_col,
+            dn_width=dense_layout.width,
+        )
         # each feature's position among its table's features of its kind (names are unique)
         self.place = {
             s.name: j
@@ -202,28 +210,21 @@ class _TextWriter:
         sizes = np.diff(blk.group_offsets)
         numbers = np.where(sizes > 1, first_group + np.arange(len(sizes)), -1)
         gid = np.repeat(numbers, sizes).astype(np.int64)
+        rows = TextRows(
+            sid_bytes=blk.sid_bytes,
+            sid_off=blk.sid_offsets,
+            gid=gid,
+            starts=starts,
+            ends=ends,
+            keys=blk.sp_keys,
+            values=blk.sp_values,
+            dense=dense,
+            labels=blk.labels,
+            timestamps=blk.timestamps,
+        )
         r = 0
         while r < n:
-            r2, pos = write_text_rows(
-                r,
-                n,
-                blk.sid_bytes,
-                blk.sid_offsets,
-                gid,
-                starts,
-                ends,
-                blk.sp_keys,
-                blk.sp_values,
-                *self.names,
-                dense,
-                *self.dn_names,
-                self.layout.first_col,
-                self.layout.width,
-                blk.labels,
-                blk.timestamps,
-                self.out,
-                0,
-            )
+            r2, pos = write_text_rows(r, n, rows, self.layout, self.out, 0)
             if r2 == r:
                 self.out = np.empty(2 * len(self.out), np.uint8)  # one line longer than the buffer
                 continue

@@ -6,6 +6,8 @@ Sizes of nested messages are computed before writing, so every length prefix is 
 ``text_write.py``'s, the scan of text input for its features ``scan.py``'s.
 """
 
+from collections import namedtuple
+
 import numpy as np
 from numba import njit
 
@@ -22,6 +24,17 @@ ALL = 2
 _AUX_LOOKBACK = 8
 
 _TIMESTAMP_ENTRY_KEY = np.frombuffer(b"\x0a\x09timestamp", np.uint8).copy()
+
+# The arrays of ``encode_groups``, bundled by where they come from: numba passes a namedtuple's fields as it passes
+# separate arguments, so the bundles cost nothing in the kernels.
+# Per sample, what a record holds besides its lines: group bounds, labels, timestamps, sample ids (blob, offsets).
+SampleColumns = namedtuple("SampleColumns", "group_offsets labels timestamps sid_bytes sid_off")
+# A block's feature values: sparse ids ``keys[offsets[f, r]:offsets[f, r + 1]]`` with ``values``, dense rows.
+FeatureColumns = namedtuple("FeatureColumns", "offsets keys values dense")
+# Per feature of the schema, sparse then dense: aux or not, Feature header (blob, offsets), dense columns.
+FeatureLayout = namedtuple("FeatureLayout", "sp_aux sp_hdr sp_hdr_off dn_base dn_width dn_aux dn_hdr dn_hdr_off")
+# Scratch: each row's aux line (``refer``), the distinct aux lines, line sizes, sparse body sizes per line.
+EncodeScratch = namedtuple("EncodeScratch", "refer distinct line_size bodies")
 
 
 @inline
@@ -125,24 +138,11 @@ def _dense_body(d, dn_width, hdr_off):
 
 
 @helper
-def _line_size(
-    r,
-    side,
-    refer,
-    offsets,
-    keys,
-    values,
-    sp_aux,
-    sp_hdr_off,
-    dense,
-    dn_base,
-    dn_width,
-    dn_aux,
-    dn_hdr_off,
-    bodies,
-    slot,
-):
+def _line_size(r, side, refer, features, layout, bodies, slot):
     """Size of the line of row ``r`` with the features of ``side``; keeps each sparse body size in ``bodies[slot]``."""
+    offsets, keys, values, dense = features.offsets, features.keys, features.values, features.dense
+    sp_aux, sp_hdr_off, dn_aux, dn_hdr_off = layout.sp_aux, layout.sp_hdr_off, layout.dn_aux, layout.dn_hdr_off
+    dn_base, dn_width = layout.dn_base, layout.dn_width
     size = 0
     for f in range(offsets.shape[0]):
         if side == ALL or sp_aux[f] == (side == AUX):
@@ -188,29 +188,12 @@ def write_dense_feature(out, p, d, r, dense, dn_base, dn_width, dn_hdr, dn_hdr_o
 
 
 @helper
-def _write_line(
-    out,
-    p,
-    r,
-    side,
-    refer,
-    offsets,
-    keys,
-    values,
-    sp_aux,
-    sp_hdr,
-    sp_hdr_off,
-    dense,
-    dn_base,
-    dn_width,
-    dn_aux,
-    dn_hdr,
-    dn_hdr_off,
-    bits,
-    bodies,
-    slot,
-):
+def _write_line(out, p, r, side, refer, features, layout, bits, bodies, slot):
     """Write the line sized by ``_line_size`` (same row, side and slot)."""
+    offsets, keys, values, dense = features.offsets, features.keys, features.values, features.dense
+    sp_aux, sp_hdr, sp_hdr_off = layout.sp_aux, layout.sp_hdr, layout.sp_hdr_off
+    dn_base, dn_width, dn_aux = layout.dn_base, layout.dn_width, layout.dn_aux
+    dn_hdr, dn_hdr_off = layout.dn_hdr, layout.dn_hdr_off
     for f in range(offsets.shape[0]):
         if side == ALL or sp_aux[f] == (side == AUX):
             if bodies[slot, f]:
@@ -272,39 +255,19 @@ def _ext_body(ts):
 
 
 @njit(nogil=True, cache=True)
-def encode_groups(
-    g0,
-    group_offsets,
-    simple,
-    offsets,
-    keys,
-    values,
-    sp_aux,
-    sp_hdr,
-    sp_hdr_off,
-    dense,
-    dn_base,
-    dn_width,
-    dn_aux,
-    dn_hdr,
-    dn_hdr_off,
-    labels,
-    timestamps,
-    sid_bytes,
-    sid_off,
-    out,
-    out_pos,
-    refer,
-    distinct,
-    line_size,
-    bodies,
-):
-    """Write groups ``g0..`` as length-prefixed records into ``out[out_pos:]``.
+def encode_groups(g0, simple, samples, features, layout, scratch, out, out_pos):
+    """Write groups ``g0..`` as length-prefixed records (``simple``: ``SampleSimple`` ones) into ``out[out_pos:]``.
 
     Returns ``(next group, out_pos)``: it stops early, at a group boundary, when the next
-    record would not fit in ``out``.  ``refer``, ``distinct`` (rows of the largest group),
-    ``line_size`` and ``bodies`` (``[2 * rows, sparse features]``) are scratch.
+    record would not fit in ``out``.  In ``scratch``, ``refer`` and ``distinct`` hold the rows of the
+    largest group, ``line_size`` and ``bodies`` (``[2 * rows, sparse features]``) twice that.
     """
+    group_offsets, labels, timestamps = samples.group_offsets, samples.labels, samples.timestamps
+    sid_bytes, sid_off = samples.sid_bytes, samples.sid_off
+    sp_aux, dn_aux = layout.sp_aux, layout.dn_aux
+    refer, distinct, line_size, bodies = scratch.refer, scratch.distinct, scratch.line_size, scratch.bodies
+    offsets, keys, values, dense = features.offsets, features.keys, features.values, features.dense
+    dn_base, dn_width = layout.dn_base, layout.dn_width
     one = np.zeros(1, np.float32)
     bits = (one, one.view(np.uint32))
     ngroups = len(group_offsets) - 1
@@ -323,23 +286,7 @@ def encode_groups(
             # one SampleSimple per row
             need = 0
             for r in range(r0, r1):
-                ls = _line_size(
-                    r,
-                    ALL,
-                    0,
-                    offsets,
-                    keys,
-                    values,
-                    sp_aux,
-                    sp_hdr_off,
-                    dense,
-                    dn_base,
-                    dn_width,
-                    dn_aux,
-                    dn_hdr_off,
-                    bodies,
-                    r - r0,
-                )
+                ls = _line_size(r, ALL, 0, features, layout, bodies, r - r0)
                 line_size[r - r0] = ls
                 need += 4 + _entry(sid_off[r + 1] - sid_off[r]) + _entry(label_body) + _entry(ls)
             if out_pos + need > len(out):
@@ -357,28 +304,7 @@ def encode_groups(
                 p = _write_labels(out, p, labels, r, bits)
                 out[_u(p)] = 0x1A  # feature_line
                 p = _put_varint(out, p + 1, ls)
-                p = _write_line(
-                    out,
-                    p,
-                    r,
-                    ALL,
-                    0,
-                    offsets,
-                    keys,
-                    values,
-                    sp_aux,
-                    sp_hdr,
-                    sp_hdr_off,
-                    dense,
-                    dn_base,
-                    dn_width,
-                    dn_aux,
-                    dn_hdr,
-                    dn_hdr_off,
-                    bits,
-                    bodies,
-                    r - r0,
-                )
+                p = _write_line(out, p, r, ALL, 0, features, layout, bits, bodies, r - r0)
                 out_pos = p
             g += 1
             continue
@@ -398,45 +324,13 @@ def encode_groups(
                 refer[r - r0] = match
         table0 = 0
         for r in range(r0, r1):
-            ls = _line_size(
-                r,
-                MAIN,
-                refer[r - r0] if has_aux else 0,
-                offsets,
-                keys,
-                values,
-                sp_aux,
-                sp_hdr_off,
-                dense,
-                dn_base,
-                dn_width,
-                dn_aux,
-                dn_hdr_off,
-                bodies,
-                r - r0,
-            )
+            ls = _line_size(r, MAIN, refer[r - r0] if has_aux else 0, features, layout, bodies, r - r0)
             line_size[r - r0] = ls
             table0 += _entry(ls)
         table1 = 0
         n = r1 - r0
         for d in range(ndist):  # aux lines keep their sizes after the group's rows
-            aux_size = _line_size(
-                distinct[d],
-                AUX,
-                0,
-                offsets,
-                keys,
-                values,
-                sp_aux,
-                sp_hdr_off,
-                dense,
-                dn_base,
-                dn_width,
-                dn_aux,
-                dn_hdr_off,
-                bodies,
-                n + d,
-            )
+            aux_size = _line_size(distinct[d], AUX, 0, features, layout, bodies, n + d)
             line_size[n + d] = aux_size
             table1 += _entry(aux_size)
         any_sid = sid_off[r1] > sid_off[r0]
@@ -467,28 +361,7 @@ def encode_groups(
         for r in range(r0, r1):
             out[_u(p)] = 0x0A  # feature_lines
             p = _put_varint(out, p + 1, line_size[r - r0])
-            p = _write_line(
-                out,
-                p,
-                r,
-                MAIN,
-                refer[r - r0] if has_aux else 0,
-                offsets,
-                keys,
-                values,
-                sp_aux,
-                sp_hdr,
-                sp_hdr_off,
-                dense,
-                dn_base,
-                dn_width,
-                dn_aux,
-                dn_hdr,
-                dn_hdr_off,
-                bits,
-                bodies,
-                r - r0,
-            )
+            p = _write_line(out, p, r, MAIN, refer[r - r0] if has_aux else 0, features, layout, bits, bodies, r - r0)
         if has_aux:
             out[_u(p)] = 0x1A  # feature_tables[1]
             p = _put_varint(out, p + 1, table1)
@@ -496,28 +369,7 @@ def encode_groups(
                 r = distinct[d]
                 out[_u(p)] = 0x0A
                 p = _put_varint(out, p + 1, line_size[n + d])
-                p = _write_line(
-                    out,
-                    p,
-                    r,
-                    AUX,
-                    0,
-                    offsets,
-                    keys,
-                    values,
-                    sp_aux,
-                    sp_hdr,
-                    sp_hdr_off,
-                    dense,
-                    dn_base,
-                    dn_width,
-                    dn_aux,
-                    dn_hdr,
-                    dn_hdr_off,
-                    bits,
-                    bodies,
-                    n + d,
-                )
+                p = _write_line(out, p, r, AUX, 0, features, layout, bits, bodies, n + d)
         if any_ts:
             for r in range(r0, r1):
                 p = write_timestamp_ext(out, p, timestamps[r])

@@ -2,6 +2,7 @@
 to the same float32; and the byte and integer writers the record encoder shares."""
 
 import math
+from collections import namedtuple
 
 import numpy as np
 
@@ -10,6 +11,14 @@ from .jit import helper, inline
 from .numbers import scan_float
 
 _PIPE, _NL, _AT, _SEMI, _COMMA = 124, 10, 64, 59, 44
+
+# The arrays of ``write_text_rows``, bundled by where they come from: numba passes a namedtuple's fields as it
+# passes separate arguments, so the bundles cost nothing in the kernel.
+# A block's samples: sample ids (blob, offsets), group numbers, sparse ids ``keys[starts[f, r]:ends[f, r]]`` with
+# ``values``, dense rows, labels and timestamps.
+TextRows = namedtuple("TextRows", "sid_bytes sid_off gid starts ends keys values dense labels timestamps")
+# Per feature of the schema, sparse then dense: name (blob, offsets), and a dense feature's columns.
+TextLayout = namedtuple("TextLayout", "sp_name sp_name_off dn_name dn_name_off dn_base dn_width")
 
 
 @inline
@@ -132,28 +141,7 @@ def put_float_text(out, p, v):
 
 
 @helper
-def write_text_rows(
-    r,
-    nrows,
-    sid_bytes,
-    sid_off,
-    gid,
-    starts,
-    ends,
-    keys,
-    values,
-    sp_name,
-    sp_name_off,
-    dense,
-    dn_name,
-    dn_name_off,
-    dn_base,
-    dn_width,
-    labels,
-    timestamps,
-    out,
-    pos,
-):
+def write_text_rows(r, nrows, rows, layout, out, pos):
     """Write samples ``r..nrows-1`` as text lines into ``out[pos:]``.
 
     Sample ``r``'s sparse feature ``f`` is ``keys[starts[f, r]:ends[f, r]]``; ``gid[r]`` is its
@@ -161,6 +149,10 @@ def write_text_rows(
     row of zeros are left out (they read back the same).  Returns ``(next row, pos)``,
     stopping when the next line might not fit.
     """
+    sid_bytes, sid_off, gid, labels, timestamps = rows.sid_bytes, rows.sid_off, rows.gid, rows.labels, rows.timestamps
+    starts, ends, keys, values, dense = rows.starts, rows.ends, rows.keys, rows.values, rows.dense
+    sp_name, sp_name_off, dn_name, dn_name_off = layout.sp_name, layout.sp_name_off, layout.dn_name, layout.dn_name_off
+    dn_base, dn_width = layout.dn_base, layout.dn_width
     nsp = starts.shape[0]
     while r < nrows:
         worst = sid_off[r + 1] - sid_off[r] + 64 + labels.shape[1] * 17

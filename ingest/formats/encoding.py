@@ -6,7 +6,7 @@ group stored once in table 1) and the Python ops' slow path, which sees each gro
 
 import numpy as np
 
-from .._native.encode import encode_groups
+from .._native.encode import EncodeScratch, FeatureColumns, FeatureLayout, SampleColumns, encode_groups
 from ..features import DenseLayout
 
 __all__ = ["RecordEncoder", "byte_blob"]
@@ -44,44 +44,41 @@ class RecordEncoder:
         self.sp_hdr = byte_blob([_header(s.name, False) for s in schema.sparse])
         self.dn_hdr = byte_blob([_header(s.name, True) for s in schema.dense])
         self.layout = DenseLayout(schema.dense)
+        (sp_hdr, sp_hdr_off), (dn_hdr, dn_hdr_off) = self.sp_hdr, self.dn_hdr
+        self.feature_layout = FeatureLayout(
+            sp_aux=self.sp_aux,
+            sp_hdr=sp_hdr,
+            sp_hdr_off=sp_hdr_off,
+            dn_base=self.layout.first_col,
+            dn_width=self.layout.width,
+            dn_aux=self.dn_aux,
+            dn_hdr=dn_hdr,
+            dn_hdr_off=dn_hdr_off,
+        )
 
     def encode(self, blk):
         table = blk.tables[0]
         dense = np.hstack(table.dense) if table.dense else np.zeros((blk.nrows, 0), np.float32)
         biggest = int(np.diff(blk.group_offsets).max()) if len(blk.group_offsets) > 1 else 0
-        refer = np.empty(biggest, np.int64)
-        distinct = np.empty(biggest, np.int64)
-        line_size = np.empty(2 * biggest, np.int64)
-        bodies = np.empty((2 * biggest, table.sp_offsets.shape[0]), np.int64)
+        samples = SampleColumns(
+            group_offsets=blk.group_offsets,
+            labels=blk.labels,
+            timestamps=blk.timestamps,
+            sid_bytes=blk.sid_bytes,
+            sid_off=blk.sid_offsets,
+        )
+        features = FeatureColumns(offsets=table.sp_offsets, keys=blk.sp_keys, values=blk.sp_values, dense=dense)
+        scratch = EncodeScratch(
+            refer=np.empty(biggest, np.int64),
+            distinct=np.empty(biggest, np.int64),
+            line_size=np.empty(2 * biggest, np.int64),
+            bodies=np.empty((2 * biggest, table.sp_offsets.shape[0]), np.int64),
+        )
         out = np.empty(max(1 << 16, blk.nbytes), np.uint8)
         parts = []
         g, pos = 0, 0
         while g < len(blk.group_offsets) - 1:
-            g2, pos = encode_groups(
-                g,
-                blk.group_offsets,
-                self.simple,
-                table.sp_offsets,
-                blk.sp_keys,
-                blk.sp_values,
-                self.sp_aux,
-                *self.sp_hdr,
-                dense,
-                self.layout.first_col,
-                self.layout.width,
-                self.dn_aux,
-                *self.dn_hdr,
-                blk.labels,
-                blk.timestamps,
-                blk.sid_bytes,
-                blk.sid_offsets,
-                out,
-                pos,
-                refer,
-                distinct,
-                line_size,
-                bodies,
-            )
+            g2, pos = encode_groups(g, self.simple, samples, features, self.feature_layout, scratch, out, pos)
             if g2 == g and pos == 0:
                 out = np.empty(2 * len(out), np.uint8)  # one group larger than the buffer
                 continue
