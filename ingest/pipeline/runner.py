@@ -143,7 +143,7 @@ class Flow:
     drop_last: bool
     prefetch: int = 4
     queue_blocks: int = 4
-    shuffle: int | None = None
+    shuffle: object = None  # a seed
     live: bool = False
 
 
