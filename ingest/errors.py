@@ -50,6 +50,10 @@ class SourceError(IngestError, OSError):
         self.source = source
 
 
+# the keyword arguments of DataError that locate it beyond source and offset
+_WHERE = frozenset(["line", "record", "column", "field", "feature"])
+
+
 class DataError(IngestError):
     """Bad input data, located: source, line or record, byte offset and what was expected.
 
@@ -77,34 +81,25 @@ class DataError(IngestError):
         A stable short name of the problem (``BAD_KEY``, ``TOO_FEW_FIELDS``...).
     """
 
-    def __init__(
-        self,
-        reason,
-        *,
-        source,
-        offset,
-        expected,
-        text="",
-        line=None,
-        record=None,
-        column=None,
-        field=None,
-        feature=None,
-        context=None,
-        kind=None,
-    ):
+    def __init__(self, reason, *, source, offset, expected, text="", context=None, kind=None, **where):
+        """``where`` locates the error further: any of ``line``, ``record``, ``column``, ``field`` and
+        ``feature`` (the attributes above; None when not given).  ``context`` is the whole bad line, which
+        ``render`` shows; ``kind`` defaults to the class name."""
+        unknown = where.keys() - _WHERE
+        if unknown:
+            raise TypeError(f"{type(self).__name__}.__init__() got an unexpected keyword argument {min(unknown)!r}")
         self.reason = reason
         self.kind = kind or type(self).__name__
         self.source = source
         self.offset = offset
         self.expected = expected
         self.text = text
-        self.line = line
-        self.record = record
-        self.column = column
-        self.field = field
-        self.feature = feature
-        self.context = context  # the whole bad line, for render()
+        self.line = where.get("line")
+        self.record = where.get("record")
+        self.column = where.get("column")
+        self.field = where.get("field")
+        self.feature = where.get("feature")
+        self.context = context
         super().__init__(self._message())
 
     def _message(self):

@@ -18,7 +18,7 @@ import sys
 
 import numpy as np
 
-from ._native.synthetic import format_ads_lines
+from ._native.synthetic import Ads, Users, format_ads_lines
 
 __all__ = ["SPARSE", "DENSE", "LABEL_COUNT", "declare", "generate", "write", "click_probability"]
 
@@ -144,7 +144,9 @@ def generate(n, seed=0, learnable=False):
     """Yield the text of ``n`` samples as bytes chunks of whole lines and whole groups."""
     for first_group, arrays in generate_arrays(n, seed, learnable):
         out = np.empty(len(arrays["group"]) * 2048, np.uint8)
-        used = format_ads_lines(out, _NAMES, _NAME_OFF, first_group, **arrays)
+        users = Users._make(arrays[k] for k in Users._fields)
+        ads = Ads._make(arrays[k] for k in Ads._fields)
+        used = format_ads_lines(out, _NAMES, _NAME_OFF, first_group, users, ads)
         yield out[:used].tobytes()
 
 

@@ -8,6 +8,8 @@ appended to one CSR feature.  Inputs (leaves) are declared features read through
 ``refer`` chain when they live in a deeper (aux) table.
 """
 
+import collections
+
 import numpy as np
 from numba import njit
 
@@ -40,6 +42,21 @@ L_WIDTH = 2
 L_POOL = 3
 LEAF_COLUMNS = 4
 
+# A compiled expression: its ops (rows of OP_COLUMNS), the constants they read, the register holding the
+# result and how many registers there are.
+Program = collections.namedtuple("Program", ["ops", "consts", "out_reg", "nregs"])
+# What a plan's leaves read: the leaf table and leaf_off (see run_plan), the block's parsed sparse
+# columns (raw_*), the results of earlier plans (dsl_*), and its dense leaves end to end (float64).
+Inputs = collections.namedtuple(
+    "Inputs", ["leaves", "leaf_off", "raw_keys", "raw_hkeys", "raw_vals", "dsl_keys", "dsl_vals", "dense_flat"]
+)
+# The refer chain of a block of ``ntables`` tables, the same for every plan run on it (see run_plan).
+Refers = collections.namedtuple("Refers", ["refer_flat", "refer_base", "ntables"])
+# Pairs of the registers of one row, reused from row to row; replaced by a bigger one on GROW_ARENA.
+Arena = collections.namedtuple("Arena", ["akeys", "avals"])
+# The result, CSR over the rows of the plan's table; replaced by a bigger one on GROW_OUT.
+Output = collections.namedtuple("Output", ["out_off", "out_keys", "out_vals"])
+
 # status of run_plan
 DONE = 0
 GROW_ARENA = 1  # a row needs more arena: grow to at least `need`, call again from `row`
@@ -63,33 +80,7 @@ def cross64(a, b):
 
 
 @njit(nogil=True, cache=True)
-def run_plan(
-    ops,
-    consts,
-    out_reg,
-    nregs,
-    leaves,
-    leaf_off,
-    raw_keys,
-    raw_hkeys,
-    raw_vals,
-    dsl_keys,
-    dsl_vals,
-    dense_flat,
-    refer_flat,
-    refer_base,
-    table,
-    ntables,
-    row,
-    nrows,
-    akeys,
-    avals,
-    out_off,
-    out_keys,
-    out_vals,
-    out_n,
-    limit,
-):
+def run_plan(program, inputs, refers, table, row, nrows, arena, output, out_n, limit):
     """Evaluate the plan for rows ``row .. nrows - 1`` of ``table``; returns ``(status, row, need, out_n)``.
 
     Row ``r``'s result is ``out_keys/out_vals[out_off[r]:out_off[r + 1]]``; ``out_off[row]``
@@ -100,6 +91,11 @@ def run_plan(
     ``width`` elements at ``dense_flat[base + r * width + j]``.  A table-k row refers to
     row ``refer_flat[refer_base[k] + r]`` of table k + 1.
     """
+    ops, consts, out_reg, nregs = program
+    leaves, leaf_off, raw_keys, raw_hkeys, raw_vals, dsl_keys, dsl_vals, dense_flat = inputs
+    refer_flat, refer_base, ntables = refers
+    akeys, avals = arena
+    out_off, out_keys, out_vals = output
     start = np.empty(nregs, np.int64)
     size = np.empty(nregs, np.int64)
     rows = np.empty(ntables, np.int64)

@@ -9,10 +9,13 @@ The Python-op slow path writes each group of a Block as one length-prefixed
 ``SampleGroup`` record, every table included (aux lines as ``feature_tables[1..]`` with
 group-local ``refer``) and 128-bit ids (``hkey``) kept.  Sizes are computed first, then
 every record is written in place: ``group_line_ranges`` and ``line_sizes`` per table,
-``record_layout`` once, ``write_table`` per table, ``write_frames`` once.  The wire
+``record_layout`` once, ``write_table`` per table, ``write_frames`` once; a table travels as
+two bundles, its ``GroupLines`` and its ``TableHeaders``.  The wire
 primitives (varints, floats, labels, the timestamp extension) are those of
 ``native/encode.py``, the conversion encoder.
 """
+
+import collections
 
 import numpy as np
 
@@ -125,6 +128,19 @@ def bucket_ids(dense, boundaries, positional, keys):
 
 
 # -- groups as SampleGroup records (the Python-op slow path) ------------------------------------
+# One table of a block, group by group: group g's lines are lo[g]:hi[g]; the CSR sparse columns
+# (offsets [F, n + 1] into keys, hkeys, values; hkeys empty means all 0), the dense columns side by
+# side ([n, width]), and each line's group-local refer (empty for the last table).
+GroupLines = collections.namedtuple(
+    "GroupLines", ["lo", "hi", "offsets", "keys", "hkeys", "values", "dense", "local_refer"]
+)
+# How one table's features are written: the conversion encoder's Feature headers (bytes and offsets,
+# sparse then dense) and where each dense feature starts in the dense columns and how wide it is.
+TableHeaders = collections.namedtuple(
+    "TableHeaders", ["sp_hdr", "sp_hdr_off", "dn_hdr", "dn_hdr_off", "dn_base", "dn_width"]
+)
+
+
 @helper
 def group_line_ranges(lo, hi, refer, next_lo, next_hi, local_refer):
     """The lines of the next table each group refers to, and each line's group-local ``refer``.
@@ -155,26 +171,11 @@ def _line_body(r, offsets, keys, hkeys, values, sp_hdr_off, dense, dn_base, dn_w
 
 
 @helper
-def line_sizes(
-    lo,
-    hi,
-    offsets,
-    keys,
-    hkeys,
-    values,
-    sp_hdr_off,
-    dense,
-    dn_base,
-    dn_width,
-    dn_hdr_off,
-    local_refer,
-    sizes,
-    table_body,
-):
-    """Body size of every line of one table (``sizes[r]``) and of each group's ``FeatureTable``.
-
-    ``local_refer`` is empty for the last table (no ``refer``); ``hkeys`` empty means all 0.
-    """
+def line_sizes(lines, headers, sizes, table_body):
+    """Body size of every line of one table (``sizes[r]``) and of each group's ``FeatureTable``."""
+    lo, hi, offsets, keys, hkeys, values, dense, local_refer = lines
+    sp_hdr_off, dn_hdr_off = headers.sp_hdr_off, headers.dn_hdr_off
+    dn_base, dn_width = headers.dn_base, headers.dn_width
     with_refer = len(local_refer) > 0
     for g in range(len(lo)):
         total = 0
@@ -238,28 +239,10 @@ def record_layout(group_offsets, sid_offsets, label_count, timestamps, table_bod
 
 
 @helper
-def write_table(
-    lo,
-    hi,
-    table_pos,
-    table_body,
-    sizes,
-    offsets,
-    keys,
-    hkeys,
-    values,
-    sp_hdr,
-    sp_hdr_off,
-    dense,
-    dn_base,
-    dn_width,
-    dn_hdr,
-    dn_hdr_off,
-    local_refer,
-    bits,
-    out,
-):
+def write_table(lines, headers, table_pos, table_body, sizes, bits, out):
     """Write each group's ``FeatureTable`` of one table at ``table_pos[g]`` (sized by ``line_sizes``)."""
+    lo, hi, offsets, keys, hkeys, values, dense, local_refer = lines
+    sp_hdr, sp_hdr_off, dn_hdr, dn_hdr_off, dn_base, dn_width = headers
     with_refer = len(local_refer) > 0
     for g in range(len(lo)):
         p = table_pos[g]

@@ -1,7 +1,19 @@
 """Kernel that formats generated ads samples as text lines (see ``ingest.synthetic``)."""
 
+import collections
+
 import numpy as np
 from numba import njit
+
+# One row per page view (indexed by a sample's group): the user's features, repeated on each of its lines.
+Users = collections.namedtuple(
+    "Users", ["uid", "age", "gender", "clk_keys", "clk_cnt", "pref_keys", "pref_w", "user_emb"]
+)
+# One row per sample (an ad shown): its group, place in the group and timestamp, the ad's features, the labels.
+Ads = collections.namedtuple(
+    "Ads",
+    ["group", "pos_in_group", "ts", "item", "cate", "shop", "brand", "title", "tags", "tag_w", "ad_ctx", "clk", "conv"],
+)
 
 
 @njit(nogil=True, cache=True)
@@ -79,40 +91,16 @@ def _put_dense(out, pos, name, vals):
 
 
 @njit(nogil=True, cache=True)
-def format_ads_lines(
-    out,
-    names,
-    name_off,
-    group_base,
-    group,
-    pos_in_group,
-    ts,
-    uid,
-    age,
-    gender,
-    clk_keys,
-    clk_cnt,
-    pref_keys,
-    pref_w,
-    user_emb,
-    item,
-    cate,
-    shop,
-    brand,
-    title,
-    tags,
-    tag_w,
-    ad_ctx,
-    clk,
-    conv,
-):
+def format_ads_lines(out, names, name_off, group_base, users, ads):
     """Write one text line per sample into ``out``; returns the bytes written.
 
-    Group-level arrays are indexed by ``group[i]``, sample-level ones by ``i``; group ids
+    ``users`` rows are indexed by ``group[i]``, ``ads`` rows by ``i``; group ids
     are written as ``group_base + group[i]``.  Names are
     ``names[name_off[j]:name_off[j+1]]`` in the order uid, age, gender, clk_hist,
     cate_pref, item, cate, shop, brand, title, tags, user_emb, ad_ctx.
     """
+    uid, age, gender, clk_keys, clk_cnt, pref_keys, pref_w, user_emb = users
+    group, pos_in_group, ts, item, cate, shop, brand, title, tags, tag_w, ad_ctx, clk, conv = ads
     none = np.empty(0, np.int64)
     pos = 0
     for i in range(len(group)):

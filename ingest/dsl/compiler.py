@@ -184,16 +184,14 @@ class Plan:
     """One compiled expression, run per row of ``table``.
 
     ``leaves`` name the features (or hidden plans) it reads, each ``(name, table, dense
-    width or 0)``; ``ops``/``consts``/``out_reg``/``nregs`` are ``run_plan``'s program.
-    ``hidden`` plans are parts computed on a deeper table and not emitted.
+    width or 0)``; ``program`` is what ``run_plan`` interprets (ops, constants, output
+    register, register count).  ``hidden`` plans are parts computed on a deeper table and
+    not emitted.
     """
 
     name: str
     table: int
-    ops: np.ndarray
-    consts: np.ndarray
-    out_reg: int
-    nregs: int
+    program: K.Program
     leaves: tuple
     dense: bool
     hidden: bool
@@ -282,7 +280,8 @@ def _plan(name, table, node, specs, hidden_tables, dense, hidden):
     b = _Builder(specs, table, hidden_tables)
     out = b.emit(node)
     ops = np.array(b.ops, np.int64).reshape(len(b.ops), K.OP_COLUMNS)
-    return Plan(name, table, ops, np.array(b.consts, np.float64), out, b.nregs, tuple(b.leaves), dense, hidden)
+    program = K.Program(ops, np.array(b.consts, np.float64), out, b.nregs)
+    return Plan(name, table, program, tuple(b.leaves), dense, hidden)
 
 
 def check_feature(spec, known):

@@ -63,13 +63,13 @@ class DslStage:
     def __call__(self, blk):
         refer = [tab.refer for tab in blk.tables[:-1]]
         refer_base = np.cumsum([0] + [len(r) for r in refer])
-        refer_flat = np.concatenate(refer) if refer else _NONE_I
+        refers = K.Refers(np.concatenate(refer) if refer else _NONE_I, refer_base, len(blk.tables))
         results = {}
         for plan in self.plans:
-            results[plan.name] = self._run(plan, blk, results, refer_flat, refer_base)
+            results[plan.name] = self._run(plan, blk, results, refers)
         return self._block(blk, results)
 
-    def _run(self, plan, blk, results, refer_flat, refer_base):
+    def _run(self, plan, blk, results, refers):
         leaves = np.zeros((len(plan.leaves), K.LEAF_COLUMNS), np.int64)
         offs, dsl_keys, dsl_vals, dense = [], [], [], []
         n_off = n_dsl = n_dense = 0
@@ -98,10 +98,9 @@ class DslStage:
         out_off = np.empty(nrows + 1, np.int64)
         out_off[0] = 0
         out_keys = np.empty(max(64, 2 * nrows), np.int64)
-        out_vals = np.empty(len(out_keys), np.float64)
-        akeys = np.empty(1024, np.int64)
-        avals = np.empty(1024, np.float64)
-        args = (
+        output = K.Output(out_off, out_keys, np.empty(len(out_keys), np.float64))
+        arena = K.Arena(np.empty(1024, np.int64), np.empty(1024, np.float64))
+        inputs = K.Inputs(
             leaves,
             leaf_off,
             blk.sp_keys,
@@ -110,42 +109,27 @@ class DslStage:
             np.concatenate(dsl_keys) if dsl_keys else _NONE_I,
             np.concatenate(dsl_vals) if dsl_vals else _NONE_F,
             np.concatenate(dense).astype(np.float64) if dense else _NONE_F,
-            refer_flat,
-            refer_base,
-            plan.table,
-            len(blk.tables),
         )
         row = out_n = 0
         while True:
             status, row, need, out_n = K.run_plan(
-                plan.ops,
-                plan.consts,
-                plan.out_reg,
-                plan.nregs,
-                *args,
-                row,
-                nrows,
-                akeys,
-                avals,
-                out_off,
-                out_keys,
-                out_vals,
-                out_n,
-                self.limit,
+                plan.program, inputs, refers, plan.table, row, nrows, arena, output, out_n, self.limit
             )
             if status == K.DONE:
                 break
             if status == K.TOO_MANY:
                 raise self._too_many(plan, blk, row, need)
-            size = max(2 * len(akeys if status == K.GROW_ARENA else out_keys), need)
+            size = max(2 * len(arena.akeys if status == K.GROW_ARENA else output.out_keys), need)
             if status == K.GROW_ARENA:
-                akeys, avals = np.empty(size, np.int64), np.empty(size, np.float64)
+                arena = K.Arena(np.empty(size, np.int64), np.empty(size, np.float64))
             else:
-                out_keys = np.concatenate([out_keys[:out_n], np.empty(size - out_n, np.int64)])
-                out_vals = np.concatenate([out_vals[:out_n], np.empty(size - out_n, np.float64)])
+                output = output._replace(
+                    out_keys=np.concatenate([output.out_keys[:out_n], np.empty(size - out_n, np.int64)]),
+                    out_vals=np.concatenate([output.out_vals[:out_n], np.empty(size - out_n, np.float64)]),
+                )
         if plan.dense:  # single-valued: exactly one pair per row
-            return out_vals[:nrows].astype(np.float32).reshape(nrows, 1)
-        return _Result(out_off, out_keys[:out_n], out_vals[:out_n])
+            return output.out_vals[:nrows].astype(np.float32).reshape(nrows, 1)
+        return _Result(out_off, output.out_keys[:out_n], output.out_vals[:out_n])
 
     def _too_many(self, plan, blk, row, need):
         if plan.table == 0:

@@ -46,7 +46,7 @@ class GroupCodec:
         for t in range(schema.tables):
             # the conversion encoder's Feature headers and dense layout, one table at a time
             enc = RecordEncoder(Schema(schema.sparse_in(t) + schema.dense_in(t), schema.label_count), set(), False)
-            self.tables.append((*enc.sp_hdr, *enc.dn_hdr, enc.layout.first_col, enc.layout.width))
+            self.tables.append(K.TableHeaders(*enc.sp_hdr, *enc.dn_hdr, enc.layout.first_col, enc.layout.width))
         self.format = ProtobufFormat(Schema([_as_parsed(s) for s in schema.specs], schema.label_count, schema.tables))
 
     def encode(self, blk):
@@ -68,28 +68,12 @@ class GroupCodec:
         refers.append(_NONE_I)
         hkeys = _NONE_I if blk.sp_hkeys is None else blk.sp_hkeys
         table_body = np.empty((ntables, ngroups), np.int64)
-        sizes, denses = [], []
+        sizes, lines = [], []
         for t, tab in enumerate(blk.tables):
-            sp_hdr, sp_off, dn_hdr, dn_off, dn_base, dn_width = self.tables[t]
             dense = np.hstack(tab.dense) if tab.dense else np.zeros((tab.nrows, 0), np.float32)
-            size = np.empty(tab.nrows, np.int64)
-            K.line_sizes(
-                *ranges[t],
-                tab.sp_offsets,
-                blk.sp_keys,
-                hkeys,
-                blk.sp_values,
-                sp_off,
-                dense,
-                dn_base,
-                dn_width,
-                dn_off,
-                refers[t],
-                size,
-                table_body[t],
-            )
-            sizes.append(size)
-            denses.append(dense)
+            lines.append(K.GroupLines(*ranges[t], tab.sp_offsets, blk.sp_keys, hkeys, blk.sp_values, dense, refers[t]))
+            sizes.append(np.empty(tab.nrows, np.int64))
+            K.line_sizes(lines[t], self.tables[t], sizes[t], table_body[t])
         starts = np.empty(ngroups + 1, np.int64)
         table_pos = np.empty((ntables, ngroups), np.int64)
         ext_pos = np.empty(ngroups, np.int64)
@@ -106,28 +90,8 @@ class GroupCodec:
         out = np.empty(total, np.uint8)
         one = np.zeros(1, np.float32)
         bits = (one, one.view(np.uint32))
-        for t, tab in enumerate(blk.tables):
-            sp_hdr, sp_off, dn_hdr, dn_off, dn_base, dn_width = self.tables[t]
-            K.write_table(
-                *ranges[t],
-                table_pos[t],
-                table_body[t],
-                sizes[t],
-                tab.sp_offsets,
-                blk.sp_keys,
-                hkeys,
-                blk.sp_values,
-                sp_hdr,
-                sp_off,
-                denses[t],
-                dn_base,
-                dn_width,
-                dn_hdr,
-                dn_off,
-                refers[t],
-                bits,
-                out,
-            )
+        for t in range(ntables):
+            K.write_table(lines[t], self.tables[t], table_pos[t], table_body[t], sizes[t], bits, out)
         K.write_frames(
             blk.group_offsets, blk.sid_bytes, blk.sid_offsets, blk.labels, blk.timestamps, starts, ext_pos, bits, out
         )
