@@ -32,7 +32,7 @@ SampleColumns = namedtuple("SampleColumns", "group_offsets labels timestamps sid
 # A block's feature values: sparse ids ``keys[offsets[f, r]:offsets[f, r + 1]]`` with ``values``, dense rows.
 FeatureColumns = namedtuple("FeatureColumns", "offsets keys values dense")
 # Per feature of the schema, sparse then dense: aux or not, Feature header (blob, offsets), dense columns.
-FeatureLayout = namedtuple("FeatureLayout", "sp_aux sp_hdr sp_hdr_off dn_base dn_width dn_aux dn_hdr dn_hdr_off")
+EncodeLayout = namedtuple("EncodeLayout", "sp_aux sp_hdr sp_hdr_off dn_base dn_width dn_aux dn_hdr dn_hdr_off")
 # Scratch: each row's aux line (``refer``), the distinct aux lines, line sizes, sparse body sizes per line.
 EncodeScratch = namedtuple("EncodeScratch", "refer distinct line_size bodies")
 

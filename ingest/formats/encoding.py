@@ -6,7 +6,7 @@ group stored once in table 1) and the Python ops' slow path, which sees each gro
 
 import numpy as np
 
-from .._native.encode import EncodeScratch, FeatureColumns, FeatureLayout, SampleColumns, encode_groups
+from .._native.encode import EncodeScratch, FeatureColumns, EncodeLayout, SampleColumns, encode_groups
 from ..features import DenseLayout
 
 __all__ = ["RecordEncoder", "byte_blob"]
@@ -45,7 +45,7 @@ class RecordEncoder:
         self.dn_hdr = byte_blob([_header(s.name, True) for s in schema.dense])
         self.layout = DenseLayout(schema.dense)
         (sp_hdr, sp_hdr_off), (dn_hdr, dn_hdr_off) = self.sp_hdr, self.dn_hdr
-        self.feature_layout = FeatureLayout(
+        self.feature_layout = EncodeLayout(
             sp_aux=self.sp_aux,
             sp_hdr=sp_hdr,
             sp_hdr_off=sp_hdr_off,
