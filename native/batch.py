@@ -3,9 +3,8 @@
 import collections
 
 import numpy as np
-from numba import njit
 
-from .jit import brief, helper
+from .jit import brief, helper, kernel, kernel_keeping_gil
 
 # The bundles ``copy_piece`` takes (namedtuples: one argument each).
 # A block's arrays: per table (tuples) its sparse offsets, which features the DSL made, its dense matrices and its
@@ -171,7 +170,7 @@ def write_indicators(refer, lo, hi, next_lo, next_hi, nranges, out, row0, packed
     return row, packed
 
 
-@njit(nogil=True, cache=True)
+@kernel
 def fixed_width_rows(blob, offsets, out):
     """Write item ``r`` of a blob (``blob[offsets[r]:offsets[r+1]]``) into row ``r`` of ``out``, zero-padded."""
     for r in range(out.shape[0]):
@@ -227,7 +226,7 @@ def merge_adjacent(ranges, m):
     return k + 1 if m > 0 else 0
 
 
-@njit(cache=True)  # keeps the GIL as a ``brief`` helper does (microseconds a piece), but allocates its ranges
+@kernel_keeping_gil  # microseconds a piece, as a ``brief`` helper, but it allocates its ranges
 def measure_piece(group_offsets, refers, sp_offsets, sid_offsets, r0, r1, counts, rows, sid_bytes):
     """Plan the piece of rows ``r0:r1`` of table 0 of a block, for a batch; returns ``(ranges, m)``.
 
@@ -266,7 +265,7 @@ def measure_piece(group_offsets, refers, sp_offsets, sid_offsets, r0, r1, counts
     return ranges, m
 
 
-@njit(nogil=True, cache=True)
+@kernel
 def copy_piece(src, r0, r1, ranges, m, places, at, out):
     """Copy rows ``r0:r1`` of a block (``src``), planned by ``measure_piece`` (``ranges``, ``m``), into the
     arrays of a batch (``out``), its features placed by ``places``.

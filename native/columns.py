@@ -8,10 +8,9 @@ The pb decoder writes each feature's values straight into a region of its own;
 """
 
 import numpy as np
-from numba import njit
 
 from .index import _u
-from .jit import brief, inline
+from .jit import brief, inline, kernel
 
 
 @inline
@@ -25,7 +24,7 @@ def _run_end(tok_feat, t, t1):
     return e
 
 
-@njit(nogil=True, cache=True)
+@kernel
 def count_rows(tok_feat, tok0, tok1, nrows, feat_map, cutoff, base, offsets):
     """Fill ``offsets`` (int64 ``[F, nrows + 1]``, zeroed) for ``fill_rows``.
 
@@ -57,7 +56,7 @@ def count_rows(tok_feat, tok0, tok1, nrows, feat_map, cutoff, base, offsets):
     return base
 
 
-@njit(nogil=True, cache=True)
+@kernel
 def fill_rows(tokens, tok0, tok1, nrows, feat_map, cutoff, offsets, keys, hkeys, values):
     """Scatter ``tokens`` (the arrays of their feature, key, high key and value) into ``keys``/``hkeys``/``values``
     laid out by ``count_rows``.
@@ -128,7 +127,7 @@ def fill_rows(tokens, tok0, tok1, nrows, feat_map, cutoff, offsets, keys, hkeys,
                 hkeys[o] = tok_hkey[t]
 
 
-@njit(nogil=True, cache=True)
+@kernel
 def region_offsets(first, ends, feats, nrows, cutoff, keys, hkeys, values, offsets):
     """Fill ``offsets`` (int64 ``[F_t, nrows + 1]``) of one table from columns written in regions.
 

@@ -11,9 +11,8 @@ appended to one CSR feature.  Inputs (leaves) are declared features read through
 import collections
 
 import numpy as np
-from numba import njit
 
-from .jit import inline
+from .jit import inline, kernel
 
 from .mix import mix64
 
@@ -73,13 +72,13 @@ def _cross(a, b):
     return np.int64(mix64(x) >> np.uint64(1))
 
 
-@njit(nogil=True, cache=True)
+@kernel
 def cross64(a, b):
     """The crossed key of int64 keys ``a`` then ``b``: ``mix(mix(a + golden) ^ b) >> 1``, in [0, 2**63)."""
     return _cross(a, b)
 
 
-@njit(nogil=True, cache=True)
+@kernel
 def run_plan(program, inputs, refers, table, row, nrows, arena, output, out_n, limit):
     """Evaluate the plan for rows ``row .. nrows - 1`` of ``table``; returns ``(status, row, need, out_n)``.
 

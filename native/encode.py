@@ -9,10 +9,9 @@ Sizes of nested messages are computed before writing, so every length prefix is 
 from collections import namedtuple
 
 import numpy as np
-from numba import njit
 
 from .index import _u
-from .jit import helper, inline
+from .jit import helper, inline, kernel
 from .text_write import _int_digits, _put_bytes, _put_int_text
 
 # side of a line: the features it carries
@@ -254,7 +253,7 @@ def _ext_body(ts):
     return _entry(entry)
 
 
-@njit(nogil=True, cache=True)
+@kernel
 def encode_groups(g0, simple, samples, features, layout, scratch, out, out_pos):
     """Write groups ``g0..`` as length-prefixed records (``simple``: ``SampleSimple`` ones) into ``out[out_pos:]``.
 

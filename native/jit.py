@@ -1,25 +1,63 @@
-"""The decorators for kernel helpers that take arrays and allocate none.
+"""The decorators of the kernels: ``kernel`` for the top-level ones, and those of the helpers that take arrays and
+allocate none.  Every one caches its compiled code on disk and treats a cache index it cannot read as empty.
 
 numba increfs and decrefs (atomically) every array argument of every function it calls,
 inlined or not; in a loop over values that cost more than the work itself (the text and
 pb kernels ran at half speed).  A helper compiled without numba's runtime (``_nrt=False``)
-skips it.  Such a function must not allocate arrays; kernels that do (``np.empty``) keep
-``njit(nogil=True, cache=True)``.  ``brief`` is ``helper`` without ``nogil``, for the short ones, and
-``inline`` a helper LLVM always inlines, for the small ones called in the hot loops.
+skips it.  Such a function must not allocate arrays; kernels that do (``np.empty``) are ``kernel``s.
+``brief`` is ``helper`` without ``nogil``, for the short ones, and ``inline`` a helper LLVM always inlines,
+for the small ones called in the hot loops.
 
 Each is compiled once per combination of argument *types*: numba would compile a helper again for every
 distinct constant a call site passes (``_fail(st, MALFORMED, p, 0, -1, -1, 0)`` and its forty siblings),
 which made a cold start seconds longer and bought nothing.
 """
 
+import pickle
+
 from numba import njit, types
 
-__all__ = ["helper", "brief", "inline"]
+__all__ = ["kernel", "kernel_keeping_gil", "helper", "brief", "inline"]
+
+
+def _tolerant_cache(dispatcher):
+    """``dispatcher`` whose on-disk cache index counts as empty when it names a type this version no longer has.
+
+    numba unpickles a cache index before it checks that the source changed, so an index written by an earlier
+    version that named a bundle since renamed or removed raised AttributeError at the kernel's first call
+    (numba issue 6018); after an in-place upgrade (numba's cache files outlive ``pip install -U``) that would be
+    every run.  Such an index is stale by definition: the kernel compiles again and overwrites it."""
+    cache_file = getattr(getattr(dispatcher, "_cache", None), "_cache_file", None)
+    load = getattr(cache_file, "_load_index", None)
+    if load is None:  # NUMBA_DISABLE_JIT=1, or another numba
+        return dispatcher
+
+    def load_index():
+        try:
+            return load()
+        except (AttributeError, ImportError, pickle.UnpicklingError, EOFError):
+            return {}
+
+    cache_file._load_index = load_index
+    return dispatcher
+
+
+def _cached(options):
+    def decorate(fn):
+        return _tolerant_cache(njit(**options)(fn))
+
+    return decorate
+
+
+# A top-level kernel (called from Python; may allocate arrays): compiled once per install and cached on disk.
+kernel = _cached(dict(nogil=True, cache=True))
+# One that keeps the GIL: it takes microseconds and allocates (see ``brief``).
+kernel_keeping_gil = _cached(dict(cache=True))
 
 
 def _once_per_type(options):
     def decorate(fn):
-        dispatcher = njit(**options)(fn)
+        dispatcher = _tolerant_cache(njit(**options)(fn))
         resolve = getattr(dispatcher, "get_call_template", None)
         if resolve is None:  # NUMBA_DISABLE_JIT=1: the Python function itself
             return dispatcher

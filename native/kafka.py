@@ -13,10 +13,9 @@ kernel here); ``scan_batches`` lists the byte range and expected value of each b
 """
 
 import numpy as np
-from numba import njit
 
 from .index import _u
-from .jit import helper
+from .jit import helper, kernel
 from .protobuf import _varint
 
 # status of scan_batches
@@ -85,7 +84,7 @@ def walk_records(buf, p, end, base_offset, count, first, last, offsets, starts, 
     return k
 
 
-@njit(nogil=True, cache=True)
+@kernel
 def scan_batches(buf, p, first, last, offsets, starts, lens, checks):
     """Walk the record batches of a fetch response from byte ``p``, appending the records whose offsets
     are in ``[first, last)`` to ``offsets``/``starts``/``lens`` and each batch's CRC range and expected
@@ -131,7 +130,7 @@ def scan_batches(buf, p, first, last, offsets, starts, lens, checks):
     return DONE, k, n, p, next_offset
 
 
-@njit(nogil=True, cache=True)
+@kernel
 def gather(buf, starts, lens, i, within, out, n):
     """Copy message values into ``out[n:]`` from message ``i``, byte ``within``, until ``out`` is full or
     the messages end.  Returns ``(i, within, n)`` after the copy."""

@@ -19,9 +19,8 @@ whole and reported in the error table; the next record is found by its length pr
 """
 
 import numpy as np
-from numba import njit
 
-from .jit import helper
+from .jit import helper, kernel
 from .names import lookup_name
 from .protobuf_codes import *  # noqa: F403 - the codes are part of this module's interface (the front end's)
 from .protobuf_codes import (
@@ -58,7 +57,7 @@ from .protobuf_record import _decode_record
 from .protobuf_wire import _len_field, _skip, _tag, _u32, _varint
 
 
-@njit(nogil=True, cache=True)
+@kernel
 def decode_chunk(buf, end, final, options, name_table, layout, cols, rows):
     """Decode the whole records in ``buf[:end]``; ``group_pos`` gets each group's record position.
 

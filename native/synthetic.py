@@ -3,7 +3,8 @@
 import collections
 
 import numpy as np
-from numba import njit
+
+from .jit import kernel
 
 # One row per page view (indexed by a sample's group): the user's features, repeated on each of its lines.
 Users = collections.namedtuple(
@@ -16,14 +17,14 @@ Ads = collections.namedtuple(
 )
 
 
-@njit(nogil=True, cache=True)
+@kernel
 def _put(out, pos, src):
     for k in range(len(src)):
         out[pos + k] = src[k]
     return pos + len(src)
 
 
-@njit(nogil=True, cache=True)
+@kernel
 def _put_int(out, pos, v):
     if v < 0:
         out[pos] = 45
@@ -40,7 +41,7 @@ def _put_int(out, pos, v):
     return pos + n
 
 
-@njit(nogil=True, cache=True)
+@kernel
 def _put_fixed4(out, pos, v):
     """Write ``v / 10000`` with exactly four decimals (``v`` an integer)."""
     if v < 0:
@@ -56,7 +57,7 @@ def _put_fixed4(out, pos, v):
     return pos + 5
 
 
-@njit(nogil=True, cache=True)
+@kernel
 def _put_list(out, pos, name, keys, vals, scale4):
     """``name@k[:v],...``; vals None-like (length 0) writes bare keys; scale4 writes v/10000."""
     pos = _put(out, pos, name)
@@ -77,7 +78,7 @@ def _put_list(out, pos, name, keys, vals, scale4):
     return pos
 
 
-@njit(nogil=True, cache=True)
+@kernel
 def _put_dense(out, pos, name, vals):
     pos = _put(out, pos, name)
     out[pos] = 64
@@ -90,7 +91,7 @@ def _put_dense(out, pos, name, vals):
     return pos
 
 
-@njit(nogil=True, cache=True)
+@kernel
 def format_ads_lines(out, names, name_off, group_base, users, ads):
     """Write one text line per sample into ``out``; returns the bytes written.
 

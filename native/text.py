@@ -15,10 +15,9 @@ fitted.
 import collections
 
 import numpy as np
-from numba import njit
 
 from .index import _u
-from .jit import helper
+from .jit import helper, kernel
 from .names import lookup_name
 from .numbers import OVERFLOW, scan_float, scan_float_until, scan_int64, scan_int64_prefix
 
@@ -223,7 +222,7 @@ def _same_bytes(buf, a0, a1, b0, b1):
     return True
 
 
-@njit(nogil=True, cache=True)
+@kernel
 def parse_text_chunk(buf, start, end, final, options, sp_table, dn_table, dense_columns, out):
     """Parse the whole lines of ``buf[start:end]`` into the scratch arrays.
 

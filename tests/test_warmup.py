@@ -81,3 +81,22 @@ def test_the_conversion_warmers_compile_what_a_conversion_loads(cache, tmp_path)
     warmed, _ = _run(module + "convert.warm_decoder({'simple': False})\nconvert._warm_text_writer()", cache, tmp_path)
     compiled, _ = _run(convert.format(src=str(out), dst=str(tmp_path / "back.txt"), aux=""), cache, tmp_path)
     assert {"decode_chunk", "write_text_rows"} <= warmed and not compiled & warmed
+
+
+def test_a_cache_index_naming_a_type_that_is_gone_compiles_again(tmp_path, monkeypatch):
+    """An index an earlier version wrote that names a bundle since renamed or removed is stale: the kernel compiles
+    again (numba alone raised AttributeError when it unpickled such an index)."""
+    (tmp_path / "stale_kernels.py").write_text(
+        "from ingest._native.jit import kernel\n\n\nclass Gone:\n    pass\n\n\n@kernel\ndef plus_one(x):\n    return x + 1\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import stale_kernels
+
+    assert stale_kernels.plus_one(1) == 2
+    index = stale_kernels.plus_one._cache._cache_file
+    index._save_index({"an overload of an earlier version": stale_kernels.Gone})
+    del stale_kernels.Gone
+    assert index._load_index() == {}
+    stale_kernels.plus_one._cache.flush()
+    stale_kernels.plus_one.overloads.clear()
+    assert stale_kernels.plus_one(41) == 42
