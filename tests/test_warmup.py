@@ -86,9 +86,8 @@ def test_the_conversion_warmers_compile_what_a_conversion_loads(cache, tmp_path)
 def test_a_cache_index_naming_a_type_that_is_gone_compiles_again(tmp_path, monkeypatch):
     """An index an earlier version wrote that names a bundle since renamed or removed is stale: the kernel compiles
     again (numba alone raised AttributeError when it unpickled such an index)."""
-    (tmp_path / "stale_kernels.py").write_text(
-        "from ingest._native.jit import kernel\n\n\nclass Gone:\n    pass\n\n\n@kernel\ndef plus_one(x):\n    return x + 1\n"
-    )
+    source = "from ingest._native.jit import kernel\n\n\nclass Gone:\n    pass\n\n\n"
+    (tmp_path / "stale_kernels.py").write_text(source + "@kernel\ndef plus_one(x):\n    return x + 1\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     import stale_kernels
 
