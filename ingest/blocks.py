@@ -72,7 +72,7 @@ class Block:
         offset, to turn ``group_pos`` into (message offset, byte in message).
     parsed : Block or None
         With ``keep_sample``: this block before the DSL stage, what goes through the ops again.
-    batch_args : tuple or None
+    batch_args : PieceSource or None
         The batcher's: the block's arrays as its kernels take them, made once per block.
     """
 
