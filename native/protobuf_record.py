@@ -440,7 +440,9 @@ def _decode_record(buf, a, b, simple, label_count, name_table, layout, cols, row
         tab_rows[0] += 1
         sid_off[row0 + 1] = st[S_NSID]
         timestamps[row0] = 0
-        return _finish_group(1, lines0, layout, cols, rows, a)
+        return _finish_group(
+            1, lines0, tab_feats, tab_feat_off, cur, (ends, refer, tab_rows, dense, group_start, st), a
+        )
     # -- checks of a group -----------------------------------------------------------------------
     n = nlabels
     if tab_rows[0] - lines0[0] != n:
@@ -454,4 +456,4 @@ def _decode_record(buf, a, b, simple, label_count, name_table, layout, cols, row
         timestamps[row0 + r] = 0
     if n == 0:
         return -1  # an empty group: nothing to deliver, rolled back quietly
-    return _finish_group(n, lines0, layout, cols, rows, a)
+    return _finish_group(n, lines0, tab_feats, tab_feat_off, cur, (ends, refer, tab_rows, dense, group_start, st), a)
