@@ -37,21 +37,7 @@ FeatureLayout = collections.namedtuple("FeatureLayout", ["feat", "dn_feat", "dn_
 Columns = collections.namedtuple("Columns", ["keys", "hkeys", "values", "first", "cur", "lim"])
 # Everything else a chunk's records are decoded into, and the error table and state of the call.
 Rows = collections.namedtuple(
-    "Rows",
-    [
-        "ends",
-        "refer",
-        "tab_rows",
-        "dense",
-        "labels",
-        "timestamps",
-        "sid_bytes",
-        "sid_off",
-        "group_start",
-        "group_pos",
-        "errors",
-        "st",
-    ],
+    "Rows", "ends refer tab_rows dense labels timestamps sid_bytes sid_off group_start group_pos errors st"
 )
 # A record's scratch, made once per call: its lines' spans, the dense features seen in a line, one dense vector,
 # float32 bit casting, each table's lines before the record, the names guessed per position of a line.

@@ -69,21 +69,7 @@ DenseColumns = collections.namedtuple("DenseColumns", ["nvec", "elem_base", "ele
 # per-line scratch.
 TextOutputs = collections.namedtuple(
     "TextOutputs",
-    [
-        "tok_feat",
-        "tok_key",
-        "tok_val",
-        "row_tok",
-        "dense",
-        "labels",
-        "timestamps",
-        "sid_bytes",
-        "sid_off",
-        "group_start",
-        "group_pos",
-        "errors",
-        "dn_seen",
-    ],
+    "tok_feat tok_key tok_val row_tok dense labels timestamps sid_bytes sid_off group_start group_pos errors dn_seen",
 )
 
 

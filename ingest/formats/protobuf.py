@@ -88,20 +88,7 @@ class _Scratch:
         )
 
     def outputs(self):
-        return K.Rows(
-            self.ends,
-            self.refer,
-            self.tab_rows,
-            self.dense,
-            self.labels,
-            self.timestamps,
-            self.sid_bytes,
-            self.sid_off,
-            self.group_start,
-            self.group_pos,
-            self.errors,
-            self.st,
-        )
+        return K.Rows(*(getattr(self, name) for name in K.Rows._fields))  # the arrays of those names
 
 
 def _columns(total):

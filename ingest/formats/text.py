@@ -100,21 +100,7 @@ class _Scratch:
         self.group_pos = np.empty(rows + 1, np.int64)
         self.errors = np.empty((max(64, rows // 16), K.ERROR_COLUMNS), np.int64)
         self.dn_seen = np.zeros(n_dense, np.bool_)
-        self.outputs = K.TextOutputs(
-            self.tok_feat,
-            self.tok_key,
-            self.tok_val,
-            self.row_tok,
-            self.dense,
-            self.labels,
-            self.timestamps,
-            self.sid_bytes,
-            self.sid_off,
-            self.group_start,
-            self.group_pos,
-            self.errors,
-            self.dn_seen,
-        )
+        self.outputs = K.TextOutputs(*(getattr(self, name) for name in K.TextOutputs._fields))
 
     def grown(self):
         return _Scratch(
