@@ -4,11 +4,13 @@ A change to the pipeline moves throughput by less than the VM moves over minutes
 revisions run in alternation: each round starts one subprocess per revision (``git archive`` of its
 ``ingest/`` and ``native/`` into a temporary tree, imported instead of the installed package), and
 each subprocess reads the synthetic samples in every configuration once untimed (numba compiles or
-loads its cache), then once timed: text twice over (2 epochs), pb six times over.  Prints the medians
-of samples/s, the 2-thread to 1-thread ratio and the cost of unique ids (medians of per-round ratios);
-writes ``benchmarks/results/bench_ab.json``.
+loads its cache), then once timed: text twice over (2 epochs), pb six times over (``--longer k``: k times
+that, for an effect smaller than a one-second run's noise).  The two revisions take turns going first.
+Prints the medians of samples/s, the 2-thread to 1-thread ratio and the cost of unique ids (medians of
+per-round ratios); writes ``benchmarks/results/bench_ab.json``.
 
     python benchmarks/bench_ab.py --old main --new exp/cores-pipeline [--rounds 4] [--samples 120000] [--formats pb]
+        [--longer 3]
 """
 
 import argparse
@@ -27,7 +29,7 @@ CONFIGS = [(fmt, threads, unique) for fmt in ("txt", "pb") for unique in (False,
 EPOCHS = {"txt": 2, "pb": 6}  # runs of about a second on this machine
 
 
-def child(text, pb, aux, configs):
+def child(text, pb, aux, configs, longer):
     """In the subprocess (importing the revision's ingest): samples/s of each of ``configs``, as JSON on
     stdout."""
     from ingest.cli.bench import measure
@@ -41,7 +43,7 @@ def child(text, pb, aux, configs):
 
     for config in configs:
         measure(reader(*config, 1))
-    print(json.dumps([measure(reader(*c, EPOCHS[c[0]]))["samples_per_s"] for c in configs]))
+    print(json.dumps([measure(reader(*c, EPOCHS[c[0]] * longer))["samples_per_s"] for c in configs]))
 
 
 def tree(revision, into):
@@ -62,6 +64,7 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--samples", type=int, default=120_000)
     parser.add_argument("--formats", default="txt,pb", help="the formats measured (default: txt,pb)")
+    parser.add_argument("--longer", type=int, default=1, help="timed runs this many times longer (default: 1)")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     formats = args.formats.split(",")
@@ -70,7 +73,7 @@ def main(argv=None):
     configs = [c for c in CONFIGS if c[0] in formats]
     if args.child:
         text, pb, aux = args.child
-        child(text, pb, set(aux.split(",")), configs)
+        child(text, pb, set(aux.split(",")), configs, args.longer)
         return
     if not (args.old and args.new):
         parser.error("--old and --new are required")
@@ -80,10 +83,21 @@ def main(argv=None):
     results = {"old": [], "new": []}
     with tempfile.TemporaryDirectory() as tmp:
         trees = {side: tree(rev, Path(tmp, side).resolve()) for side, rev in (("old", args.old), ("new", args.new))}
-        for _ in range(args.rounds):
-            for side, where in trees.items():
+        for round_ in range(args.rounds):
+            for side, where in sorted(trees.items(), reverse=round_ % 2 == 1):  # who goes first takes turns
                 run = subprocess.run(
-                    [sys.executable, __file__, "--child", str(text), str(pb), ",".join(aux), "--formats", args.formats],
+                    [
+                        sys.executable,
+                        __file__,
+                        "--child",
+                        str(text),
+                        str(pb),
+                        ",".join(aux),
+                        "--formats",
+                        args.formats,
+                        "--longer",
+                        str(args.longer),
+                    ],
                     env={**os.environ, "PYTHONPATH": f"{where}{os.pathsep}{Path(__file__).parent}"},
                     cwd=tmp,
                     capture_output=True,
@@ -123,6 +137,7 @@ def main(argv=None):
         "bench_ab",
         old=args.old,
         new=args.new,
+        longer=args.longer,
         configs=configs,
         samples_per_s={side: [[r[c] for c in configs] for r in runs] for side, runs in results.items()},
     )

@@ -264,11 +264,11 @@ def _warm_text_writer():
     _TextWriter(_WARM_PB).write(placeholder_block(_WARM_PB), 0, lambda _: None)
 
 
-def warm_decoder(payload):
-    """Compile the pb/spb decoder (``payload["simple"]``: spb) on one record written by protobuf's own module."""
+def _one_record(simple, folder):
+    """The work unit of a file in ``folder`` holding one record (a ``SampleSimple`` when ``simple``) written by
+    protobuf's own module."""
     from .sample_pb2 import SampleGroup, SampleSimple
 
-    simple = payload["simple"]
     if simple:
         record = SampleSimple(
             sample_id="a",
@@ -295,13 +295,28 @@ def warm_decoder(payload):
             ],
         )
     data = record.SerializeToString()
+    path = os.path.join(folder, "one.pb")
+    with open(path, "wb") as f:
+        f.write(len(data).to_bytes(4, "little") + data)
+    return plan_units([(path, len(data) + 4)])[0]
+
+
+def warm_decoder(payload):
+    """Compile the pb/spb decoder (``payload["simple"]``: spb) on one record."""
+    simple = payload["simple"]
     with tempfile.TemporaryDirectory(prefix="ingest-warm-") as tmp:
-        path = os.path.join(tmp, "one.pb")
-        with open(path, "wb") as f:
-            f.write(len(data).to_bytes(4, "little") + data)
         schema = _WARM_TEXT if simple else _WARM_PB
-        for _ in ProtobufFormat(schema, simple=simple).read_unit(plan_units([(path, len(data) + 4)])[0]):
+        for _ in ProtobufFormat(schema, simple=simple).read_unit(_one_record(simple, tmp)):
             pass
+
+
+def warm_text_side(payload):
+    """Compile what a pb/spb -> text conversion needs besides the decoder: the scan of the records' features and
+    the text writer (``payload["simple"]``: spb)."""
+    simple = payload["simple"]
+    with tempfile.TemporaryDirectory(prefix="ingest-warm-") as tmp:
+        scan_features([_one_record(simple, tmp)], FileType.spb if simple else FileType.pb)
+    _warm_text_writer()
 
 
 def warm_encoder(payload):
@@ -313,8 +328,9 @@ def warm_encoder(payload):
 
 def _compile_side_by_side(src, dst):
     """Announce the kernels a conversion compiles and, when both sides are cold, have a second process compile
-    the one that comes later (text -> pb: the encoder; pb -> text: the decoder, while this one compiles the
-    text writer); returns what to wait for before converting."""
+    some of them (text -> pb: the encoder, which comes later; pb -> text: the feature scan and the text writer,
+    while this one compiles the decoder, the longest, so that the second process's start is not on the way);
+    returns what to wait for before converting."""
     reading = "text" if src is FileType.txt else "pb"
     writing = "write-pb" if dst is not FileType.txt else "write-text"
     groups = [f"scan-{reading}", reading, writing]
@@ -322,12 +338,13 @@ def _compile_side_by_side(src, dst):
     if reading not in cold or writing not in cold:
         warmup.notice(groups)
         return lambda: None
-    warmup.notice(groups, parallel=[writing if src is FileType.txt else reading])
     simple = FileType.spb in (src, dst)
     if src is FileType.txt:
+        warmup.notice(groups, parallel=[writing])
         return warmup.compile_ahead("ingest.convert:warm_encoder", {"simple": simple}).wait
-    ahead = warmup.compile_ahead("ingest.convert:warm_decoder", {"simple": simple})
-    _warm_text_writer()
+    warmup.notice(groups, parallel=[groups[0], writing])
+    ahead = warmup.compile_ahead("ingest.convert:warm_text_side", {"simple": simple})
+    warm_decoder({"simple": simple})
     return ahead.wait
 
 

@@ -78,9 +78,10 @@ def test_the_conversion_warmers_compile_what_a_conversion_loads(cache, tmp_path)
     warmed, _ = _run(module + "convert.warm_encoder({'simple': False})", cache, tmp_path)
     compiled, _ = _run(convert.format(src=str(SAMPLES / "ads.txt"), dst=str(out), aux=", aux='auto'"), cache, tmp_path)
     assert {"encode_groups", "identical_features"} <= warmed and not compiled & warmed
-    warmed, _ = _run(module + "convert.warm_decoder({'simple': False})\nconvert._warm_text_writer()", cache, tmp_path)
+    both = "convert.warm_decoder({'simple': False})\nconvert.warm_text_side({'simple': False})"
+    warmed, _ = _run(module + both, cache, tmp_path)
     compiled, _ = _run(convert.format(src=str(out), dst=str(tmp_path / "back.txt"), aux=""), cache, tmp_path)
-    assert {"decode_chunk", "write_text_rows"} <= warmed and not compiled & warmed
+    assert {"decode_chunk", "scan_record_names", "write_text_rows"} <= warmed and not compiled & warmed
 
 
 def test_a_cache_index_naming_a_type_that_is_gone_compiles_again(tmp_path, monkeypatch):
