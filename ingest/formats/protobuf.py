@@ -248,7 +248,7 @@ class ProtobufFormat(UnitFormat):
         sparse_pos = {s.name: i for i, s in enumerate(schema.sparse)}
         dense_pos = {s.name: i for i, s in enumerate(schema.dense)}
         # per declared feature: kind, index among its kind, table
-        self.feat = np.array(
+        feat = np.array(
             [
                 [K.SPARSE if s.name in sparse_pos else K.DENSE, sparse_pos.get(s.name, dense_pos.get(s.name)), s.table]
                 for s in specs
@@ -258,7 +258,7 @@ class ProtobufFormat(UnitFormat):
         self.feat_name = [s.name for s in specs]
         dense = schema.dense
         self.layout = DenseLayout(dense)
-        self.dn_feat = np.stack([self.layout.nvec, self.layout.first_elem], axis=1).reshape(len(dense), 2)
+        dn_feat = np.stack([self.layout.nvec, self.layout.first_elem], axis=1).reshape(len(dense), 2)
         self.dense_by_table = [
             [(int(self.layout.first_col[i]), s.width) for i, s in enumerate(dense) if s.table == t]
             for t in range(schema.tables)
@@ -267,12 +267,10 @@ class ProtobufFormat(UnitFormat):
         self.table_sparse = [
             np.array([sparse_pos[s.name] for s in schema.sparse_in(t)], np.int64) for t in range(schema.tables)
         ]
-        self.tab_feat_off = np.cumsum([0] + [len(f) for f in self.table_sparse]).astype(np.int64)
-        self.tab_feats = np.concatenate(self.table_sparse + [np.empty(0, np.int64)])
+        tab_feat_off = np.cumsum([0] + [len(f) for f in self.table_sparse]).astype(np.int64)
+        tab_feats = np.concatenate(self.table_sparse + [np.empty(0, np.int64)])
         self.cutoff = [np.array([s.cutoff for s in schema.sparse_in(t)], np.int64) for t in range(schema.tables)]
-        self.features = K.FeatureLayout(
-            self.feat, self.dn_feat, self.layout.elem_col, self.tab_feats, self.tab_feat_off
-        )
+        self.features = K.FeatureLayout(feat, dn_feat, self.layout.elem_col, tab_feats, tab_feat_off)
 
     def _new_scratch(self):
         rows = max(1024, self.chunk_bytes // 64)

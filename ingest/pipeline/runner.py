@@ -166,6 +166,8 @@ class Runner:
         arrival order.
     """
 
+    deterministic = False  # OneStream's may be True: worker w parses units w, w+T, ..., their blocks taken in turn
+
     def __init__(self, units, stages, flow, stats, progress=None, unit_source=None):
         self.units = units
         self.stages = stages
@@ -329,8 +331,6 @@ class WorkerBatches(Runner):
     """Each parse worker reads its share of the units (whichever are next) and cuts its own Blocks into Batches,
     unique ids included; what is left of its last batch is cut again, with every other worker's, by the last
     worker to finish, in worker order."""
-
-    deterministic = False
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
