@@ -39,5 +39,6 @@ class ReaderOptions:
     prefetch: int = 4
     unique: bool = False
     timeline_path: object = None
+    timeline_mb: float = 100  # size of a timeline file before the next one starts
     sources: dict = field(default_factory=dict)  # URL scheme -> its source's options (reader.kafka()...)
     unit_bytes: object = None

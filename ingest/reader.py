@@ -9,7 +9,7 @@ from . import state as state_format
 from .batch import Batch
 from .dsl.compiler import check_feature
 from .dsl.stage import dsl_stage
-from .errors import ConfigError, ReaderClosedError, SourceError
+from .errors import ConfigError, ReaderClosedError
 from .features import Schema, make_feature
 from .ops import OpStage, as_op
 from .options import ReaderOptions
@@ -20,22 +20,24 @@ from .pipeline.rounds import Rounds
 from .pipeline.runner import Flow, PipelineDelivery, Stages, runner_for
 from .pipeline.shuffle import GroupShuffle
 from .pipeline.stats import Stats
-from .pipeline.timeline import Timeline
+from .pipeline.timeline import Timeline, file_mb
 from .sources.compression import check_codec
 from .sources.filesystems import check_writable
 from .sources.plan import plan_paths, sources_of
 from .sources.registry import scheme_of, source_for
+from .trace.hook import BatchTrace
 
 __all__ = ["DataReader"]
 
 _POLICIES = ("raise", "skip")
 
 
-def _close(pipeline, member, committers):
-    """Stop a reader's threads (and leave its consumer group), also when it is garbage collected."""
+def _close(pipeline, member, committers, stats):
+    """Stop a reader's threads (and leave its consumer group), also when it is garbage collected; end its timeline."""
     pipeline.close()
     for other in ([member] if member is not None else []) + committers:
         other.close()
+    stats.end_timeline()
 
 
 def _positive_int(name, value, minimum=1):
@@ -90,12 +92,15 @@ class DataReader:
         self._coverage = None
         self._units = None
         self._buffers = None  # where batches are built (default: a BufferPool); ingest.torch's workers set it
+        self._trace = None  # the BatchTrace of trace()
 
     def __getstate__(self):
         """A reader pickles before ``startup()``: its name and options (threads, queues and sockets are made at
         ``startup()``), so that it can be handed to worker processes."""
         if self._started:
             raise ConfigError(f"reader {self.name!r}: a started reader cannot be pickled; pickle it before startup()")
+        if self._trace is not None:
+            raise ConfigError(f"reader {self.name!r}: a reader with trace() cannot be pickled; call trace() after")
         return {"name": self.name, "options": self._options}
 
     def __setstate__(self, state):
@@ -252,12 +257,27 @@ class DataReader:
         )
         return self._set(sources={**self._options.sources, "kafka": options})
 
-    def timeline(self, path) -> "DataReader":
-        """Record a Chrome trace of the run (a track per thread, an event per chunk, op and batch), written
-        to ``path`` when the input is exhausted or the reader shuts down."""
+    def timeline(self, path, max_file_mb=100) -> "DataReader":
+        """Record a Chrome trace of the run (a track per thread, an event per chunk, op and batch), written to
+        ``path`` as it goes (JSON array format, ``]`` added when the input is exhausted or the reader shuts
+        down), the next file (``<stem>.1<ext>``...) started before one would pass ``max_file_mb`` MB."""
         self._option()
         check_writable(str(path), "timeline")
-        return self._set(timeline_path=str(path))
+        return self._set(timeline_path=str(path), timeline_mb=file_mb(max_file_mb, "timeline(max_file_mb)"))
+
+    def trace(self, writer, arrays=("labels",), every=1) -> "DataReader":
+        """For each batch the consumer takes, write to ``writer`` (a ``TraceWriter``) the ``arrays`` named (keys of
+        ``Batch.arrays()``) and the sample ids (``sample_ids``, ``sample_ids.offsets``) at ``lstep``, the batch's
+        number (a restored reader counts on), if a multiple of ``every`` (docs/trace.md)."""
+        self._option()
+        self._trace = BatchTrace(writer, arrays, every)
+        return self
+
+    def set_global_step(self, n) -> None:
+        """The trainer's global step of the next batch taken; the batches after it count on from ``n``."""
+        if self._trace is None:
+            raise ConfigError(f"reader {self.name!r}: set_global_step() traces the global step; call trace() first")
+        self._trace.global_step(n)
 
     def prefetch(self, n) -> "DataReader":
         """Batches built ahead of the consumer (default 4)."""
@@ -349,12 +369,14 @@ class DataReader:
         self._pipeline = runner_for(mine, stages, flow, self._stats, progress=self._progress, unit_source=self._member)
         self._started = True
         if o.timeline_path is not None:
-            self._stats.timeline = Timeline()
+            self._stats.timeline = Timeline(o.timeline_path, o.timeline_mb)
+        if self._trace is not None and self._progress is not None:  # a restored reader's steps count on
+            self._trace.next_step = self._progress.batches
         self._stats.start_clock()
         self._pipeline.start()
         if self._member is not None:
             self._member.start(PipelineDelivery(self._pipeline))
-        self._finalizer = weakref.finalize(self, _close, self._pipeline, self._member, self._committers)
+        self._finalizer = weakref.finalize(self, _close, self._pipeline, self._member, self._committers, self._stats)
         return self
 
     def _group_shuffle(self, live, rounds):
@@ -439,10 +461,12 @@ class DataReader:
             if self._member is not None:  # every partition caught up: commit and leave the group
                 self._member.close()
             self._report_skipped()
-            self._write_timeline()
+            self._stats.end_timeline()
             raise
         if self._coverage is not None:
             self._report_unseen()
+        if self._trace is not None:
+            self._trace.took(batch)
         return batch
 
     # -- state -----------------------------------------------------------------------------
@@ -557,22 +581,11 @@ class DataReader:
         out["features_never_seen"] = list(never or [])
         return out
 
-    def _write_timeline(self):
-        if self._stats.timeline is not None:
-            timeline, self._stats.timeline = self._stats.timeline, None  # written once
-            try:
-                timeline.write(self._options.timeline_path)
-            except OSError as exc:
-                raise SourceError(
-                    f"timeline {self._options.timeline_path}: cannot write: {exc}", source=self._options.timeline_path
-                ) from exc
-
     def shutdown(self) -> None:
         """Stop the threads (also when the consumer stopped early); the reader cannot be restarted."""
         if self._pipeline is not None:
-            _close(self._pipeline, self._member, self._committers)
-            self._committers = []
-            self._write_timeline()
+            committers, self._committers = self._committers, []
+            _close(self._pipeline, self._member, committers, self._stats)
         if self._finalizer is not None:
             self._finalizer.detach()
 

@@ -58,7 +58,7 @@ def test_bench_timeline_unique_ids_and_dsl(tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["samples"] == 3000
     assert {"read", "parse", "ops", "batch", "unique", "wait"} <= set(out["stats"]["seconds"])
-    events = json.loads(trace.read_text())["traceEvents"]
+    events = json.loads(trace.read_text())  # Chrome's JSON array format, written as the run goes
     tracks = {e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M"}
     workers = {"ingest-parse-0", "ingest-parse-1"}
     assert workers | {"MainThread"} <= set(tracks.values())

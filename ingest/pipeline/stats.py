@@ -37,6 +37,12 @@ class Stats:
         if self.timeline is not None:
             self.timeline.span(stage, start, end, args)
 
+    def end_timeline(self):
+        """Close the timeline (its last file ended, the writer stopped), once; a ``SourceError`` if unwritable."""
+        if self.timeline is not None:
+            timeline, self.timeline = self.timeline, None
+            timeline.close()
+
     def skipped(self, error):
         """Count an error whose line, record or group was skipped under ``on_error("skip")``."""
         with self._lock:

@@ -3,22 +3,60 @@
 Events are complete spans (``"ph": "X"``), one per chunk read and parsed, op run, batch built,
 unique-id pass and consumer wait, with their sizes as arguments; they are recorded per chunk
 or batch, never per sample.
+
+They are written as they come, in Chrome's JSON array format, by a background writer (``trace.background``):
+``[`` and one event per line, ``]`` once the timeline is closed; a run cut short leaves a file without it,
+which Chrome, Perfetto and ``events`` read all the same.  Nothing is kept in memory but the thread names.  A
+file is closed before it would pass ``max_file_mb`` MB and the next one started (``run.json``, ``run.1.json``,
+``run.2.json``...), each with the thread names of every thread seen so far.
 """
 
 import json
 import os
+import re
 import threading
 import time
 
-__all__ = ["Timeline"]
+from ..errors import ConfigError, SourceError
+from ..sources.filesystems import open_url
+from ..trace.background import BackgroundFiles
+
+__all__ = ["Timeline", "timeline_files", "events", "file_mb"]
+
+MB = 1 << 20
+
+
+def file_mb(value, what):
+    """``value`` checked as a size of file in MB (fractions allowed)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ConfigError(f"{what}={value!r}: expected a number of MB > 0")
+    return value
+
+
+def _file_name(path, index):
+    """The ``index``-th file of a timeline written to ``path``: ``path`` itself, then ``<stem>.<index><ext>``."""
+    if index == 0:
+        return str(path)
+    stem, ext = os.path.splitext(str(path))
+    return f"{stem}.{index}{ext}"
 
 
 class Timeline:
-    def __init__(self):
+    """Spans of a run written to ``path`` (any fsspec URL) as they come; ``close()`` ends the last file."""
+
+    def __init__(self, path, max_file_mb=100, queue_depth=256):
+        self.path = str(path)
+        self._max_bytes = int(max_file_mb * MB)
         self._lock = threading.Lock()
-        self._events = []
-        self._threads = {}
+        self._threads = {}  # tid -> name
+        self._named = set()  # the tids whose name the current file holds
         self._origin = time.perf_counter()
+        self._pid = os.getpid()
+        self._files = BackgroundFiles("timeline", queue_depth)
+        self._index = -1
+        self._size = 0
+        self._first = True
+        self.written = 0  # spans written
 
     def span(self, name, start, end, args=None):
         """Record ``name`` from ``start`` to ``end`` (``perf_counter`` seconds) on the calling thread's track."""
@@ -26,30 +64,85 @@ class Timeline:
         event = {
             "name": name,
             "ph": "X",
-            "pid": os.getpid(),
+            "pid": self._pid,
             "tid": thread.ident,
             "ts": (start - self._origin) * 1e6,
             "dur": (end - start) * 1e6,
         }
         if args:
             event["args"] = args
+        line = json.dumps(event)
         with self._lock:
-            self._threads.setdefault(thread.ident, thread.name)
-            self._events.append(event)
+            if thread.ident not in self._threads:
+                self._threads[thread.ident] = thread.name
+            if self._index < 0 or self._size + len(line) + 2 > self._max_bytes:
+                self._roll()
+            if thread.ident not in self._named:
+                self._put(self._name_event(thread.ident))
+            self._put(line)
+            self.written += 1
 
-    def events(self):
-        """The trace events: thread names first, then the spans in time order."""
+    def _name_event(self, tid):
+        self._named.add(tid)
+        return json.dumps(
+            {"name": "thread_name", "ph": "M", "pid": self._pid, "tid": tid, "args": {"name": self._threads[tid]}}
+        )
+
+    def _put(self, line):
+        data = (("[\n" if self._first else ",\n") + line).encode()
+        self._first = False
+        self._size += len(data)
+        self._files.write([data])
+
+    def _roll(self):
+        if self._index >= 0:
+            self._files.write([b"\n]\n"])
+        self._index += 1
+        self._files.start(_file_name(self.path, self._index))
+        self._size = 0
+        self._first = True
+        self._named = set()
+        for tid in self._threads:
+            self._put(self._name_event(tid))
+
+    def close(self):
+        """End the last file (``]``), wait until it is written and stop the writer; a ``SourceError`` names the
+        file that could not be written."""
         with self._lock:
-            names = [
-                {"name": "thread_name", "ph": "M", "pid": os.getpid(), "tid": tid, "args": {"name": name}}
-                for tid, name in self._threads.items()
-            ]
-            spans = sorted(self._events, key=lambda e: e["ts"])
-        return names + spans
+            try:
+                if self._index < 0:  # no span: an empty trace, still a file
+                    self._roll()
+                    self._files.write([b"[" if self._first else b"", b"\n]\n"])
+                else:
+                    self._files.write([b"\n]\n"])
+            except SourceError:
+                pass  # the writer's error, raised by close() below
+            finally:
+                self._files.close()
 
-    def write(self, path):
-        """Write the Chrome trace JSON to ``path`` (through a temporary name, then renamed)."""
-        tmp = f"{path}.tmp"
-        with open(tmp, "w") as f:
-            json.dump({"traceEvents": self.events(), "displayTimeUnit": "ms"}, f)
-        os.replace(tmp, path)
+
+def timeline_files(path):
+    """The files of the timeline written to ``path`` (a local path), in order."""
+    out = []
+    while os.path.exists(name := _file_name(path, len(out))):
+        out.append(name)
+    return out
+
+
+_LINE_START = re.compile(r"^[\[,]?\s*")
+
+
+def events(path):
+    """The events of the timeline written to ``path`` and its rolled-over files, in order; a file cut short (a
+    run that did not close it) gives the events it holds whole."""
+    out = []
+    for name in timeline_files(path):
+        with open_url(name, "r") as f:
+            for line in f:
+                line = _LINE_START.sub("", line.strip())
+                if line.startswith("{"):
+                    try:
+                        out.append(json.loads(line))
+                    except ValueError:  # the last line of a file cut short
+                        break
+    return out
