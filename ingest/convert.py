@@ -178,7 +178,7 @@ class _TextWriter:
             dn_name_off=dn_name_off,
             dn_base=dense_layout.first_col,
             dn_width=dense_layout.width,
-        )
+        ).checked()
         # each feature's position among its table's features of its kind (names are unique)
         self.place = {
             s.name: j
@@ -221,7 +221,7 @@ class _TextWriter:
             dense=dense,
             labels=blk.labels,
             timestamps=blk.timestamps,
-        )
+        ).checked()
         r = 0
         while r < n:
             r2, pos = write_text_rows(r, n, rows, self.layout, self.out, 0)

@@ -144,8 +144,8 @@ def generate(n, seed=0, learnable=False):
     """Yield the text of ``n`` samples as bytes chunks of whole lines and whole groups."""
     for first_group, arrays in generate_arrays(n, seed, learnable):
         out = np.empty(len(arrays["group"]) * 2048, np.uint8)
-        users = Users._make(arrays[k] for k in Users._fields)
-        ads = Ads._make(arrays[k] for k in Ads._fields)
+        users = Users._make(arrays[k] for k in Users._fields).checked()
+        ads = Ads._make(arrays[k] for k in Ads._fields).checked()
         used = format_ads_lines(out, _NAMES, _NAME_OFF, first_group, users, ads)
         yield out[:used].tobytes()
 

@@ -1,40 +1,46 @@
 """Kernels that build batches from blocks: row-range copies, aux-table ranges, indicators."""
 
-import collections
-
 import numpy as np
 
+from .bundles import bundle
 from .jit import brief, helper, kernel, kernel_keeping_gil
 
 # The bundles ``copy_piece`` takes (namedtuples: one argument each).
 # A block's arrays: per table (tuples) its sparse offsets, which features the DSL made, its dense matrices and its
 # refers; its ids, high ids and values, and the DSL's; its labels, timestamps and sample ids.
-PieceSource = collections.namedtuple(
+PieceSource = bundle(
     "PieceSource",
-    [
-        "sp_offsets",
-        "from_dsl",
-        "dense",
-        "refers",
-        "keys",
-        "hkeys",
-        "values",
-        "dsl_keys",
-        "dsl_values",
-        "labels",
-        "timestamps",
-        "sid_bytes",
-        "sid_offsets",
-    ],
+    sp_offsets="(i8[:, :])",
+    from_dsl="(b1[:])",
+    dense="(f4[:, :])",
+    refers="(i8[:])",
+    keys="i8[:]",
+    hkeys="i8[:]",
+    values="f4[:]",
+    dsl_keys="i8[:]",
+    dsl_values="f4[:]",
+    labels="f4[:, :]",
+    timestamps="i8[:]",
+    sid_bytes="u1[:]",
+    sid_offsets="i8[:]",
 )
 # Where a batch's features go: per sparse feature whether its ids are (hkey, key) pairs and where its ids and
 # values start; per dense matrix its table.
-FeaturePlaces = collections.namedtuple("FeaturePlaces", ["pair", "key_base", "value_base", "dense_table"])
+FeaturePlaces = bundle("FeaturePlaces", pair="b1[:]", key_base="i8[:]", value_base="i8[:]", dense_table="i8[:]")
 # A batch's arrays: per table its sparse offsets (a tuple), ids, pairs, values, dense matrices and indicators
 # (tuples), labels, timestamps and sample ids.
-BatchArrays = collections.namedtuple(
+BatchArrays = bundle(
     "BatchArrays",
-    ["offsets", "keys", "pairs", "values", "dense", "indicators", "labels", "timestamps", "sid_bytes", "sid_offsets"],
+    offsets="(i8[:, :])",
+    keys="i8[:]",
+    pairs="i8[:, :]",
+    values="f4[:]",
+    dense="(f4[:, :])",
+    indicators="(i4[:])",
+    labels="f4[:, :]",
+    timestamps="i8[:]",
+    sid_bytes="u1[:]",
+    sid_offsets="i8[:]",
 )
 
 

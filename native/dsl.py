@@ -8,10 +8,9 @@ appended to one CSR feature.  Inputs (leaves) are declared features read through
 ``refer`` chain when they live in a deeper (aux) table.
 """
 
-import collections
-
 import numpy as np
 
+from .bundles import bundle
 from .jit import inline, kernel
 
 from .mix import mix64
@@ -43,18 +42,26 @@ LEAF_COLUMNS = 4
 
 # A compiled expression: its ops (rows of OP_COLUMNS), the constants they read, the register holding the
 # result and how many registers there are.
-Program = collections.namedtuple("Program", ["ops", "consts", "out_reg", "nregs"])
+Program = bundle("Program", ops="i8[:, :]", consts="f8[:]", out_reg="int", nregs="int")
 # What a plan's leaves read: the leaf table and leaf_off (see run_plan), the block's parsed sparse
 # columns (raw_*), the results of earlier plans (dsl_*), and its dense leaves end to end (float64).
-Inputs = collections.namedtuple(
-    "Inputs", ["leaves", "leaf_off", "raw_keys", "raw_hkeys", "raw_vals", "dsl_keys", "dsl_vals", "dense_flat"]
+Inputs = bundle(
+    "Inputs",
+    leaves="i8[:, :]",
+    leaf_off="i8[:]",
+    raw_keys="i8[:]",
+    raw_hkeys="i8[:]",
+    raw_vals="f4[:]",
+    dsl_keys="i8[:]",
+    dsl_vals="f8[:]",
+    dense_flat="f8[:]",
 )
 # The refer chain of a block of ``ntables`` tables, the same for every plan run on it (see run_plan).
-Refers = collections.namedtuple("Refers", ["refer_flat", "refer_base", "ntables"])
+Refers = bundle("Refers", refer_flat="i8[:]", refer_base="i8[:]", ntables="int")
 # Pairs of the registers of one row, reused from row to row; replaced by a bigger one on GROW_ARENA.
-Arena = collections.namedtuple("Arena", ["akeys", "avals"])
+Arena = bundle("Arena", akeys="i8[:]", avals="f8[:]")
 # The result, CSR over the rows of the plan's table; replaced by a bigger one on GROW_OUT.
-Output = collections.namedtuple("Output", ["out_off", "out_keys", "out_vals"])
+Output = bundle("Output", out_off="i8[:]", out_keys="i8[:]", out_vals="f8[:]")
 
 # status of run_plan
 DONE = 0

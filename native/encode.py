@@ -6,10 +6,9 @@ Sizes of nested messages are computed before writing, so every length prefix is 
 ``text_write.py``'s, the scan of text input for its features ``scan.py``'s.
 """
 
-from collections import namedtuple
-
 import numpy as np
 
+from .bundles import bundle
 from .index import _u
 from .jit import helper, inline, kernel
 from .text_write import _int_digits, _put_bytes, _put_int_text
@@ -27,13 +26,30 @@ _TIMESTAMP_ENTRY_KEY = np.frombuffer(b"\x0a\x09timestamp", np.uint8).copy()
 # The arrays of ``encode_groups``, bundled by where they come from: numba passes a namedtuple's fields as it passes
 # separate arguments, so the bundles cost nothing in the kernels.
 # Per sample, what a record holds besides its lines: group bounds, labels, timestamps, sample ids (blob, offsets).
-SampleColumns = namedtuple("SampleColumns", "group_offsets labels timestamps sid_bytes sid_off")
+SampleColumns = bundle(
+    "SampleColumns",
+    group_offsets="i8[:]",
+    labels="f4[:, :]",
+    timestamps="i8[:]",
+    sid_bytes="u1[:]",
+    sid_off="i8[:]",
+)
 # A block's feature values: sparse ids ``keys[offsets[f, r]:offsets[f, r + 1]]`` with ``values``, dense rows.
-FeatureColumns = namedtuple("FeatureColumns", "offsets keys values dense")
+FeatureColumns = bundle("FeatureColumns", offsets="i8[:, :]", keys="i8[:]", values="f4[:]", dense="f4[:, :]")
 # Per feature of the schema, sparse then dense: aux or not, Feature header (blob, offsets), dense columns.
-EncodeLayout = namedtuple("EncodeLayout", "sp_aux sp_hdr sp_hdr_off dn_base dn_width dn_aux dn_hdr dn_hdr_off")
+EncodeLayout = bundle(
+    "EncodeLayout",
+    sp_aux="b1[:]",
+    sp_hdr="u1[:]",
+    sp_hdr_off="i8[:]",
+    dn_base="i8[:]",
+    dn_width="i8[:]",
+    dn_aux="b1[:]",
+    dn_hdr="u1[:]",
+    dn_hdr_off="i8[:]",
+)
 # Scratch: each row's aux line (``refer``), the distinct aux lines, line sizes, sparse body sizes per line.
-EncodeScratch = namedtuple("EncodeScratch", "refer distinct line_size bodies")
+EncodeScratch = bundle("EncodeScratch", refer="i8[:]", distinct="i8[:]", line_size="i8[:]", bodies="i8[:, :]")
 
 
 @inline

@@ -4,15 +4,14 @@ Built once per reader in Python (``build_name_table``), probed per feature entry
 parse kernels (``lookup_name``) without creating a Python object.
 """
 
-import collections
-
 import numpy as np
 
+from .bundles import bundle
 from .index import _u
 from .jit import helper, inline
 
 # what build_name_table returns, passed to the kernels as one argument
-NameTable = collections.namedtuple("NameTable", ["slots", "names", "offsets"])
+NameTable = bundle("NameTable", slots="i4[:]", names="u1[:]", offsets="i8[:]")
 
 _FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 _FNV_PRIME = np.uint64(0x100000001B3)
@@ -74,4 +73,4 @@ def build_name_table(names):
         while slots[s] >= 0:
             s = (s + 1) & (size - 1)
         slots[s] = j
-    return NameTable(slots, blob, offsets)
+    return NameTable(slots, blob, offsets).checked()

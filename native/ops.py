@@ -15,10 +15,9 @@ primitives (varints, floats, labels, the timestamp extension) are those of
 ``native/encode.py``, the conversion encoder.
 """
 
-import collections
-
 import numpy as np
 
+from .bundles import bundle
 from .batch import refer_ranges
 from .encode import (
     _dense_body,
@@ -131,13 +130,27 @@ def bucket_ids(dense, boundaries, positional, keys):
 # One table of a block, group by group: group g's lines are lo[g]:hi[g]; the CSR sparse columns
 # (offsets [F, n + 1] into keys, hkeys, values; hkeys empty means all 0), the dense columns side by
 # side ([n, width]), and each line's group-local refer (empty for the last table).
-GroupLines = collections.namedtuple(
-    "GroupLines", ["lo", "hi", "offsets", "keys", "hkeys", "values", "dense", "local_refer"]
+GroupLines = bundle(
+    "GroupLines",
+    lo="i8[:]",
+    hi="i8[:]",
+    offsets="i8[:, :]",
+    keys="i8[:]",
+    hkeys="i8[:]",
+    values="f4[:]",
+    dense="f4[:, :]",
+    local_refer="i8[:]",
 )
 # How one table's features are written: the conversion encoder's Feature headers (bytes and offsets,
 # sparse then dense) and where each dense feature starts in the dense columns and how wide it is.
-TableHeaders = collections.namedtuple(
-    "TableHeaders", ["sp_hdr", "sp_hdr_off", "dn_hdr", "dn_hdr_off", "dn_base", "dn_width"]
+TableHeaders = bundle(
+    "TableHeaders",
+    sp_hdr="u1[:]",
+    sp_hdr_off="i8[:]",
+    dn_hdr="u1[:]",
+    dn_hdr_off="i8[:]",
+    dn_base="i8[:]",
+    dn_width="i8[:]",
 )
 
 

@@ -6,6 +6,7 @@ import collections
 
 import numpy as np
 
+from .bundles import bundle
 from .index import _u
 from .jit import helper, inline
 from .names import is_name, lookup_name
@@ -28,16 +29,35 @@ _TIMESTAMP = np.frombuffer(b"timestamp", np.uint8).copy()
 
 # Scalars of a decoding run: ``spb`` records, the longest record accepted, whether the first bad record ends the
 # call, the labels a sample must have.
-DecodeOptions = collections.namedtuple("DecodeOptions", ["simple", "max_record", "stop_on_error", "label_count"])
+DecodeOptions = bundle("DecodeOptions", simple="bool", max_record="int", stop_on_error="bool", label_count="int")
 # Where the declared features go: per feature (kind, index in its kind, table); per dense feature (nvec, first
 # element of ``dn_elem_col``); per table, its sparse features ``tab_feats[tab_feat_off[k]:tab_feat_off[k + 1]]``.
-FeatureLayout = collections.namedtuple("FeatureLayout", ["feat", "dn_feat", "dn_elem_col", "tab_feats", "tab_feat_off"])
+FeatureLayout = bundle(
+    "FeatureLayout",
+    feat="i8[:, :]",
+    dn_feat="i8[:, :]",
+    dn_elem_col="i8[:]",
+    tab_feats="i8[:]",
+    tab_feat_off="i8[:]",
+)
 # The sparse columns of a chunk (protobuf module): ids, high ids, values (float32, or their bits inside a record),
 # and per feature where its region starts, is filled up to and ends.
-Columns = collections.namedtuple("Columns", ["keys", "hkeys", "values", "first", "cur", "lim"])
+Columns = bundle("Columns", keys="i8[:]", hkeys="i8[:]", values="f4[:]", first="i8[:]", cur="i8[:]", lim="i8[:]")
 # Everything else a chunk's records are decoded into, and the error table and state of the call.
-Rows = collections.namedtuple(
-    "Rows", "ends refer tab_rows dense labels timestamps sid_bytes sid_off group_start group_pos errors st"
+Rows = bundle(
+    "Rows",
+    ends="i8[:, :]",
+    refer="i8[:, :]",
+    tab_rows="i8[:]",
+    dense="f4[:, :, :]",
+    labels="f4[:, :]",
+    timestamps="i8[:]",
+    sid_bytes="u1[:]",
+    sid_off="i8[:]",
+    group_start="i8[:]",
+    group_pos="i8[:]",
+    errors="i8[:, :]",
+    st="i8[:]",
 )
 # A record's scratch, made once per call: its lines' spans, the dense features seen in a line, one dense vector,
 # float32 bit casting, each table's lines before the record, the names guessed per position of a line.

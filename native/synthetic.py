@@ -1,19 +1,38 @@
 """Kernel that formats generated ads samples as text lines (see ``ingest.synthetic``)."""
 
-import collections
-
 import numpy as np
 
+from .bundles import bundle
 from .jit import kernel
 
 # One row per page view (indexed by a sample's group): the user's features, repeated on each of its lines.
-Users = collections.namedtuple(
-    "Users", ["uid", "age", "gender", "clk_keys", "clk_cnt", "pref_keys", "pref_w", "user_emb"]
+Users = bundle(
+    "Users",
+    uid="i8[:]",
+    age="i8[:]",
+    gender="i8[:]",
+    clk_keys="i8[:, :]",
+    clk_cnt="i8[:, :]",
+    pref_keys="i8[:, :]",
+    pref_w="i8[:, :]",
+    user_emb="i8[:, :]",
 )
 # One row per sample (an ad shown): its group, place in the group and timestamp, the ad's features, the labels.
-Ads = collections.namedtuple(
+Ads = bundle(
     "Ads",
-    ["group", "pos_in_group", "ts", "item", "cate", "shop", "brand", "title", "tags", "tag_w", "ad_ctx", "clk", "conv"],
+    group="i8[:]",
+    pos_in_group="i8[:]",
+    ts="i8[:]",
+    item="i8[:]",
+    cate="i8[:]",
+    shop="i8[:]",
+    brand="i8[:]",
+    title="i8[:, :]",
+    tags="i8[:, :]",
+    tag_w="i8[:, :]",
+    ad_ctx="i8[:, :]",
+    clk="i8[:]",
+    conv="i8[:]",
 )
 
 

@@ -12,10 +12,9 @@ last group boundary too and says so; the caller grows the scratch when not even 
 fitted.
 """
 
-import collections
-
 import numpy as np
 
+from .bundles import bundle
 from .index import _u
 from .jit import helper, kernel
 from .names import lookup_name
@@ -60,16 +59,35 @@ _PIPE, _NL, _CR, _AT, _SEMI, _COMMA, _COLON = 124, 10, 13, 64, 59, 44, 58
 # The bundles ``parse_text_chunk`` takes (namedtuples: one argument each).
 # Scalars of a run: whether the first bad line ends the call, the labels a sample must have, the most lines a group
 # may have.
-TextOptions = collections.namedtuple("TextOptions", ["stop_on_error", "label_count", "max_group_size"])
+TextOptions = bundle("TextOptions", stop_on_error="bool", label_count="int", max_group_size="int")
 # Where dense features go (features.DenseLayout): per feature its vectors, first element and first output column and
 # width, per element its column.
-DenseColumns = collections.namedtuple("DenseColumns", ["nvec", "elem_base", "elem_col", "out_base", "out_width"])
+DenseColumns = bundle(
+    "DenseColumns",
+    nvec="i8[:]",
+    elem_base="i8[:]",
+    elem_col="i8[:]",
+    out_base="i8[:]",
+    out_width="i8[:]",
+)
 # What a chunk is parsed into: the token stream of the sparse features (feature, key, value; ``row_tok`` where each
 # row's tokens start), dense rows, labels, timestamps, sample ids, group starts, the error table; ``dn_seen`` is
 # per-line scratch.
-TextOutputs = collections.namedtuple(
+TextOutputs = bundle(
     "TextOutputs",
-    "tok_feat tok_key tok_val row_tok dense labels timestamps sid_bytes sid_off group_start group_pos errors dn_seen",
+    tok_feat="i4[:]",
+    tok_key="i8[:]",
+    tok_val="f4[:]",
+    row_tok="i8[:]",
+    dense="f4[:, :]",
+    labels="f4[:, :]",
+    timestamps="i8[:]",
+    sid_bytes="u1[:]",
+    sid_off="i8[:]",
+    group_start="i8[:]",
+    group_pos="i8[:]",
+    errors="i8[:, :]",
+    dn_seen="b1[:]",
 )
 
 

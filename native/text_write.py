@@ -2,10 +2,10 @@
 to the same float32; and the byte and integer writers the record encoder shares."""
 
 import math
-from collections import namedtuple
 
 import numpy as np
 
+from .bundles import bundle
 from .index import _u
 from .jit import helper, inline
 from .numbers import scan_float
@@ -16,9 +16,29 @@ _PIPE, _NL, _AT, _SEMI, _COMMA = 124, 10, 64, 59, 44
 # passes separate arguments, so the bundles cost nothing in the kernel.
 # A block's samples: sample ids (blob, offsets), group numbers, sparse ids ``keys[starts[f, r]:ends[f, r]]`` with
 # ``values``, dense rows, labels and timestamps.
-TextRows = namedtuple("TextRows", "sid_bytes sid_off gid starts ends keys values dense labels timestamps")
+TextRows = bundle(
+    "TextRows",
+    sid_bytes="u1[:]",
+    sid_off="i8[:]",
+    gid="i8[:]",
+    starts="i8[:, :]",
+    ends="i8[:, :]",
+    keys="i8[:]",
+    values="f4[:]",
+    dense="f4[:, :]",
+    labels="f4[:, :]",
+    timestamps="i8[:]",
+)
 # Per feature of the schema, sparse then dense: name (blob, offsets), and a dense feature's columns.
-TextLayout = namedtuple("TextLayout", "sp_name sp_name_off dn_name dn_name_off dn_base dn_width")
+TextLayout = bundle(
+    "TextLayout",
+    sp_name="u1[:]",
+    sp_name_off="i8[:]",
+    dn_name="u1[:]",
+    dn_name_off="i8[:]",
+    dn_base="i8[:]",
+    dn_width="i8[:]",
+)
 
 
 @inline

@@ -6,10 +6,9 @@ it occurs in (``unique_rows[unique_row_offsets[u]:unique_row_offsets[u + 1]]``, 
 order: XDL's sidx/sseg).  A 128-bit id is the pair (hkey, key).
 """
 
-import collections
-
 import numpy as np
 
+from .bundles import bundle
 from .jit import brief, helper, inline
 from .mix import mix64
 
@@ -19,11 +18,19 @@ _INT64, _INT32 = np.dtype(np.int64), np.dtype(np.int32)  # made once: unique_par
 # The ids of a batch's sparse features as the batch builder lays them (``unique_ids_of_batch``): feature ``f`` has
 # ``counts[f]`` ids from ``key_base[f]`` in ``keys`` (or ``pairs`` when ``pair[f]``) and row offsets
 # ``offsets[table_of[f]][row_of[f]]``.
-BatchIds = collections.namedtuple(
-    "BatchIds", ["keys", "pairs", "pair", "key_base", "counts", "offsets", "table_of", "row_of"]
+BatchIds = bundle(
+    "BatchIds",
+    keys="i8[:]",
+    pairs="i8[:, :]",
+    pair="b1[:]",
+    key_base="i8[:]",
+    counts="i8[:]",
+    offsets="(i8[:, :])",
+    table_of="i8[:]",
+    row_of="i8[:]",
 )
 # What ``unique_ids_of_batch`` writes into (``unique_parts``): int64 ``big``, int32 ``small``, int64 ``layout``.
-UniqueOutputs = collections.namedtuple("UniqueOutputs", ["big", "small", "layout"])
+UniqueOutputs = bundle("UniqueOutputs", big="i8[:]", small="i4[:]", layout="i8[:]")
 
 
 @inline

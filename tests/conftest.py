@@ -8,8 +8,11 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 
-import ingest
-from ingest import synthetic
+# Every bundle a kernel takes is type-checked, the per-batch ones too (native/bundles.py); set before ingest loads.
+os.environ.setdefault("INGEST_CHECK_KERNEL_ARGS", "1")
+
+import ingest  # noqa: E402
+from ingest import synthetic  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "samples"

@@ -280,7 +280,7 @@ def _plan(name, table, node, specs, hidden_tables, dense, hidden):
     b = _Builder(specs, table, hidden_tables)
     out = b.emit(node)
     ops = np.array(b.ops, np.int64).reshape(len(b.ops), K.OP_COLUMNS)
-    program = K.Program(ops, np.array(b.consts, np.float64), out, b.nregs)
+    program = K.Program(ops, np.array(b.consts, np.float64), out, b.nregs).checked()
     return Plan(name, table, program, tuple(b.leaves), dense, hidden)
 
 

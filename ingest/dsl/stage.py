@@ -63,7 +63,7 @@ class DslStage:
     def __call__(self, blk):
         refer = [tab.refer for tab in blk.tables[:-1]]
         refer_base = np.cumsum([0] + [len(r) for r in refer])
-        refers = K.Refers(np.concatenate(refer) if refer else _NONE_I, refer_base, len(blk.tables))
+        refers = K.Refers(np.concatenate(refer) if refer else _NONE_I, refer_base, len(blk.tables)).checked()
         results = {}
         for plan in self.plans:
             results[plan.name] = self._run(plan, blk, results, refers)
@@ -98,8 +98,8 @@ class DslStage:
         out_off = np.empty(nrows + 1, np.int64)
         out_off[0] = 0
         out_keys = np.empty(max(64, 2 * nrows), np.int64)
-        output = K.Output(out_off, out_keys, np.empty(len(out_keys), np.float64))
-        arena = K.Arena(np.empty(1024, np.int64), np.empty(1024, np.float64))
+        output = K.Output(out_off, out_keys, np.empty(len(out_keys), np.float64)).checked()
+        arena = K.Arena(np.empty(1024, np.int64), np.empty(1024, np.float64)).checked()
         inputs = K.Inputs(
             leaves,
             leaf_off,
@@ -109,7 +109,7 @@ class DslStage:
             np.concatenate(dsl_keys) if dsl_keys else _NONE_I,
             np.concatenate(dsl_vals) if dsl_vals else _NONE_F,
             np.concatenate(dense).astype(np.float64) if dense else _NONE_F,
-        )
+        ).checked()
         row = out_n = 0
         while True:
             status, row, need, out_n = K.run_plan(
@@ -121,7 +121,7 @@ class DslStage:
                 raise self._too_many(plan, blk, row, need)
             size = max(2 * len(arena.akeys if status == K.GROW_ARENA else output.out_keys), need)
             if status == K.GROW_ARENA:
-                arena = K.Arena(np.empty(size, np.int64), np.empty(size, np.float64))
+                arena = K.Arena(np.empty(size, np.int64), np.empty(size, np.float64)).checked()
             else:
                 output = output._replace(
                     out_keys=np.concatenate([output.out_keys[:out_n], np.empty(size - out_n, np.int64)]),

@@ -54,7 +54,7 @@ class RecordEncoder:
             dn_aux=self.dn_aux,
             dn_hdr=dn_hdr,
             dn_hdr_off=dn_hdr_off,
-        )
+        ).checked()
 
     def encode(self, blk):
         table = blk.tables[0]
@@ -66,14 +66,16 @@ class RecordEncoder:
             timestamps=blk.timestamps,
             sid_bytes=blk.sid_bytes,
             sid_off=blk.sid_offsets,
-        )
-        features = FeatureColumns(offsets=table.sp_offsets, keys=blk.sp_keys, values=blk.sp_values, dense=dense)
+        ).checked()
+        features = FeatureColumns(
+            offsets=table.sp_offsets, keys=blk.sp_keys, values=blk.sp_values, dense=dense
+        ).checked()
         scratch = EncodeScratch(
             refer=np.empty(biggest, np.int64),
             distinct=np.empty(biggest, np.int64),
             line_size=np.empty(2 * biggest, np.int64),
             bodies=np.empty((2 * biggest, table.sp_offsets.shape[0]), np.int64),
-        )
+        ).checked()
         out = np.empty(max(1 << 16, blk.nbytes), np.uint8)
         parts = []
         g, pos = 0, 0

@@ -88,7 +88,7 @@ class _Scratch:
         )
 
     def outputs(self):
-        return K.Rows(*(getattr(self, name) for name in K.Rows._fields))  # the arrays of those names
+        return K.Rows(*(getattr(self, name) for name in K.Rows._fields)).checked()  # the arrays of those names
 
 
 def _columns(total):
@@ -114,7 +114,7 @@ class _Room:
     def columns(self, filled):
         """The ``Columns`` for decoding ``filled`` bytes."""
         total = region_room(self.ids, self.bytes, filled, self.floor, self.SPARE, self.first, self.cur, self.lim)
-        return K.Columns(*_columns(total), self.first, self.cur, self.lim)
+        return K.Columns(*_columns(total), self.first, self.cur, self.lim).checked()
 
     def decoded(self, consumed):
         region_decoded(self.ids, self.first, self.cur, self.floor, consumed)
@@ -270,7 +270,7 @@ class ProtobufFormat(UnitFormat):
         tab_feat_off = np.cumsum([0] + [len(f) for f in self.table_sparse]).astype(np.int64)
         tab_feats = np.concatenate(self.table_sparse + [np.empty(0, np.int64)])
         self.cutoff = [np.array([s.cutoff for s in schema.sparse_in(t)], np.int64) for t in range(schema.tables)]
-        self.features = K.FeatureLayout(feat, dn_feat, self.layout.elem_col, tab_feats, tab_feat_off)
+        self.features = K.FeatureLayout(feat, dn_feat, self.layout.elem_col, tab_feats, tab_feat_off).checked()
 
     def _new_scratch(self):
         rows = max(1024, self.chunk_bytes // 64)
@@ -300,7 +300,7 @@ class ProtobufFormat(UnitFormat):
         scratch = self._new_scratch()
         options = K.DecodeOptions(
             bool(self.simple), int(self.max_record_bytes), self.on_skip is None, int(self.schema.label_count)
-        )
+        ).checked()
         room = _Room(len(self.schema.sparse))
         buf = np.empty(self.chunk_bytes, np.uint8)
         filled = 0

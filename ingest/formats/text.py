@@ -100,7 +100,7 @@ class _Scratch:
         self.group_pos = np.empty(rows + 1, np.int64)
         self.errors = np.empty((max(64, rows // 16), K.ERROR_COLUMNS), np.int64)
         self.dn_seen = np.zeros(n_dense, np.bool_)
-        self.outputs = K.TextOutputs(*(getattr(self, name) for name in K.TextOutputs._fields))
+        self.outputs = K.TextOutputs(*(getattr(self, name) for name in K.TextOutputs._fields)).checked()
 
     def grown(self):
         return _Scratch(
@@ -239,7 +239,7 @@ class TextFormat(UnitFormat):
         self.cutoff = np.array([s.cutoff for s in self.sparse], np.int64)
         self.layout = DenseLayout(self.dense)
         lay = self.layout
-        self.dense_columns = K.DenseColumns(lay.nvec, lay.first_elem, lay.elem_col, lay.first_col, lay.width)
+        self.dense_columns = K.DenseColumns(lay.nvec, lay.first_elem, lay.elem_col, lay.first_col, lay.width).checked()
 
     def _new_scratch(self):
         rows = max(256, self.chunk_bytes // 256)
@@ -263,7 +263,7 @@ class TextFormat(UnitFormat):
                 return
             f.seek(start)
         scratch = self._new_scratch()
-        options = K.TextOptions(self.on_skip is None, int(self.schema.label_count), int(self.max_group_size))
+        options = K.TextOptions(self.on_skip is None, int(self.schema.label_count), int(self.max_group_size)).checked()
         buf = np.empty(self.chunk_bytes, np.uint8)
         filled = 0
         base = start  # source offset of buf[0]

@@ -46,7 +46,9 @@ class GroupCodec:
         for t in range(schema.tables):
             # the conversion encoder's Feature headers and dense layout, one table at a time
             enc = RecordEncoder(Schema(schema.sparse_in(t) + schema.dense_in(t), schema.label_count), set(), False)
-            self.tables.append(K.TableHeaders(*enc.sp_hdr, *enc.dn_hdr, enc.layout.first_col, enc.layout.width))
+            self.tables.append(
+                K.TableHeaders(*enc.sp_hdr, *enc.dn_hdr, enc.layout.first_col, enc.layout.width).checked()
+            )
         self.format = ProtobufFormat(Schema([_as_parsed(s) for s in schema.specs], schema.label_count, schema.tables))
 
     def encode(self, blk):
@@ -71,7 +73,9 @@ class GroupCodec:
         sizes, lines = [], []
         for t, tab in enumerate(blk.tables):
             dense = np.hstack(tab.dense) if tab.dense else np.zeros((tab.nrows, 0), np.float32)
-            lines.append(K.GroupLines(*ranges[t], tab.sp_offsets, blk.sp_keys, hkeys, blk.sp_values, dense, refers[t]))
+            lines.append(
+                K.GroupLines(*ranges[t], tab.sp_offsets, blk.sp_keys, hkeys, blk.sp_values, dense, refers[t]).checked()
+            )
             sizes.append(np.empty(tab.nrows, np.int64))
             K.line_sizes(lines[t], self.tables[t], sizes[t], table_body[t])
         starts = np.empty(ngroups + 1, np.int64)

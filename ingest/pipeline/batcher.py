@@ -143,10 +143,10 @@ class BatchBuilder:
         dense_out = dense or (_NO_DENSE,)
         indicators_out = tuple(indicators) or (_NO_INDICATORS,)
         at = np.zeros(2 * nt + 1, np.int64)
-        places = FeaturePlaces(self.pair, key_base, value_base, self.dense_table)
+        places = FeaturePlaces(self.pair, key_base, value_base, self.dense_table).checked_when_debugging()
         out = BatchArrays(
             offsets, keys, pairs, values, dense_out, indicators_out, labels, timestamps, sid_bytes, sid_offsets
-        )
+        ).checked_when_debugging()
         for (_, r0, r1), (src, ranges, m) in zip(pieces, plans):
             copy_piece(src, r0, r1, ranges, m, places, at, out)
         pad_batch(at, rows, offsets, dense_out, self.dense_table, indicators_out, labels, timestamps)
@@ -176,8 +176,10 @@ class BatchBuilder:
         if self.keep_pieces:
             batch.pieces = list(pieces)
         if unique:
-            ids = BatchIds(keys, pairs, self.pair, key_base, counts, offsets, self.sparse_table, self.sparse_row)
-            batch.unique_work = (feats, ids, UniqueOutputs(*unique_out))
+            ids = BatchIds(
+                keys, pairs, self.pair, key_base, counts, offsets, self.sparse_table, self.sparse_row
+            ).checked_when_debugging()
+            batch.unique_work = (feats, ids, UniqueOutputs(*unique_out).checked_when_debugging())
         if self.stats is not None:
             self.stats.stage("batch", t0, time.perf_counter(), size=n)
         return batch
@@ -226,7 +228,7 @@ def _piece_source(blk):
             blk.timestamps,
             blk.sid_bytes,
             blk.sid_offsets,
-        )
+        ).checked()
     return blk.batch_args
 
 
