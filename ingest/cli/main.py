@@ -5,7 +5,7 @@ import functools
 import sys
 
 from .. import __version__
-from . import bench, tools
+from . import bench, tools, trace
 
 __all__ = ["build_parser", "main"]
 
@@ -26,6 +26,7 @@ def build_parser():
     tools.add_convert(commands)
     tools.add_inspect(commands)
     tools.add_produce(commands)
+    trace.add_trace(commands)
     return parser
 
 

@@ -13,7 +13,6 @@ file is closed before it would pass ``max_file_mb`` MB and the next one started 
 
 import json
 import os
-import re
 import threading
 import time
 
@@ -129,9 +128,6 @@ def timeline_files(path):
     return out
 
 
-_LINE_START = re.compile(r"^[\[,]?\s*")
-
-
 def events(path):
     """The events of the timeline written to ``path`` and its rolled-over files, in order; a file cut short (a
     run that did not close it) gives the events it holds whole."""
@@ -139,7 +135,7 @@ def events(path):
     for name in timeline_files(path):
         with open_url(name, "r") as f:
             for line in f:
-                line = _LINE_START.sub("", line.strip())
+                line = line.strip().removesuffix(",")  # an event per line, the comma after it
                 if line.startswith("{"):
                     try:
                         out.append(json.loads(line))

@@ -50,7 +50,7 @@ def as_array(key, value):
             value = np.asarray(value)
     dtype = value.dtype
     if dtype.kind == "S":  # fixed-width bytes: their bytes, one more axis of the item size
-        value = np.ascontiguousarray(value).view(np.uint8).reshape(*value.shape, dtype.itemsize)
+        value = value.copy(order="C").view(np.uint8).reshape(*value.shape, dtype.itemsize)
     elif dtype.byteorder == ">":
         value = value.astype(dtype.newbyteorder("<"))
     if value.dtype not in TYPES:
@@ -60,7 +60,7 @@ def as_array(key, value):
         )
     if any(d > _INT32_MAX for d in value.shape):
         raise ConfigError(f"trace key {key!r}: shape {value.shape} has a dimension past int32, the format's shape type")
-    return np.ascontiguousarray(value)
+    return value if value.flags.c_contiguous else value.copy(order="C")  # ascontiguousarray makes 0-d arrays 1-d
 
 
 def column_bytes(arr):
