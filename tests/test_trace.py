@@ -20,7 +20,7 @@ import ingest
 from ingest import synthetic, trace, trace_pb2
 from ingest.cli import main as ingest_main
 from ingest.pipeline.timeline import Timeline, events, timeline_files
-from ingest.trace.columns import as_array, column_bytes, record_pieces
+from ingest.trace.columns import as_array, column_bytes, record_bytes
 from conftest import ROOT, make_reader
 
 DTYPES = [np.int8, np.int16, np.int32, np.int64, np.float32, np.float64, np.bool_, np.uint8]
@@ -95,8 +95,7 @@ def test_record_bytes_are_what_protobuf_reads_and_writes(arr, gstep, lstep, time
     """The hand-encoded Record parses with the protobuf library to the same values, and the library serializes
     the parsed message to the very same bytes (field order, zero values left out, packed shape)."""
     arr = as_array("k", arr)
-    pieces = record_pieces(gstep, lstep, [column_bytes(arr), column_bytes(arr.reshape(-1)[:0])], timestamp)
-    data = b"".join(bytes(p) for p in pieces)
+    data = record_bytes(gstep, lstep, [column_bytes(arr), column_bytes(arr.reshape(-1)[:0])], timestamp)
     (n,) = struct.unpack("<I", data[:4])
     assert n == len(data) - 4
     record = trace_pb2.Record.FromString(data[4:])

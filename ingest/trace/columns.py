@@ -1,16 +1,16 @@
 """A trace Record's bytes, written without building protobuf messages, and its columns read back as arrays.
 
 A Record is encoded here field by field as the protobuf library would (fields in number order, proto3 zero
-values left out, ``shape`` packed): the column's data is then copied once, from the array into the bytes handed
-to the writer thread, where building a ``Column`` message and serializing the ``Record`` would copy it twice more
-(tests/test_trace.py checks that the library reads these bytes and writes the same ones).
+values left out, ``shape`` packed), from bytes joined around the arrays' buffers: building ``Column`` messages
+and serializing the ``Record`` cost several times as much per batch (tests/test_trace.py checks that the library
+reads these bytes and writes the same ones).
 """
 
 import numpy as np
 
 from ..errors import ConfigError
 
-__all__ = ["TYPES", "DTYPES", "as_array", "column_bytes", "record_pieces", "column_array"]
+__all__ = ["TYPES", "DTYPES", "as_array", "column_bytes", "record_bytes", "column_array"]
 
 # Type of trace.proto by numpy dtype; bytes (and uint8, the dtype of a byte buffer) are Byte
 TYPES = {
@@ -24,11 +24,19 @@ TYPES = {
     np.dtype(np.uint8): 7,
 }
 DTYPES = {code: dtype for dtype, code in TYPES.items()}  # Byte reads back as uint8
+_NATIVE = frozenset(t for t in TYPES if t.byteorder in "=|")
 _INT32_MAX = 2**31 - 1
+
+
+_ONE_BYTE = [bytes((i,)) for i in range(128)]
 
 
 def _varint(n):
     """The protobuf varint of ``n`` (an int64: negative ones take ten bytes, as protobuf writes them)."""
+    if 0 <= n < 128:  # most fields of a record: per-batch Python is what tracing costs
+        return _ONE_BYTE[n]
+    if 0 <= n < 16384:
+        return bytes(((n & 0x7F) | 0x80, n >> 7))
     n &= 0xFFFFFFFFFFFFFFFF
     out = bytearray()
     while n > 0x7F:
@@ -41,6 +49,10 @@ def _varint(n):
 def as_array(key, value):
     """``value`` (a numpy array, a torch tensor, bytes, a scalar) as a C-ordered little-endian array of a dtype the
     format has; a ``ConfigError`` naming the key otherwise."""
+    if type(value) is np.ndarray and value.dtype in _NATIVE and value.flags.c_contiguous:  # a batch's arrays
+        if value.ndim and max(value.shape) > _INT32_MAX:
+            raise ConfigError(f"trace key {key!r}: shape {value.shape} has a dimension past int32, the format's")
+        return value
     if isinstance(value, (bytes, bytearray, memoryview)):
         return np.frombuffer(value, np.uint8)
     if not isinstance(value, np.ndarray):
@@ -58,30 +70,38 @@ def as_array(key, value):
             f"trace key {key!r}: dtype {value.dtype} is not in the trace format; expected int8, int16, int32, "
             f"int64, float32, float64, bool, or bytes / uint8 (Byte)"
         )
-    if any(d > _INT32_MAX for d in value.shape):
-        raise ConfigError(f"trace key {key!r}: shape {value.shape} has a dimension past int32, the format's shape type")
+    if value.ndim and max(value.shape) > _INT32_MAX:
+        raise ConfigError(f"trace key {key!r}: shape {value.shape} has a dimension past int32, the format's")
     return value if value.flags.c_contiguous else value.copy(order="C")  # ascontiguousarray makes 0-d arrays 1-d
 
 
+_DTYPE_FIELD = {dtype: b"\x08" + _varint(code) if code else b"" for dtype, code in TYPES.items()}
+
+
 def column_bytes(arr):
-    """The bytes of ``Record.column`` (field 3) holding ``arr``: its tag and length, then the ``Column``."""
-    code = TYPES[arr.dtype]
-    head = b"\x08" + _varint(code) if code else b""
-    if arr.ndim:
-        dims = b"".join(_varint(d) for d in arr.shape)
+    """The bytes of ``Record.column`` (field 3) holding ``arr`` (C-contiguous): its tag and length, then the
+    ``Column``; the data copied once."""
+    head = _DTYPE_FIELD[arr.dtype]
+    if arr.ndim == 1:
+        dims = _varint(arr.shape[0])
+        head += b"\x12" + _ONE_BYTE[len(dims)] + dims
+    elif arr.ndim:
+        dims = b"".join([_varint(d) for d in arr.shape])
         head += b"\x12" + _varint(len(dims)) + dims
-    if arr.nbytes:
-        head += b"\x1a" + _varint(arr.nbytes)
-        return b"".join((b"\x1a", _varint(len(head) + arr.nbytes), head, arr.reshape(-1).view(np.uint8)))
+    n = arr.nbytes
+    if n:  # numpy arrays give bytes.join their buffer: the only copy of the data
+        return b"".join((b"\x1a", _varint(len(head) + n + 1 + len(_varint(n))), head, b"\x1a", _varint(n), arr))
     return b"\x1a" + _varint(len(head)) + head
 
 
-def record_pieces(gstep, lstep, columns, timestamp):
-    """The pieces of a length-prefixed Record: ``[u32 LE length + gstep and lstep, *columns, timestamp]``."""
+def record_bytes(gstep, lstep, columns, timestamp):
+    """A length-prefixed Record: u32 LE length, gstep and lstep, the ``columns`` (of ``column_bytes``), timestamp."""
     first = (b"\x08" + _varint(gstep) if gstep else b"") + (b"\x10" + _varint(lstep) if lstep else b"")
     last = b"\x20" + _varint(timestamp) if timestamp else b""
-    size = len(first) + sum(len(c) for c in columns) + len(last)
-    return [size.to_bytes(4, "little") + first, *columns, last]
+    size = len(first) + sum(map(len, columns)) + len(last)
+    if size >= 1 << 32:
+        raise ValueError(f"{size} bytes, past the format's u32 length")
+    return b"".join((size.to_bytes(4, "little"), first, *columns, last))
 
 
 def column_array(column):

@@ -1,5 +1,8 @@
 """The reader's trace hook: the named arrays and the sample ids of each batch the consumer takes."""
 
+import functools
+import operator
+
 from ..errors import ConfigError
 
 __all__ = ["BatchTrace"]
@@ -27,6 +30,7 @@ class BatchTrace:
         self.every = every
         self.next_step = 0
         self.gstep_ahead = 0  # gstep - lstep
+        self._getters = None
 
     def global_step(self, n):
         """The next batch is the trainer's step ``n``; the ones after it count on from there."""
@@ -42,13 +46,39 @@ class BatchTrace:
         if lstep % self.every:
             self.writer.write(lstep, gstep, {})  # the step starts: a trainer's add() joins it, not the last one
             return
-        every = batch.arrays()
-        try:
-            values = {name: every[name] for name in self.arrays}
-        except KeyError as exc:
-            raise ConfigError(
-                f"reader.trace(arrays=...): the batch has no array {exc.args[0]!r}; it has {sorted(every)}"
-            ) from None
+        if self._getters is None:
+            self._getters = _getters(batch, self.arrays)
+        values = {name: get(batch) for name, get in self._getters}
         values["sample_ids"] = batch.sid_bytes
         values["sample_ids.offsets"] = batch.sid_offsets
         self.writer.write(lstep, gstep, values)
+
+
+def _getters(batch, names):
+    """``[(name, function of a batch giving its array name of Batch.arrays())]``, found on the first batch: building
+    every array's name per batch took longer than writing the trace."""
+    every = batch.arrays()
+    out = []
+    for name in names:
+        if name not in every:
+            raise ConfigError(f"reader.trace(arrays=...): the batch has no array {name!r}; it has {sorted(every)}")
+        feature, _, attr = name.rpartition(".")
+        if name in ("labels", "timestamps"):
+            get = operator.attrgetter(name)
+        elif name in batch:  # a dense feature
+            get = operator.itemgetter(name)
+        elif feature in batch:
+            get = functools.partial(_of_feature, feature, attr)
+        else:  # indicators.<k>
+            get = functools.partial(_by_name, name)
+        assert get(batch) is every[name]
+        out.append((name, get))
+    return out
+
+
+def _of_feature(feature, attr, batch):
+    return getattr(batch[feature], attr)
+
+
+def _by_name(name, batch):
+    return batch.arrays()[name]

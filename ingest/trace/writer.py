@@ -10,12 +10,14 @@ from .. import trace_pb2
 from ..errors import ConfigError
 from ..sources.filesystems import url_to_fs
 from .background import BackgroundFiles
-from .columns import as_array, column_bytes, record_pieces
+from .columns import as_array, column_bytes, record_bytes
 
 __all__ = ["TraceWriter"]
 
 MB = 1 << 20
-_U32 = 1 << 32
+# records go to the writer thread in chunks of about this size, each written with one call: a hand-over and a
+# write per record cost more than encoding it (threads waking and taking the GIL from each other)
+_CHUNK = 1 << 20
 
 
 def _seconds(t, what):
@@ -97,9 +99,9 @@ class TraceWriter:
     closed and at every ``flush()``.  Indexes continue after the files of the same mode, name and rank already
     in ``output_dir``, so a job restarted into the same folder adds files instead of replacing them.
 
-    Records are serialized by the caller; one background thread writes them, through a queue of
-    ``queue_depth`` records.  An error of that thread (a full disk, a lost connection) is raised by the next
-    ``write``, ``flush`` or ``close``.
+    Records are serialized by the caller; one background thread writes them, handed over in chunks of about
+    1 MiB through a queue of ``queue_depth`` chunks.  An error of that thread (a full disk, a lost connection)
+    is raised by the next ``write``, ``flush`` or ``close``.
 
     Parameters
     ----------
@@ -127,7 +129,7 @@ class TraceWriter:
         steps=None,
         window=None,
         summary=None,
-        queue_depth=64,
+        queue_depth=16,
     ):
         for what, v in (("name", name), ("mode", mode)):
             if not isinstance(v, str) or not v or "/" in v:
@@ -160,6 +162,7 @@ class TraceWriter:
         self._step = None
         self._closed = False
         self.files = []  # the data files started, in order
+        self._chunk = bytearray()  # records not handed to the thread yet
 
     def _next_index(self, fs, path):
         pattern = re.compile(re.escape(self.prefix) + r"\.(\d+)$")
@@ -250,16 +253,24 @@ class TraceWriter:
                 f"reader's hook, reader.trace(every=...), leaves the trainer's keys alone: filter with "
                 f"TraceWriter(every=...) instead)"
             )
-        pieces = record_pieces(step.gstep, step.lstep, [step.columns[k] for k in self._keys], step.timestamp)
-        size = sum(len(p) for p in pieces)
-        if size - 4 >= _U32:
-            raise ConfigError(f"trace record of lstep {step.lstep}: {size} bytes, past the format's u32 length")
+        try:
+            record = record_bytes(step.gstep, step.lstep, [step.columns[k] for k in self._keys], step.timestamp)
+        except ValueError as exc:
+            raise ConfigError(f"trace record of lstep {step.lstep}: {exc}") from None
         f = self._file
-        if f is None or (f.meta is not None and f.size + size > self._max_bytes):
+        if f is None or (f.meta is not None and f.size + len(record) > self._max_bytes):
             self._roll()
             f = self._file
-        f.add(step.lstep, step.gstep, step.timestamp, size)
-        self._files.write(pieces)
+        f.add(step.lstep, step.gstep, step.timestamp, len(record))
+        self._chunk += record
+        if len(self._chunk) >= _CHUNK:
+            self._send()
+
+    def _send(self):
+        """Hand the records of the chunk to the writer thread, which writes them with one call."""
+        if self._chunk:
+            chunk, self._chunk = self._chunk, bytearray()
+            self._files.write([chunk])
 
     def _roll(self):
         """Close the data file being written (with its ``.meta``) and start the next, with the Header."""
@@ -269,9 +280,10 @@ class TraceWriter:
         self._file = _File(url, len(self._header))
         self.files.append(url)
         self._files.start(url)
-        self._files.write([self._header])
+        self._chunk += self._header
 
     def _finish_file(self):
+        self._send()
         f = self._file
         if f is not None and f.meta is not None:
             m = f.meta
