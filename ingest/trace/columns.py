@@ -10,10 +10,10 @@ import numpy as np
 
 from ..errors import ConfigError
 
-__all__ = ["TYPES", "DTYPES", "as_array", "column_bytes", "record_bytes", "column_array"]
+__all__ = ["TYPES", "DTYPES", "as_array", "column_bytes", "record_pieces", "record_bytes", "column_array"]
 
 # Type of trace.proto by numpy dtype; bytes (and uint8, the dtype of a byte buffer) are Byte
-TYPES = {
+TYPES: dict[np.dtype, int] = {
     np.dtype(np.int8): 0,
     np.dtype(np.int16): 1,
     np.dtype(np.int32): 2,
@@ -94,14 +94,20 @@ def column_bytes(arr):
     return b"\x1a" + _varint(len(head)) + head
 
 
-def record_bytes(gstep, lstep, columns, timestamp):
-    """A length-prefixed Record: u32 LE length, gstep and lstep, the ``columns`` (of ``column_bytes``), timestamp."""
+def record_pieces(gstep, lstep, columns, timestamp):
+    """A length-prefixed Record as pieces to append one after the other: u32 LE length with gstep and lstep, the
+    ``columns`` (of ``column_bytes``), timestamp."""
     first = (b"\x08" + _varint(gstep) if gstep else b"") + (b"\x10" + _varint(lstep) if lstep else b"")
     last = b"\x20" + _varint(timestamp) if timestamp else b""
     size = len(first) + sum(map(len, columns)) + len(last)
     if size >= 1 << 32:
         raise ValueError(f"{size} bytes, past the format's u32 length")
-    return b"".join((size.to_bytes(4, "little"), first, *columns, last))
+    return [size.to_bytes(4, "little") + first, *columns, last]
+
+
+def record_bytes(gstep, lstep, columns, timestamp):
+    """The pieces of ``record_pieces`` joined."""
+    return b"".join(record_pieces(gstep, lstep, columns, timestamp))
 
 
 def column_array(column):

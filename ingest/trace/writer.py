@@ -10,7 +10,7 @@ from .. import trace_pb2
 from ..errors import ConfigError
 from ..sources.filesystems import url_to_fs
 from .background import BackgroundFiles
-from .columns import as_array, column_bytes, record_bytes
+from .columns import as_array, column_bytes, record_pieces
 
 __all__ = ["TraceWriter"]
 
@@ -157,6 +157,7 @@ class TraceWriter:
         self._files = BackgroundFiles("trace", queue_depth)
         self._lock = threading.Lock()  # the reader's hook and the trainer may write from different threads
         self._keys = None  # the Header's keys, from the first record
+        self._key_set = None
         self._header = None  # its length-prefixed bytes
         self._file = None
         self._step = None
@@ -241,12 +242,13 @@ class TraceWriter:
             return
         if self._keys is None:
             self._keys = list(step.columns)
+            self._key_set = set(self._keys)
             unknown = sorted(set(self._summary) - set(self._keys))
             if unknown:
                 raise ConfigError(f"TraceWriter(summary=...) names keys {unknown} that the records lack: {self._keys}")
             header = trace_pb2.Header(key=self._keys).SerializeToString()
             self._header = len(header).to_bytes(4, "little") + header
-        elif step.columns.keys() != set(self._keys):
+        elif step.columns.keys() != self._key_set:
             raise ConfigError(
                 f"trace record of lstep {step.lstep} holds keys {sorted(step.columns)}, the trace's are "
                 f"{self._keys} (those of its first record); every record holds the same keys (a filter of the "
@@ -254,15 +256,18 @@ class TraceWriter:
                 f"TraceWriter(every=...) instead)"
             )
         try:
-            record = record_bytes(step.gstep, step.lstep, [step.columns[k] for k in self._keys], step.timestamp)
+            pieces = record_pieces(step.gstep, step.lstep, [step.columns[k] for k in self._keys], step.timestamp)
         except ValueError as exc:
             raise ConfigError(f"trace record of lstep {step.lstep}: {exc}") from None
+        size = sum(map(len, pieces))
         f = self._file
-        if f is None or (f.meta is not None and f.size + len(record) > self._max_bytes):
+        if f is None or (f.meta is not None and f.size + size > self._max_bytes):
             self._roll()
             f = self._file
-        f.add(step.lstep, step.gstep, step.timestamp, len(record))
-        self._chunk += record
+        f.add(step.lstep, step.gstep, step.timestamp, size)
+        chunk = self._chunk
+        for piece in pieces:  # appended where the thread will write them from: one copy
+            chunk += piece
         if len(self._chunk) >= _CHUNK:
             self._send()
 
