@@ -12,7 +12,8 @@ layout only.  Read-only arrays are accepted (numba compiles them once more, as i
 
 Bundles built once per reader or per block are checked where they are built (``checked()``).  Those built for every
 batch from the batch builder's own allocations are checked only when ``INGEST_CHECK_KERNEL_ARGS=1``
-(``checked_when_debugging()``), which the test suite sets: a check costs about a quarter of a microsecond an array, 7 µs a pb batch with unique ids.
+(``checked_when_debugging()``), which the test suite sets: a check costs about 0.25 µs an array, 7 µs a pb batch
+with unique ids.
 """
 
 import collections
