@@ -47,7 +47,7 @@ class Timeline:
         self.path = str(path)
         self._max_bytes = int(max_file_mb * MB)
         self._lock = threading.Lock()
-        self._threads = {}  # tid -> name
+        self._threads = {}  # tid -> its thread_name event (JSON)
         self._named = set()  # the tids whose name the current file holds
         self._origin = time.perf_counter()
         self._pid = os.getpid()
@@ -71,21 +71,21 @@ class Timeline:
         if args:
             event["args"] = args
         line = json.dumps(event)
+        tid = thread.ident
         with self._lock:
-            if thread.ident not in self._threads:
-                self._threads[thread.ident] = thread.name
-            if self._index < 0 or self._size + len(line) + 2 > self._max_bytes:
+            if tid not in self._threads:
+                self._threads[tid] = json.dumps(
+                    {"name": "thread_name", "ph": "M", "pid": self._pid, "tid": tid, "args": {"name": thread.name}}
+                )
+            naming = 0 if tid in self._named else len(self._threads[tid]) + 2
+            # the event, its separator, the thread's name if the file lacks it, and the closing bracket
+            if self._index < 0 or self._size + naming + len(line) + 2 + 3 > self._max_bytes:
                 self._roll()
-            if thread.ident not in self._named:
-                self._put(self._name_event(thread.ident))
+            if tid not in self._named:
+                self._named.add(tid)
+                self._put(self._threads[tid])
             self._put(line)
             self.written += 1
-
-    def _name_event(self, tid):
-        self._named.add(tid)
-        return json.dumps(
-            {"name": "thread_name", "ph": "M", "pid": self._pid, "tid": tid, "args": {"name": self._threads[tid]}}
-        )
 
     def _put(self, line):
         data = (("[\n" if self._first else ",\n") + line).encode()
@@ -101,8 +101,9 @@ class Timeline:
         self._size = 0
         self._first = True
         self._named = set()
-        for tid in self._threads:
-            self._put(self._name_event(tid))
+        for tid, event in self._threads.items():
+            self._named.add(tid)
+            self._put(event)
 
     def close(self):
         """End the last file (``]``), wait until it is written and stop the writer; a ``SourceError`` names the
