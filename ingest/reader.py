@@ -345,7 +345,7 @@ class DataReader:
         ops = OpStage(schema.raw, o.ops) if o.ops else None  # checks built-in ops against the schema
         # with units that come and go (a consumer group) or never end no epoch ends
         live = any(source.live(settings) for source, settings, _ in by_source)
-        self._coverage = Coverage(schema.raw, len(mine)) if self._member is None and not live else None
+        self._coverage = Coverage(schema.raw, len(mine), schema.by_name) if self._member is None and not live else None
         stages = Stages(
             fmt,
             builder,
@@ -566,7 +566,7 @@ class DataReader:
 
     def _report_unseen(self):
         if self._coverage is not None:
-            self._coverage.warn_unseen(self.name, self._units, self._options.file_type, self.schema.by_name)
+            self._coverage.warn_unseen(self.name, self._units, self._options.file_type)
 
     def stats(self) -> dict:
         """Counters (bytes, samples, groups, blocks, batches, units, errors_skipped) and seconds per stage.

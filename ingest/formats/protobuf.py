@@ -7,6 +7,7 @@ Python work is O(tables): a kernel call, the offsets of each table and a Block.
 """
 
 import dataclasses
+import functools
 import threading
 
 import numpy as np
@@ -77,6 +78,11 @@ class _Scratch:
         self.errors = np.empty((64, K.ERROR_COLUMNS), np.int64)
         self.st = np.zeros(K.STATE_SLOTS, np.int64)
 
+    @functools.cached_property
+    def outputs(self):
+        """The ``Rows`` of the arrays above, made and checked once."""
+        return K.Rows(*(getattr(self, name) for name in K.Rows._fields)).checked()
+
     def grown(self):
         return _Scratch(
             2 * len(self.timestamps),
@@ -86,9 +92,6 @@ class _Scratch:
             self.dense.shape[2],
             self.labels.shape[1],
         )
-
-    def outputs(self):
-        return K.Rows(*(getattr(self, name) for name in K.Rows._fields)).checked()  # the arrays of those names
 
 
 def _columns(total):
@@ -313,7 +316,7 @@ class ProtobufFormat(UnitFormat):
             final = whole_so_far(f, eof)
             cols = room.columns(filled)
             status, consumed, nrec, nerr = K.decode_chunk(
-                buf, filled, final, options, self.names, self.features, cols, scratch.outputs()
+                buf, filled, final, options, self.names, self.features, cols, scratch.outputs
             )
             room.decoded(consumed)
             if nerr and records is None:

@@ -19,14 +19,16 @@ __all__ = ["Coverage"]
 
 
 class Coverage:
-    """Which declared features of ``schema`` (its parsed ones) the blocks of each epoch hold.
+    """Which declared features of ``schema`` (its parsed ones) the blocks of each epoch hold; ``declared``: every
+    name the reader declares (DSL features too), left out of the names a warning suggests.
 
     ``unit_done(epoch)`` after the last block of each unit; an epoch ends when ``units`` of them are done, and
     ``ended()`` hands out, once, ``(epoch, names never seen, samples)`` of each ended epoch that missed some.
     """
 
-    def __init__(self, schema, units):
+    def __init__(self, schema, units, declared):
         self.units = units
+        self.declared = frozenset(declared)
         # per table, the positions (in self.names) of its sparse features and of its dense ones, in block order
         self.names = []
         self.tables = []
@@ -79,7 +81,7 @@ class Coverage:
             out, self._ended = self._ended, []
         return out
 
-    def warn_unseen(self, reader, units, file_type, declared):
+    def warn_unseen(self, reader, units, file_type):
         """An ``UnseenFeatureWarning`` for each declared feature an epoch that ended never held, with the closest
         name of an undeclared feature in the input (from the first 4 MiB of the first work unit, ``units[0]``)."""
         ended = self.ended()
@@ -91,7 +93,7 @@ class Coverage:
             present = []
         for epoch, names, samples in ended:
             for name in names:
-                close = difflib.get_close_matches(name, [p for p in present if p not in declared], n=1)
+                close = difflib.get_close_matches(name, [p for p in present if p not in self.declared], n=1)
                 hint = f"; did you mean {close[0]!r}?" if close else ""
                 warnings.warn(
                     f"reader {reader!r}: feature {name!r} was declared but never seen in {samples:,} "
