@@ -6,8 +6,9 @@ revisions run in alternation: each round starts one subprocess per revision (``g
 each subprocess reads the synthetic samples in every configuration once untimed (numba compiles or
 loads its cache), then once timed: text twice over (2 epochs), pb six times over (``--longer k``: k times
 that, for an effect smaller than a one-second run's noise).  The two revisions take turns going first.
-Prints the medians of samples/s, the 2-thread to 1-thread ratio and the cost of unique ids (medians of
-per-round ratios); writes ``benchmarks/results/bench_ab.json``.
+Prints the medians of samples/s, the ratio new / old by wall time and by CPU time of the whole process (a
+co-tenant's load slows a run's wall clock more than its CPU time), the 2-thread to 1-thread ratio and the cost of
+unique ids (medians of per-round ratios); writes ``benchmarks/results/bench_ab.json``.
 
     python benchmarks/bench_ab.py --old main --new exp/cores-pipeline [--rounds 4] [--samples 120000] [--formats pb]
         [--longer 3]
@@ -43,7 +44,8 @@ def child(text, pb, aux, configs, longer):
 
     for config in configs:
         measure(reader(*config, 1))
-    print(json.dumps([measure(reader(*c, EPOCHS[c[0]] * longer))["samples_per_s"] for c in configs]))
+    timed = [measure(reader(*c, EPOCHS[c[0]] * longer)) for c in configs]
+    print(json.dumps([[m["samples_per_s"], m["samples_per_cpu_s"]] for m in timed]))
 
 
 def tree(revision, into):
@@ -80,7 +82,8 @@ def main(argv=None):
 
     inputs = synthetic_inputs(args.samples)
     text, pb, aux = inputs["text"][0], inputs["pb"][0], inputs["pb"][2]
-    results = {"old": [], "new": []}
+    results = {"old": [], "new": []}  # per round, samples/s of each config
+    per_cpu = {"old": [], "new": []}  # per round, samples per CPU second of the whole process
     with tempfile.TemporaryDirectory() as tmp:
         trees = {side: tree(rev, Path(tmp, side).resolve()) for side, rev in (("old", args.old), ("new", args.new))}
         for round_ in range(args.rounds):
@@ -105,7 +108,9 @@ def main(argv=None):
                 )
                 if run.returncode:
                     raise SystemExit(f"{side} ({getattr(args, side)}) failed:\n{run.stderr[-3000:]}")
-                results[side].append(dict(zip(configs, json.loads(run.stdout.splitlines()[-1]))))
+                measured = json.loads(run.stdout.splitlines()[-1])
+                results[side].append({c: m[0] for c, m in zip(configs, measured)})
+                per_cpu[side].append({c: m[1] for c, m in zip(configs, measured)})
 
     def median(side, f):
         return statistics.median(f(r) for r in results[side])
@@ -116,11 +121,13 @@ def main(argv=None):
         rows.append(
             [fmt, threads, "on" if unique else "off"]
             + [f"{median(side, lambda r: r[c]):,.0f}" for side in ("old", "new")]
-            + [f"{statistics.median(n[c] / o[c] for o, n in zip(results['old'], results['new'])):.2f}x"]
+            + [
+                f"{statistics.median(n[c] / o[c] for o, n in zip(by['old'], by['new'])):.2f}x"
+                for by in (results, per_cpu)
+            ]
         )
-    print(
-        markdown_table(["format", "threads", "unique ids", f"old ({args.old})", f"new ({args.new})", "new / old"], rows)
-    )
+    header = ["format", "threads", "unique ids", f"old ({args.old})", f"new ({args.new})", "new / old"]
+    print(markdown_table(header + ["new / old, per CPU second"], rows))
     summary = []
     for fmt in formats:
         for side in ("old", "new"):
@@ -140,6 +147,7 @@ def main(argv=None):
         longer=args.longer,
         configs=configs,
         samples_per_s={side: [[r[c] for c in configs] for r in runs] for side, runs in results.items()},
+        samples_per_cpu_s={side: [[r[c] for c in configs] for r in runs] for side, runs in per_cpu.items()},
     )
 
 
