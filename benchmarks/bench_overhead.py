@@ -6,9 +6,9 @@ time (``getrusage``: every thread of the process, file reads' system time left o
 kernels is the time in Python and in the C code Python calls (numpy, zstd), the part that holds the GIL and
 that two parse threads serialize on.  A run reads the file once, then ``--epochs`` times: the difference between
 the two, divided by the batches it adds, is the time per batch without what a reader pays once (start-up,
-threads, opening the file), which is reported apart.  Each configuration runs ``--runs`` times on one parse
-thread; medians per batch of 1024 samples, with the kernel calls a batch makes.  Writes
-``benchmarks/results/bench_overhead.json``.
+threads, opening the file), which the JSON reports apart (``once_ms``: a few ms, within the runs' noise).
+Each configuration runs ``--runs`` times on one parse thread; medians per batch of 1024 samples, with the
+kernel calls a batch makes.  Writes ``benchmarks/results/bench_overhead.json``.
 
     python benchmarks/bench_overhead.py [--samples 120000] [--runs 5] [--epochs 4]
 """
@@ -129,16 +129,11 @@ def main():
             f"{r['kernel_us_per_batch']:.0f}",
             f"**{r['outside_us_per_batch']:.0f}**",
             f"{r['kernel_calls_per_batch']:.1f}",
-            f"{r['once_ms']:.0f}",
         ]
         for name, r in results.items()
     ]
     print(f"\n{measured_on(report)}, 1 parse thread, medians of {args.runs} runs, per batch of {BATCH_SIZE}:")
-    print(
-        markdown_table(
-            ["", "user CPU µs", "in kernels µs", "outside kernels µs", "kernel calls", "once per reader, ms"], rows
-        )
-    )
+    print(markdown_table(["", "user CPU µs", "in kernels µs", "outside kernels µs", "kernel calls"], rows))
 
 
 if __name__ == "__main__":
