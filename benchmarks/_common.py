@@ -26,6 +26,7 @@ __all__ = [
     "save_report",
     "measured_on",
     "markdown_table",
+    "cost_table",
     "alternated_runs",
 ]
 
@@ -109,6 +110,26 @@ def markdown_table(header, rows):
     lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " |" for row in cells]
     lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
     return "\n".join(lines)
+
+
+def cost_table(results, on_title):
+    """The markdown table of what turning a feature on costs: ``results`` maps ``"<input> <threads>"`` to
+    ``{"off": ..., "on": ...}`` of ``alternated_runs``; ``on_title`` heads the column of samples/s when on."""
+    rows = []
+    for key, r in results.items():
+        name, threads = key.split()
+        off, on = r["off"], r["on"]
+        rows.append(
+            [
+                name,
+                threads,
+                f"{off['samples_per_s']:,.0f}",
+                f"{on['samples_per_s']:,.0f}",
+                f"{1 - on['ratio']:.1%}",
+                f"{1 - on['cpu_ratio']:.1%}",
+            ]
+        )
+    return markdown_table(["input", "threads", "samples/s off", on_title, "cost (wall)", "cost (CPU)"], rows)
 
 
 def alternated_runs(makers, samples, runs, warmups=1):

@@ -20,7 +20,7 @@ from _common import (
     RESULTS,
     alternated_runs,
     arguments,
-    markdown_table,
+    cost_table,
     measured_on,
     save_report,
     synthetic_inputs,
@@ -76,21 +76,7 @@ def main(argv=None):
         f"{args.samples:,} samples read {EPOCHS} times over, batch_size 1024, traced: {', '.join(TRACED)} and the "
         f"sample ids of every batch; median of {args.runs} alternated rounds; {measured_on(report)}\n"
     )
-    rows = []
-    for key, r in results.items():
-        name, threads = key.split()
-        off, on = r["off"], r["on"]
-        rows.append(
-            [
-                name,
-                threads,
-                f"{off['samples_per_s']:,.0f}",
-                f"{on['samples_per_s']:,.0f}",
-                f"{1 - on['ratio']:.1%}",
-                f"{1 - on['cpu_ratio']:.1%}",
-            ]
-        )
-    print(markdown_table(["input", "threads", "samples/s off", "samples/s traced", "cost (wall)", "cost (CPU)"], rows))
+    print(cost_table(results, "samples/s traced"))
     print(f"JSON: {RESULTS / 'bench_trace.json'}")
 
 

@@ -10,7 +10,7 @@ median of the per-round ratios on/off, by wall time and by CPU time of the whole
     python benchmarks/bench_unique.py [--samples 120000] [--runs 5]
 """
 
-from _common import RESULTS, alternated_runs, arguments, markdown_table, measured_on, save_report, synthetic_inputs
+from _common import RESULTS, alternated_runs, arguments, cost_table, measured_on, save_report, synthetic_inputs
 from bench_peers import THREADS, ingest_reader
 
 
@@ -33,21 +33,7 @@ def main(argv=None):
     print(
         f"{args.samples:,} samples, batch_size 1024, median of {args.runs} alternated rounds; {measured_on(report)}\n"
     )
-    rows = []
-    for key, r in results.items():
-        name, threads = key.split()
-        off, on = r["off"], r["on"]
-        rows.append(
-            [
-                name,
-                threads,
-                f"{off['samples_per_s']:,.0f}",
-                f"{on['samples_per_s']:,.0f}",
-                f"{1 - on['ratio']:.1%}",
-                f"{1 - on['cpu_ratio']:.1%}",
-            ]
-        )
-    print(markdown_table(["input", "threads", "samples/s off", "samples/s on", "cost (wall)", "cost (CPU)"], rows))
+    print(cost_table(results, "samples/s on"))
     print(f"JSON: {RESULTS / 'bench_unique.json'}")
 
 
