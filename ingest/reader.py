@@ -20,11 +20,12 @@ from .pipeline.rounds import Rounds
 from .pipeline.runner import Flow, PipelineDelivery, Stages, runner_for
 from .pipeline.shuffle import GroupShuffle
 from .pipeline.stats import Stats
-from .pipeline.timeline import Timeline, file_mb
+from .pipeline.timeline import Timeline
 from .sources.compression import check_codec
 from .sources.filesystems import check_writable
 from .sources.plan import plan_paths, sources_of
 from .sources.registry import scheme_of, source_for
+from .trace.background import file_mb
 from .trace.hook import BatchTrace
 
 __all__ = ["DataReader"]
@@ -263,7 +264,7 @@ class DataReader:
         down), the next file (``<stem>.1<ext>``...) started before one would pass ``max_file_mb`` MB."""
         self._option()
         check_writable(str(path), "timeline")
-        return self._set(timeline_path=str(path), timeline_mb=file_mb(max_file_mb, "timeline(max_file_mb)"))
+        return self._set(timeline_path=str(path), timeline_mb=file_mb(max_file_mb, "timeline"))
 
     def trace(self, writer, arrays=("labels",), every=1) -> "DataReader":
         """For each batch the consumer takes, write to ``writer`` (a ``TraceWriter``) the ``arrays`` named (keys of

@@ -16,20 +16,11 @@ import os
 import threading
 import time
 
-from ..errors import ConfigError, SourceError
+from ..errors import SourceError
 from ..sources.filesystems import open_url
-from ..trace.background import BackgroundFiles
+from ..trace.background import MB, BackgroundFiles
 
-__all__ = ["Timeline", "timeline_files", "events", "file_mb"]
-
-MB = 1 << 20
-
-
-def file_mb(value, what):
-    """``value`` checked as a size of file in MB (fractions allowed)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ConfigError(f"{what}={value!r}: expected a number of MB > 0")
-    return value
+__all__ = ["Timeline", "timeline_files", "events"]
 
 
 def _file_name(path, index):

@@ -9,13 +9,22 @@ kept and raised by the caller's next ``check``, ``flush`` or ``close``; after on
 import threading
 import weakref
 
-from ..errors import SourceError
+from ..errors import ConfigError, SourceError
 from ..queues import BoundedQueue
 from ..sources.filesystems import url_to_fs
 
-__all__ = ["BackgroundFiles"]
+__all__ = ["BackgroundFiles", "MB", "file_mb"]
+
+MB = 1 << 20  # the files' size caps are in MiB
 
 _POLL = 0.1  # seconds between checks that the thread is still there, while waiting on it
+
+
+def file_mb(value, caller):
+    """``value`` checked as the ``max_file_mb`` (a size cap of a file in MB, fractions allowed) of ``caller``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ConfigError(f"{caller}(max_file_mb={value!r}): expected a number of MB > 0")
+    return value
 
 
 class _Failure:

@@ -9,12 +9,11 @@ import time
 from .. import trace_pb2
 from ..errors import ConfigError
 from ..sources.filesystems import url_to_fs
-from .background import BackgroundFiles
+from .background import MB, BackgroundFiles, file_mb
 from .columns import as_array, column_bytes, record_pieces
 
 __all__ = ["TraceWriter"]
 
-MB = 1 << 20
 # records go to the writer thread in chunks of about this size, each written with one call: a hand-over and a
 # write per record cost more than encoding it (threads waking and taking the GIL from each other)
 _CHUNK = 1 << 20
@@ -136,8 +135,7 @@ class TraceWriter:
                 raise ConfigError(f"TraceWriter({what}={v!r}): expected a non-empty string without '/'")
         if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
             raise ConfigError(f"TraceWriter(rank={rank!r}): expected an int >= 0")
-        if isinstance(max_file_mb, bool) or not isinstance(max_file_mb, (int, float)) or not max_file_mb > 0:
-            raise ConfigError(f"TraceWriter(max_file_mb={max_file_mb!r}): expected a number of MB > 0")
+        file_mb(max_file_mb, "TraceWriter")
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise ConfigError(f"TraceWriter(every={every!r}): expected an int >= 1")
         summary = dict(summary or {})
