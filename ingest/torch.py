@@ -17,7 +17,7 @@ import numpy as np
 
 from .errors import ConfigError
 from .optional import require
-from .pipeline.pool import part_layout, parts_over
+from .pool import part_layout, parts_over
 
 torch = require("torch", "torch", "torch")
 

@@ -8,10 +8,14 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 
-# Every bundle a kernel takes is type-checked, the per-batch ones too (native/bundles.py); set before ingest loads.
+# Every bundle a kernel takes is type-checked, the per-batch ones too (native/bundles.py), in subprocesses too.
 os.environ.setdefault("INGEST_CHECK_KERNEL_ARGS", "1")
 
 import ingest  # noqa: E402
+from ingest._native import bundles  # noqa: E402
+
+# pytest imports ingest before this file, for the filterwarnings of pyproject.toml: the flag was read without it
+bundles.CHECK_EVERY_BATCH = os.environ["INGEST_CHECK_KERNEL_ARGS"] == "1"
 from ingest import synthetic  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

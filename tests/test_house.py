@@ -86,6 +86,7 @@ TWIN_TESTS = [
     "tests/test_dsl.py",
     "tests/test_unique.py",
     "tests/test_batcher.py",
+    "tests/test_trace_kernel.py",
 ]
 
 

@@ -3,7 +3,7 @@
 import numpy as np
 
 from ingest import synthetic
-from ingest.pipeline.pool import BufferPool
+from ingest.pool import BufferPool
 
 from conftest import make_reader
 

@@ -20,7 +20,6 @@ import ingest
 from ingest import synthetic, trace, trace_pb2
 from ingest.cli import main as ingest_main
 from ingest.pipeline.timeline import Timeline, events, timeline_files
-from ingest.trace.columns import as_array, column_bytes, record_bytes
 from conftest import ROOT, make_reader
 
 DTYPES = [np.int8, np.int16, np.int32, np.int64, np.float32, np.float64, np.bool_, np.uint8]
@@ -86,24 +85,6 @@ def test_schema_is_xdls_field_for_field():
 _arrays = st.sampled_from(DTYPES).flatmap(
     lambda dt: hnp.arrays(dt, hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=4))
 )
-_steps = st.integers(-(2**63), 2**63 - 1)
-
-
-@settings(max_examples=150, deadline=None)
-@given(_arrays, _steps, _steps, st.integers(0, 2**62))
-def test_record_bytes_are_what_protobuf_reads_and_writes(arr, gstep, lstep, timestamp):
-    """The hand-encoded Record parses with the protobuf library to the same values, and the library serializes
-    the parsed message to the very same bytes (field order, zero values left out, packed shape)."""
-    arr = as_array("k", arr)
-    data = record_bytes(gstep, lstep, [column_bytes(arr), column_bytes(arr.reshape(-1)[:0])], timestamp)
-    (n,) = struct.unpack("<I", data[:4])
-    assert n == len(data) - 4
-    record = trace_pb2.Record.FromString(data[4:])
-    assert (record.gstep, record.lstep, record.timestamp) == (gstep, lstep, timestamp)
-    assert list(record.column[0].shape) == list(arr.shape)
-    assert record.column[0].data == arr.tobytes()
-    assert record.column[0].dtype == DTYPES.index(arr.dtype.type)
-    assert record.SerializeToString() == data[4:]
 
 
 @settings(max_examples=60, deadline=None)
@@ -177,6 +158,67 @@ def test_writes_of_one_step_make_one_record_and_add_joins_it(tmp_path):
     assert [(r[0], r[1], r[2]) for r in got] == [(("ids", "loss"), s, 100 + s) for s in range(3)]
     assert [r[4]["loss"].item() for r in got] == [0.0, 0.5, 1.0]
     assert [r[4]["ids"].tolist() for r in got] == [[0], [0, 1], [0, 1, 2]]
+
+
+def test_arrays_are_traced_as_they_were_at_write(tmp_path):
+    """A write encodes its arrays before it returns: an array changed in place afterwards (a buffer the trainer
+    reuses, a tensor updated) is traced as it was written."""
+    buffer = np.zeros(4, np.float32)
+    with trace.TraceWriter(tmp_path) as w:
+        for step in range(3):
+            buffer[:] = step
+            w.write(step, step, {"x": buffer})
+            buffer[:] = -1
+    assert [r[4]["x"].tolist() for r in _records(tmp_path)] == [[0.0] * 4, [1.0] * 4, [2.0] * 4]
+
+
+def test_keys_in_another_order_are_written_in_the_headers(tmp_path):
+    """Every record's columns follow the Header, whatever order a step's writes name its keys in."""
+    with trace.TraceWriter(tmp_path) as w:
+        w.write(0, 0, {"a": np.arange(2), "b": np.float32(1)})
+        w.write(1, 1, {"b": np.float32(2)})
+        w.add({"a": np.arange(3)})
+    first, second = _messages(tmp_path / "train.trace.0.0")[1:]
+    records = [trace_pb2.Record.FromString(m) for _, m in (first, second)]
+    assert [len(r.column[0].shape) for r in records] == [1, 1] and [r.column[1].dtype for r in records] == [4, 4]
+    assert [r[4]["a"].tolist() for r in _records(tmp_path)] == [[0, 1], [0, 1, 2]]
+    assert records[1].SerializeToString() == second[1]
+
+
+def test_records_larger_than_a_chunk_and_records_growing_past_one(tmp_path):
+    """Records are encoded into ~1 MiB chunks: a record larger than one, and one whose later write does not fit
+    in what is left of the chunk (it moves to the next), are written whole, every other record intact."""
+    rng = np.random.default_rng(1)
+    steps = [(rng.integers(0, 2**40, n), rng.random(m)) for n, m in [(10, 5), (300_000, 1), (100_000, 90_000)] * 3]
+    with trace.TraceWriter(tmp_path) as w:
+        for step, (ids, extra) in enumerate(steps):
+            w.write(step, step, {"ids": ids})
+            w.add({"extra": extra})
+    got = _records(tmp_path)
+    assert [r[1] for r in got] == list(range(len(steps)))
+    for r, (ids, extra) in zip(got, steps):
+        assert np.array_equal(r[4]["ids"], ids) and np.array_equal(r[4]["extra"], extra)
+
+
+def test_the_reader_hooks_arrays_are_checked_when_debugging(tmp_path):
+    """write_fixed trusts the layout the first batch gave; under INGEST_CHECK_KERNEL_ARGS=1 (set for the tests)
+    arrays unlike it are a TypeError naming the key, and a fixed layout with other keys takes write's checks."""
+    with trace.TraceWriter(tmp_path) as w:
+        values = {"ids": np.arange(4), "labels": np.zeros((4, 2), np.float32)}
+        w.write(0, 0, values)
+        fixed = w.fixed(values)
+        assert fixed is not None and w.fixed({"x": np.zeros((3, 0))}) is None and w.fixed({"x": 1.0}) is None
+        w.write_fixed(1, 1, fixed, [np.arange(7), np.ones((7, 2), np.float32)])
+        with pytest.raises(
+            TypeError, match=r"trace key 'labels': expected a C-contiguous float32 array of shape \(n, \*\(2,\)\)"
+        ):
+            w.write_fixed(2, 2, fixed, [np.arange(3), np.ones((3, 3), np.float32)])
+        other = w.fixed({"ids": np.arange(2), "more": np.arange(2)})
+        with pytest.raises(ingest.ConfigError, match="trace key 'more' at lstep 3: not in the trace's keys"):
+            w.write_fixed(3, 3, other, [np.arange(2), np.arange(2)])
+    got = _records(tmp_path)
+    assert [r[4]["ids"].tolist() for r in got] == [[0, 1, 2, 3], list(range(7))]
+    assert got[1][4]["labels"].shape == (7, 2)
 
 
 def test_rollover_never_splits_a_record_and_every_file_starts_with_the_header(tmp_path):

@@ -8,7 +8,7 @@ from ingest import synthetic
 from ingest import SparseFeature
 from ingest._native.unique import BatchIds, UniqueOutputs, unique_layout, unique_parts
 from ingest.pipeline.batcher import UniqueScratch, add_unique_ids
-from ingest.pipeline.pool import BufferPool
+from ingest.pool import BufferPool
 
 from conftest import make_reader
 

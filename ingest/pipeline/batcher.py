@@ -8,7 +8,7 @@ import numpy as np
 from .._native.batch import BatchArrays, FeaturePlaces, PieceSource, copy_piece, feature_bases, measure_piece, pad_batch
 from .._native.unique import BatchIds, UniqueOutputs, table_size, unique_ids_of_batch, unique_parts
 from ..blocks import placeholder_block
-from .pool import BufferPool
+from ..pool import BufferPool
 from ..batch import Batch, SparseFeature
 from ..errors import GroupTooLargeError
 from ..features import Schema, make_feature

@@ -1,16 +1,11 @@
-"""A trace Record's bytes, written without building protobuf messages, and its columns read back as arrays.
-
-A Record is encoded here field by field as the protobuf library would (fields in number order, proto3 zero
-values left out, ``shape`` packed), from bytes joined around the arrays' buffers: building ``Column`` messages
-and serializing the ``Record`` cost several times as much per batch (tests/test_trace.py checks that the library
-reads these bytes and writes the same ones).
-"""
+"""The arrays of a trace's columns: what ``TraceWriter.write`` accepts, as the kernel that encodes them
+(``ingest._native.trace``) takes them, and read back from a parsed ``Column``."""
 
 import numpy as np
 
 from ..errors import ConfigError
 
-__all__ = ["TYPES", "DTYPES", "as_array", "column_bytes", "record_pieces", "record_bytes", "column_array"]
+__all__ = ["TYPES", "DTYPES", "as_array", "column_of", "column_array"]
 
 # Type of trace.proto by numpy dtype; bytes (and uint8, the dtype of a byte buffer) are Byte
 TYPES: dict[np.dtype, int] = {
@@ -26,24 +21,6 @@ TYPES: dict[np.dtype, int] = {
 DTYPES = {code: dtype for dtype, code in TYPES.items()}  # Byte reads back as uint8
 _NATIVE = frozenset(t for t in TYPES if t.byteorder in "=|")
 _INT32_MAX = 2**31 - 1
-
-
-_ONE_BYTE = [bytes((i,)) for i in range(128)]
-
-
-def _varint(n):
-    """The protobuf varint of ``n`` (an int64: negative ones take ten bytes, as protobuf writes them)."""
-    if 0 <= n < 128:  # most fields of a record: per-batch Python is what tracing costs
-        return _ONE_BYTE[n]
-    if 0 <= n < 16384:
-        return bytes(((n & 0x7F) | 0x80, n >> 7))
-    n &= 0xFFFFFFFFFFFFFFFF
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def as_array(key, value):
@@ -75,39 +52,18 @@ def as_array(key, value):
     return value if value.flags.c_contiguous else value.copy(order="C")  # ascontiguousarray makes 0-d arrays 1-d
 
 
-_DTYPE_FIELD = {dtype: b"\x08" + _varint(code) if code else b"" for dtype, code in TYPES.items()}
-
-
-def column_bytes(arr):
-    """The bytes of ``Record.column`` (field 3) holding ``arr`` (C-contiguous): its tag and length, then the
-    ``Column``; the data copied once."""
-    head = _DTYPE_FIELD[arr.dtype]
-    if arr.ndim == 1:
-        dims = _varint(arr.shape[0])
-        head += b"\x12" + _ONE_BYTE[len(dims)] + dims
-    elif arr.ndim:
-        dims = b"".join([_varint(d) for d in arr.shape])
-        head += b"\x12" + _varint(len(dims)) + dims
-    n = arr.nbytes
-    if n:  # numpy arrays give bytes.join their buffer: the only copy of the data
-        return b"".join((b"\x1a", _varint(len(head) + n + 1 + len(_varint(n))), head, b"\x1a", _varint(n), arr))
-    return b"\x1a" + _varint(len(head)) + head
-
-
-def record_pieces(gstep, lstep, columns, timestamp):
-    """A length-prefixed Record as pieces to append one after the other: u32 LE length with gstep and lstep, the
-    ``columns`` (of ``column_bytes``), timestamp."""
-    first = (b"\x08" + _varint(gstep) if gstep else b"") + (b"\x10" + _varint(lstep) if lstep else b"")
-    last = b"\x20" + _varint(timestamp) if timestamp else b""
-    size = len(first) + sum(map(len, columns)) + len(last)
-    if size >= 1 << 32:
-        raise ValueError(f"{size} bytes, past the format's u32 length")
-    return [size.to_bytes(4, "little") + first, *columns, last]
-
-
-def record_bytes(gstep, lstep, columns, timestamp):
-    """The pieces of ``record_pieces`` joined."""
-    return b"".join(record_pieces(gstep, lstep, columns, timestamp))
+def column_of(key, value):
+    """``(dtype code, shape, data)`` of ``value`` as the encoding kernel takes a column: ``data`` its bytes, a
+    writeable (numba types read-only arrays apart) uint8 array of one dimension, the array's own memory where it
+    can be; a ``ConfigError`` naming the key for what the format lacks."""
+    if type(value) is np.ndarray and value.dtype in _NATIVE:  # a batch's arrays
+        flags, shape = value.flags, value.shape
+        if flags.c_contiguous and flags.writeable and (not shape or max(shape) <= _INT32_MAX):
+            return TYPES[value.dtype], shape, (value if len(shape) == 1 else value.reshape(-1)).view(np.uint8)
+    arr = as_array(key, value)
+    if not arr.flags.writeable:
+        arr = arr.copy()
+    return TYPES[arr.dtype], arr.shape, arr.reshape(-1).view(np.uint8)
 
 
 def column_array(column):

@@ -30,7 +30,9 @@ class BatchTrace:
         self.every = every
         self.next_step = 0
         self.gstep_ahead = 0  # gstep - lstep
-        self._getters = None
+        self._keys = (*self.arrays, *SAMPLE_IDS)
+        self._getters = None  # per key, the function of a batch giving its array
+        self._fixed = None  # the writer's FixedColumns of them, when there are
 
     def global_step(self, n):
         """The next batch is the trainer's step ``n``; the ones after it count on from there."""
@@ -46,12 +48,16 @@ class BatchTrace:
         if lstep % self.every:
             self.writer.write(lstep, gstep, {})  # the step starts: a trainer's add() joins it, not the last one
             return
-        if self._getters is None:
-            self._getters = _getters(batch, self.arrays)
-        values = {name: get(batch) for name, get in self._getters}
-        values["sample_ids"] = batch.sid_bytes
-        values["sample_ids.offsets"] = batch.sid_offsets
-        self.writer.write(lstep, gstep, values)
+        if self._getters is None:  # the first batch: its arrays checked, as every write's
+            self._getters = [get for _, get in _getters(batch, self.arrays)]
+            self._getters += [operator.attrgetter("sid_bytes"), operator.attrgetter("sid_offsets")]
+            values = dict(zip(self._keys, [get(batch) for get in self._getters]))
+            self.writer.write(lstep, gstep, values)
+            self._fixed = self.writer.fixed(values)
+        elif self._fixed is not None:  # the arrays of every batch alike: no checks per key and array
+            self.writer.write_fixed(lstep, gstep, self._fixed, [get(batch) for get in self._getters])
+        else:
+            self.writer.write(lstep, gstep, dict(zip(self._keys, [get(batch) for get in self._getters])))
 
 
 def _getters(batch, names):

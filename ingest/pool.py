@@ -1,4 +1,4 @@
-"""Reused batch buffers: a pool of byte arrays handed out as typed views.
+"""Reused buffers (a batch's arrays, a trace writer's chunks): a pool of byte arrays handed out as typed views.
 
 A buffer is free again as soon as nothing outside the pool refers to it: neither the batch
 that leased it nor any array the consumer took from that batch (a numpy view keeps its
