@@ -8,6 +8,7 @@ import os
 import platform
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import numba
@@ -130,6 +131,40 @@ def cost_table(results, on_title):
             ]
         )
     return markdown_table(["input", "threads", "samples/s off", on_title, "cost (wall)", "cost (CPU)"], rows)
+
+
+def interleaved_blocks(reader, work, seconds, block=100, warm_up=4):
+    """What calling ``work(batch)`` on every batch costs ``reader`` (not started; reading without end,
+    ``epochs(0)``), measured within one run: for ``seconds``, ``block`` batches without it, then ``block`` with it,
+    and so on; the first ``warm_up`` blocks are left out.  Whole runs, alternated, spread by ±10 % on this shared
+    VM; neighbouring blocks, a fraction of a second apart, do not.  Returns ``{"off": ..., "on": ...}`` as
+    ``cost_table`` takes it: samples/s and samples per CPU second (the whole process) over each side's blocks,
+    and on the "on" side the medians over pairs of neighbouring blocks of the ratios on / off."""
+    blocks = []  # (with work, samples, seconds, CPU seconds)
+    with reader:
+        batches = iter(reader.startup())
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end or len(blocks) % 2:
+            on = len(blocks) % 2 == 1
+            samples, t0, c0 = 0, time.perf_counter(), time.process_time()
+            for _ in range(block):
+                batch = next(batches)
+                if on:
+                    work(batch)
+                samples += batch.size
+            blocks.append((on, samples, time.perf_counter() - t0, time.process_time() - c0))
+    pairs = list(zip(blocks[warm_up::2], blocks[warm_up + 1 :: 2]))
+    out = {}
+    for side, which in (("off", 0), ("on", 1)):
+        chosen = [pair[which] for pair in pairs]
+        out[side] = {
+            "samples_per_s": sum(b[1] for b in chosen) / sum(b[2] for b in chosen),
+            "samples_per_cpu_s": sum(b[1] for b in chosen) / sum(b[3] for b in chosen),
+            "blocks": len(chosen),
+            "ratio": statistics.median(on[1] / on[2] / (off[1] / off[2]) for off, on in pairs) if which else 1.0,
+            "cpu_ratio": statistics.median(on[1] / on[3] / (off[1] / off[3]) for off, on in pairs) if which else 1.0,
+        }
+    return out
 
 
 def alternated_runs(makers, samples, runs, warmups=1):

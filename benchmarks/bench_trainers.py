@@ -3,18 +3,19 @@
 On the synthetic pb file (``--aux auto``: user features in table 1), batch_size 1024, every feature declared:
 the raw reader on 2 threads; ``ingest.torch.ReaderDataset`` through a ``DataLoader`` with 0 workers (the reader
 on 2 threads in the main process), 1 worker (2 threads) and 2 workers (1 thread each: the same two cores);
-the raw reader with ``batch.to_kjt()`` of table 0 and table 1 per batch; ``ingest.tf.dataset`` over the reader
-on 2 threads; the raw reader with ``shuffle(0, buffer=10000)`` (a shuffle of sample groups in windows of
-10,000).  The control: the 2-worker loader with a transform that returns only the batch's size, so that no array
-crosses to the main process: the most any transport of batches can reach through a ``DataLoader`` here.  Each
-reads the file ``EPOCHS`` times, timed from its first batch to its last (the steady state:
-starting worker processes is a cost of its own, paid once per loader).  One warm-up each, then ``--runs``
-rounds running them back to back; medians, and the median of the per-round ratios to the raw reader.
-Targets: the 2-worker loader at least 0.8x the raw reader, ``to_kjt`` costing under 10 %.  CPU seconds are the
-main process's (a loader's workers are processes of their own): per batch, what the consumer's side costs.
-Writes ``benchmarks/results/bench_trainers.json``.
+``ingest.tf.dataset`` over the reader on 2 threads; the raw reader with ``shuffle(0, buffer=10000)`` (a shuffle
+of sample groups in windows of 10,000).  The control: the 2-worker loader with a transform that returns only
+the batch's size, so that no array crosses to the main process: the most any transport of batches can reach
+through a ``DataLoader`` here.  Each reads the file ``EPOCHS`` times, timed from its first batch to its last
+(the steady state: starting worker processes is a cost of its own, paid once per loader).  One warm-up each,
+then ``--runs`` rounds running them back to back; medians, and the median of the per-round ratios to the raw
+reader.  Then ``batch.to_kjt()`` of table 0 and table 1: its cost to the raw 2-thread reader within one run of
+``--seconds``, made on every other 100 batches (``_common.interleaved_blocks``).  Targets: the 2-worker loader
+at least 0.8x the raw reader, ``to_kjt`` costing under 10 %.  CPU seconds are the main process's (a loader's
+workers are processes of their own): per batch, what the consumer's side costs.  Writes
+``benchmarks/results/bench_trainers.json``.
 
-    python benchmarks/bench_trainers.py [--samples 120000] [--runs 3]
+    python benchmarks/bench_trainers.py [--samples 120000] [--runs 3] [--seconds 20]
 """
 
 import time
@@ -23,15 +24,23 @@ import ingest
 import ingest.torch
 from ingest import synthetic
 
-from _common import alternated_runs, arguments, markdown_table, measured_on, save_report, synthetic_inputs
+from _common import (
+    alternated_runs,
+    arguments,
+    interleaved_blocks,
+    markdown_table,
+    measured_on,
+    save_report,
+    synthetic_inputs,
+)
 
 BATCH_SIZE = 1024
 EPOCHS = 40
 SHUFFLE_BUFFER = 10_000
 
 
-def reader(path, aux, threads):
-    r = ingest.DataReader("trainers", paths=[str(path)], file_type="pb").batch_size(BATCH_SIZE).epochs(EPOCHS)
+def reader(path, aux, threads, epochs=EPOCHS):
+    r = ingest.DataReader("trainers", paths=[str(path)], file_type="pb").batch_size(BATCH_SIZE).epochs(epochs)
     return synthetic.declare(r.threads(threads), aux=aux, serialized=True)
 
 
@@ -79,14 +88,9 @@ def shuffled(path, aux):
         return timed(r.startup(), len)
 
 
-def kjt(path, aux):
-    def batches():
-        with reader(path, aux, 2) as r:
-            for batch in r.startup():
-                batch.to_kjt(), batch.to_kjt(table=1)
-                yield batch
-
-    return timed(batches(), len)
+def to_kjts(batch):
+    """What a TorchRec trainer builds of a batch: the KeyedJaggedTensors of table 0 and of table 1."""
+    return batch.to_kjt(), batch.to_kjt(table=1)
 
 
 def tf_dataset(path, aux):
@@ -96,7 +100,9 @@ def tf_dataset(path, aux):
 
 
 def main(argv=None):
-    args = arguments(__doc__, runs=3).parse_args(argv)
+    parser = arguments(__doc__, runs=3)
+    parser.add_argument("--seconds", type=float, default=20.0, help="of the to_kjt() run (default: 20)")
+    args = parser.parse_args(argv)
     path, _, aux = synthetic_inputs(args.samples)["pb"]
     makers = {
         "raw reader, 2 threads": lambda: raw(path, aux),
@@ -104,13 +110,19 @@ def main(argv=None):
         "DataLoader, 1 worker": lambda: loader(path, aux, 1),
         "DataLoader, 2 workers": lambda: loader(path, aux, 2),
         "DataLoader, 2 workers, sizes only (control)": lambda: loader(path, aux, 2, size_only),
-        "reader + to_kjt": lambda: kjt(path, aux),
         "ingest.tf.dataset": lambda: tf_dataset(path, aux),
         f"reader + shuffle(buffer={SHUFFLE_BUFFER:,})": lambda: shuffled(path, aux),
     }
     results = alternated_runs(makers, EPOCHS * args.samples, args.runs)
+    kjt = interleaved_blocks(reader(path, aux, 2, epochs=0), to_kjts, args.seconds)
     report = save_report(
-        "bench_trainers", samples=args.samples, epochs=EPOCHS, batch_size=BATCH_SIZE, runs=args.runs, results=results
+        "bench_trainers",
+        samples=args.samples,
+        epochs=EPOCHS,
+        batch_size=BATCH_SIZE,
+        runs=args.runs,
+        results=results,
+        to_kjt={"seconds": args.seconds, **kjt},
     )
     print(
         f"{args.samples:,} samples x {EPOCHS} epochs, pb with aux tables, batch_size {BATCH_SIZE}, median of "
@@ -130,6 +142,11 @@ def main(argv=None):
                 for name, r in results.items()
             ],
         )
+    )
+    print(
+        f"\nto_kjt() of table 0 and table 1 per batch, raw reader on 2 threads, on and off every 100 batches for "
+        f"{args.seconds:g} s: {kjt['on']['samples_per_s']:,.0f} against {kjt['off']['samples_per_s']:,.0f} "
+        f"samples/s, cost {1 - kjt['on']['ratio']:.1%} (wall), {1 - kjt['on']['cpu_ratio']:.1%} (CPU)"
     )
 
 
