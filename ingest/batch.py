@@ -173,6 +173,13 @@ class Batch:
         torch = require("torch", "torch", "torch")
         return {name: torch.from_numpy(arr) for name, arr in self.arrays().items()}
 
+    def to_arrow(self):
+        """The ``size`` samples as a ``pyarrow.RecordBatch``, one row per sample (docs/formats.md, Arrow and
+        Parquet): table 0's arrays without a copy, aux tables' rows gathered per sample."""
+        from .arrow import batch_to_arrow
+
+        return batch_to_arrow(self)
+
     def to_kjt(self, table: int = 0, expand: bool = False):
         """The sparse features of a table as a TorchRec ``KeyedJaggedTensor``: keys in declaration order, values
         the ids, lengths the rows' lengths, weights the values.
