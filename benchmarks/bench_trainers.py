@@ -113,8 +113,9 @@ def main(argv=None):
         "ingest.tf.dataset": lambda: tf_dataset(path, aux),
         f"reader + shuffle(buffer={SHUFFLE_BUFFER:,})": lambda: shuffled(path, aux),
     }
-    results = alternated_runs(makers, EPOCHS * args.samples, args.runs)
+    # first: torchrec loads triton, which segfaults when it is loaded after tensorflow in one process
     kjt = interleaved_blocks(reader(path, aux, 2, epochs=0), to_kjts, args.seconds)
+    results = alternated_runs(makers, EPOCHS * args.samples, args.runs)
     report = save_report(
         "bench_trainers",
         samples=args.samples,
