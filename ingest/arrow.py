@@ -17,9 +17,7 @@ from .blocks import Block, Table
 from .errors import ConfigError
 from .features import FeatureType
 
-__all__ = ["batch_to_arrow", "record_schema", "arrow_features", "block_from_arrow", "ROW_COLUMNS"]
-
-ROW_COLUMNS = ("sample_id", "labels", "timestamp")  # the columns that are not features
+__all__ = ["batch_to_arrow", "record_schema", "arrow_features", "list_widths", "block_from_arrow"]
 
 
 # -- batch -> Arrow ---------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ from .formats.protobuf import ProtobufFormat
 from .formats.text import TextFormat
 from .optional import require
 from .blocks import placeholder_block
+from .parquet import Parquet, format_or_parquet, parquet_blocks, refuse_compressed, scan_parquet, write_parquet
 from .produce import is_topic, produce
 from .sources import expand_paths, plan_units
 from .sources.compression import compressed_writer, infer_compression, strip_suffix
@@ -253,6 +254,19 @@ def _records_to_text(unit, schema, simple, write, first_group, progress=None):
     return group - first_group
 
 
+def _blocks_to_records(blocks, schema, dst, write):
+    """Write Blocks of one table and one sample per group (``parquet_blocks``) as text lines or pb/spb records."""
+    if dst is FileType.txt:
+        writer, group = _TextWriter(schema), 0
+        for blk in blocks:
+            group += writer.write(blk, group, write)
+        return
+    encoder = RecordEncoder(schema, set(), dst is FileType.spb)
+    for blk in blocks:
+        for part in encoder.encode(blk):
+            write(part)
+
+
 # -- compiling ahead ----------------------------------------------------------------------------------
 # The kernels that write one format and read the other compile side by side (``warmup.compile_ahead``): their
 # arrays have the same types whatever the features, so a small schema of every kind stands in for the input's.
@@ -399,20 +413,26 @@ def convert(inputs, output, *, src=None, dst=None, aux=None, threads=None, sched
             summary["outputs"] = [output]
             return summary
     files = expand_paths(inputs)
-    src = format_of(files[0][0], src)
-    dst = format_of(output, dst)
+    src = format_or_parquet(files[0][0], src)
+    dst = format_or_parquet(output, dst)
     if src == dst:
         raise ConfigError(f"--from and --to are both {src.value}: nothing to convert")
-    if aux and dst is not FileType.pb:
+    if aux and (src is not FileType.txt or dst is not FileType.pb):
         raise ConfigError("--aux applies to text -> pb only")
     plan = _output_plan(files, output, dst)
     for _, out in plan:  # before anything is read
         check_writable(out, "output")
+        if dst is Parquet.parquet:
+            refuse_compressed(out)
     with _dask_client(scheduler) if scheduler else contextlib.nullcontext() as client:
         threads = threads or os.cpu_count() or 1
         summary = {"from": src.value, "to": dst.value, "inputs": [u for u, _ in files], "aux": []}
-        kernels_ready = _compile_side_by_side(src, dst)
-        features = scan_features(plan_units(files, splittable=False), src, threads)
+        if src is Parquet.parquet:
+            warmup.notice(["write-text" if dst is FileType.txt else "write-pb"])
+            kernels_ready, features = (lambda: None), scan_parquet(files)
+        else:  # to Parquet: the reader announces and compiles its kernels
+            kernels_ready = _compile_side_by_side(src, dst) if dst is not Parquet.parquet else (lambda: None)
+            features = scan_features(plan_units(files, splittable=False), src, threads)
         if features.label_count != features.max_labels:
             raise DataError(
                 f"samples have {features.label_count} to {features.max_labels} labels;",
@@ -471,7 +491,11 @@ def _convert_one(files, output, *, src, dst, aux, features, threads, progress=No
     """Write one output file from ``files``; returns ``(url, bytes written before compression)``."""
     writer = _AtomicWriter(output)
     try:
-        if src is FileType.txt:
+        if dst is Parquet.parquet:
+            write_parquet(files, src, features, threads, writer.write, progress)
+        elif src is Parquet.parquet:
+            _blocks_to_records(parquet_blocks(files, features.schema(), progress), features.schema(), dst, writer.write)
+        elif src is FileType.txt:
             units = plan_units(files, splittable=True, task_num=threads)
             _text_to_records(
                 units, features.schema(), aux, dst is FileType.spb, threads, writer.write, progress=progress

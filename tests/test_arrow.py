@@ -1,12 +1,18 @@
 """Batches as Arrow record batches, and Parquet through ``ingest convert`` both ways."""
 
+import tempfile
+
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import ingest
+import ingest.parquet
 from ingest import synthetic
 from ingest.arrow import record_schema
+from ingest.cli import main as cli
 from ingest.convert import convert
 
 from conftest import flatten, make_reader
@@ -137,3 +143,138 @@ def test_to_arrow_of_samples_without_labels(tmp_path):
     assert record_batch.column("labels").to_pylist() == [[], []]
     assert record_batch.column("item.ids").to_pylist() == [[3], []]
     assert np.array_equal(record_batch.column("item.values").flatten().to_numpy(), [0.5])
+
+
+# -- Parquet through ingest convert ------------------------------------------------------------------
+def text_samples(path, **options):
+    return [s for b in batches([path], batch_size=256, **options) for s in flatten(b)]
+
+
+def test_text_to_parquet_to_text_gives_the_same_samples(ads, tmp_path, monkeypatch):
+    monkeypatch.setattr(ingest.parquet, "ROW_GROUP_ROWS", 100)
+    table = tmp_path / "ads.parquet"
+    summary = convert([str(ads[0])], str(table), threads=2, **quiet)
+    assert summary["from"] == "txt" and summary["to"] == "parquet"
+    meta = pq.ParquetFile(table).metadata
+    assert (meta.num_rows, meta.num_row_groups) == (300, 3)
+    assert meta.row_group(0).column(0).compression == "ZSTD"
+    want = text_samples(ads[0])
+    assert [s for rb in pq.read_table(table).to_batches() for s in arrow_samples(rb)] == want
+    convert([str(table)], str(tmp_path / "back.txt"), **quiet)
+    assert text_samples(tmp_path / "back.txt") == want
+    convert([str(table)], str(tmp_path / "back.pb"), **quiet)
+    assert [s for b in batches([tmp_path / "back.pb"], file_type="pb") for s in flatten(b)] == want
+
+
+def test_pb_with_an_aux_table_to_parquet_has_a_row_per_sample(ads, tmp_path):
+    convert([str(ads[1])], str(tmp_path / "pb.parquet"), threads=1, **quiet)
+    convert([str(ads[0])], str(tmp_path / "txt.parquet"), threads=1, **quiet)
+    from_pb, from_text = (pq.read_table(tmp_path / f"{k}.parquet") for k in ("pb", "txt"))
+    assert from_pb.num_rows == 300 and sorted(from_pb.schema.names) == sorted(from_text.schema.names)
+    assert from_pb.select(from_text.schema.names).equals(from_text)
+
+
+_keys = st.integers(-(2**63), 2**63 - 1)
+_floats = st.floats(-1e6, 1e6, width=32)
+
+
+@st.composite
+def plain_tables(draw):
+    """A table as another tool writes it: list<int64> ids (nulls among the rows), float64 values or none,
+    variable-list dense features and labels of one width, a string id and a timestamp or not."""
+    n = draw(st.integers(0, 12))
+    columns, want = {}, [{"sparse": {}, "dense": {}} for _ in range(n)]
+    sids = draw(st.lists(st.text("abcXYZ019_-", max_size=6), min_size=n, max_size=n))
+    columns["sample_id"] = pa.array(sids, pa.string())
+    label_width = draw(st.integers(1, 3))
+    labels = draw(st.lists(st.lists(_floats, min_size=label_width, max_size=label_width), min_size=n, max_size=n))
+    columns["labels"] = pa.array(labels, pa.list_(pa.float64()))
+    stamps = draw(st.one_of(st.none(), st.lists(st.integers(0, 2**40), min_size=n, max_size=n)))
+    if stamps is not None:
+        columns["timestamp"] = pa.array(stamps, pa.int64())
+    for s, sample in enumerate(want):
+        sample.update(sid=sids[s].encode(), labels=labels[s], ts=stamps[s] if stamps else 0)
+    for f in range(draw(st.integers(1, 3))):
+        rows = draw(st.lists(st.one_of(st.none(), st.lists(_keys, max_size=4)), min_size=n, max_size=n))
+        columns[f"s{f}.ids"] = pa.array(rows, pa.list_(pa.int64()))
+        with_values = draw(st.booleans())
+        values = [[draw(_floats) for _ in r or []] if with_values else [1.0] * len(r or []) for r in rows]
+        if with_values:
+            columns[f"s{f}.values"] = pa.array(values, pa.list_(pa.float64()))
+        for sample, ids, vals in zip(want, rows, values):
+            sample["sparse"][f"s{f}"] = list(zip(ids or [], vals))
+    width = draw(st.integers(1, 3))
+    dense = draw(st.lists(st.lists(_floats, min_size=width, max_size=width), min_size=n, max_size=n))
+    columns["d"] = pa.array(dense, pa.list_(pa.float32()))
+    for sample, row in zip(want, dense):
+        sample["dense"]["d"] = row
+    return pa.table(columns), want, label_width, width
+
+
+@settings(max_examples=40)
+@given(plain_tables(), st.sampled_from(["txt", "pb"]))
+def test_parquet_of_plain_pyarrow_with_list_columns_converts(case, to):
+    table, want, label_width, width = case
+    with tempfile.TemporaryDirectory() as folder:
+        pq.write_table(table, f"{folder}/plain.parquet")
+        convert([f"{folder}/plain.parquet"], f"{folder}/out.{to}", threads=1, **quiet)
+        sparse = [n[: -len(".ids")] for n in table.schema.names if n.endswith(".ids")]
+        reader = make_reader(
+            [f"{folder}/out.{to}"], sparse=sparse, dense={"d": width}, label_count=label_width, file_type=to
+        )
+        got = [s for b in reader.startup() for s in flatten(b)]
+    assert got == want
+
+
+def _write(path, **columns):
+    pq.write_table(pa.table({"labels": pa.array([[1.0], [0.0]], pa.list_(pa.float32(), 1)), **columns}), path)
+
+
+@pytest.mark.parametrize(
+    "columns, message",
+    [
+        ({"item.ids": pa.array([["a"], []])}, r"column 'item.ids' is list<element: string>; expected a list of int64"),
+        ({"dt": pa.array(["x", "y"])}, r"column 'dt' is string; expected a dense feature, a list of float32"),
+        ({"item.values": pa.array([[1.0], []])}, r"column 'item.values' has no 'item.ids' beside it"),
+        ({"timestamp": pa.array([1.5, 2.0])}, r"column 'timestamp' is double; expected an integer timestamp"),
+        (
+            {"item.ids": pa.array([[1], [2, 3]]), "item.values": pa.array([[1.0], [2.0]])},
+            r"column 'item.values' \(rows 0..1\), row 1: 1 values for 2 ids; expected one value per id",
+        ),
+        ({"d": pa.array([[1.0, 2.0], [3.0]])}, r"column 'd' \(rows 0..1\), row 1: 1 numbers; expected 2"),
+        ({"item.ids": pa.array([[1], [None]])}, r"column 'item.ids' \(rows 0..1\): a null inside a list"),
+        (
+            {"item.ids": pa.array([[1], [2**64 - 1]], pa.list_(pa.uint64()))},
+            r"column 'item.ids' \(rows 0..1\): Integer value 18446744073709551615 not in range.*; expected values "
+            r"that fit int64",
+        ),
+    ],
+)
+def test_a_column_that_does_not_fit_is_named_with_its_file(tmp_path, columns, message):
+    path = tmp_path / "bad.parquet"
+    _write(path, **columns)
+    with pytest.raises(ingest.ConfigError, match=f"^{path}: {message}"):
+        convert([str(path)], str(tmp_path / "out.txt"), threads=1, **quiet)
+    assert not (tmp_path / "out.txt").exists()
+
+
+def test_parquet_without_labels_or_not_parquet_at_all_is_refused(tmp_path):
+    pq.write_table(pa.table({"item.ids": pa.array([[1]])}), tmp_path / "nolabels.parquet")
+    with pytest.raises(ingest.ConfigError, match="nolabels.parquet: no column 'labels'"):
+        convert([str(tmp_path / "nolabels.parquet")], str(tmp_path / "out.txt"), **quiet)
+    (tmp_path / "text.parquet").write_text("a||item@1||1\n")
+    with pytest.raises(ingest.SourceError, match="text.parquet: not a Parquet file"):
+        convert([str(tmp_path / "text.parquet")], str(tmp_path / "out.txt"), **quiet)
+
+
+def test_parquet_names_and_flags(ads, tmp_path):
+    with pytest.raises(ingest.ConfigError, match="Parquet compresses its own pages; name it without .zst"):
+        convert([str(ads[0])], str(tmp_path / "x.parquet.zst"), dst="parquet", **quiet)
+    with pytest.raises(ingest.ConfigError, match="--aux applies to text -> pb only"):
+        convert([str(ads[0])], str(tmp_path / "x.parquet"), aux="auto", **quiet)
+    with pytest.raises(ingest.ConfigError, match=r"give --from/--to txt\|pb\|spb \(or parquet\)"):
+        convert([str(ads[0])], str(tmp_path / "x.table"), **quiet)
+    assert cli.main(["convert", str(ads[0]), str(tmp_path / "out") + "/", "--to", "parquet"]) == 0
+    assert pq.read_metadata(tmp_path / "out" / "ads.parquet").num_rows == 300
+    assert cli.main(["convert", str(tmp_path / "out" / "ads.parquet"), str(tmp_path / "back.x"), "--to", "txt"]) == 0
+    assert text_samples(tmp_path / "back.x") == text_samples(ads[0])

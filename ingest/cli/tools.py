@@ -12,13 +12,17 @@ from .report import fail, one_line_warnings, progress_bar
 
 __all__ = ["add_convert", "add_inspect", "add_produce"]
 
-CONVERT_HELP = """Convert sample files between txt, pb and spb.
+CONVERT_HELP = """Convert sample files between txt, pb, spb and Parquet.
 
 text -> pb stores the features named by --aux (or, with --aux auto, those identical across
 the samples of every multi-sample group in the first 4 MiB of the first input) once per
 group in table 1; the choice is printed.  pb/spb -> text expands aux lines back, group ids
-become group numbers.  Formats come from the extensions (.txt, .pb, .spb, plus .gz/.zst)
-unless given.  OUTPUT is one file, or a directory that receives one file per input.
+become group numbers.  --to parquet writes one row per sample (sample_id, labels, timestamp,
+<f>.ids and <f>.values as lists, dense features as fixed-size lists; zstd, row groups of
+65,536 samples; sample groups are not kept); --from parquet reads such files, also from other tools (list or large_list
+columns, float64 cast, <f>.values optional).  Formats come from the extensions (.txt, .pb,
+.spb, plus .gz/.zst; .parquet) unless given.  OUTPUT is one file, or a directory that
+receives one file per input.
 """
 
 
@@ -56,14 +60,15 @@ def _run_convert(args):
 def add_convert(commands):
     p = commands.add_parser(
         "convert",
-        help="convert sample files between txt, pb and spb",
+        help="convert sample files between txt, pb, spb and Parquet",
         description=CONVERT_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("inputs", nargs="+", metavar="INPUT", help="sample files, directories, globs or URLs")
     p.add_argument("output", metavar="OUTPUT", help="output file, or directory (one file per input)")
-    p.add_argument("--from", dest="src", choices=["txt", "pb", "spb"], help="input format (default: by extension)")
-    p.add_argument("--to", dest="dst", choices=["txt", "pb", "spb"], help="output format (default: by extension)")
+    formats = ["txt", "pb", "spb", "parquet"]
+    p.add_argument("--from", dest="src", choices=formats, help="input format (default: by extension)")
+    p.add_argument("--to", dest="dst", choices=formats, help="output format (default: by extension)")
     p.add_argument(
         "--aux", metavar="auto|NAME,...", help="text -> pb: features stored once per group (table 1); auto picks them"
     )
