@@ -177,28 +177,44 @@ def list_widths(column) -> np.ndarray:
     return pc.list_value_length(column).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
 
 
-def _flat(column, dtype, where):
+class _Place:
+    """Where the columns of a record batch come from, for the errors: the file, and the row its first row is."""
+
+    def __init__(self, source, first_row, rows):
+        self.source, self.first_row, self.rows = source, first_row, rows
+
+    def __call__(self, name, row=None):
+        if row is None:
+            return f"{self.source}: column {name!r} (rows {self.first_row}..{self.first_row + self.rows - 1})"
+        return f"{self.source}: column {name!r}, row {self.first_row + row}"
+
+
+def _cast(array, dtype, where):
+    """``array`` cast to ``dtype`` (integers only where they fit) as numpy."""
+    try:
+        return array.cast(dtype, safe=pa.types.is_integer(dtype)).to_numpy(zero_copy_only=False)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise ConfigError(f"{where}: {exc}; expected values that fit {dtype}") from None
+
+
+def _flat(column, dtype, place, name):
     """``(offsets int64 [rows + 1], values)`` of a list column, values cast to ``dtype``; null lists are empty."""
     lengths = list_widths(column)
     offsets = np.zeros(len(lengths) + 1, np.int64)
     np.cumsum(lengths, out=offsets[1:])
     flat = column.flatten()
     if flat.null_count:
-        raise ConfigError(f"{where}: a null inside a list; expected numbers only")
-    try:
-        values = flat.cast(dtype, safe=pa.types.is_integer(dtype))
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        raise ConfigError(f"{where}: {exc}; expected values that fit {dtype}") from None
-    return offsets, values.to_numpy(zero_copy_only=False)
+        raise ConfigError(f"{place(name)}: a null inside a list; expected numbers only")
+    return offsets, _cast(flat, dtype, place(name))
 
 
-def _matrix(column, width, where):
+def _matrix(column, width, place, name):
     """float32 ``[rows, width]`` of a list column whose every row holds ``width`` numbers."""
-    offsets, values = _flat(column, pa.float32(), where)
+    offsets, values = _flat(column, pa.float32(), place, name)
     bad = np.flatnonzero(np.diff(offsets) != width)
     if len(bad):
         got = offsets[bad[0] + 1] - offsets[bad[0]]
-        raise ConfigError(f"{where}, row {bad[0]}: {got} numbers; expected {width}, as in every row")
+        raise ConfigError(f"{place(name, bad[0])}: {got} numbers; expected {width}, as in every row")
     return values.reshape(len(offsets) - 1, width)
 
 
@@ -223,13 +239,10 @@ def block_from_arrow(record_batch, schema, source, first_row=0) -> Block:
     """
     n = record_batch.num_rows
     cols = dict(zip(record_batch.schema.names, record_batch.columns))
-
-    def where(name):
-        return f"{source}: column {name!r} (rows {first_row}..{first_row + n - 1})"
-
-    labels = _matrix(cols["labels"], schema.label_count, where("labels"))
+    place = _Place(source, first_row, n)
+    labels = _matrix(cols["labels"], schema.label_count, place, "labels")
     dense = tuple(
-        _matrix(cols[s.name], s.width, where(s.name)) if s.name in cols else np.zeros((n, s.width), np.float32)
+        _matrix(cols[s.name], s.width, place, s.name) if s.name in cols else np.zeros((n, s.width), np.float32)
         for s in schema.dense
     )
     keys, values, offsets = [], [], np.zeros((len(schema.sparse), n + 1), np.int64)
@@ -238,16 +251,16 @@ def block_from_arrow(record_batch, schema, source, first_row=0) -> Block:
         if spec.name + ".ids" not in cols:
             offsets[f] = base
             continue
-        off, ids = _flat(cols[spec.name + ".ids"], pa.int64(), where(spec.name + ".ids"))
+        off, ids = _flat(cols[spec.name + ".ids"], pa.int64(), place, spec.name + ".ids")
         vals = np.ones(len(ids), np.float32)
         if spec.name + ".values" in cols:
             name = spec.name + ".values"
-            voff, vals = _flat(cols[name], pa.float32(), where(name))
+            voff, vals = _flat(cols[name], pa.float32(), place, name)
             bad = np.flatnonzero(voff != off)
             if len(bad):
                 r = bad[0] - 1
                 raise ConfigError(
-                    f"{where(name)}, row {r}: {voff[r + 1] - voff[r]} values for {off[r + 1] - off[r]} ids; "
+                    f"{place(name, r)}: {voff[r + 1] - voff[r]} values for {off[r + 1] - off[r]} ids; "
                     f"expected one value per id"
                 )
         keys.append(ids)
@@ -255,11 +268,7 @@ def block_from_arrow(record_batch, schema, source, first_row=0) -> Block:
         offsets[f] = off + base
         base += len(ids)
     stamp = cols.get("timestamp")
-    timestamps = (
-        np.zeros(n, np.int64)
-        if stamp is None
-        else stamp.cast(pa.int64()).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
-    )
+    timestamps = np.zeros(n, np.int64) if stamp is None else _cast(stamp.fill_null(0), pa.int64(), place("timestamp"))
     sid_bytes, sid_offsets = _sid(cols.get("sample_id"), n)
     return Block(
         tables=(Table(n, offsets, dense),),

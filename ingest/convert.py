@@ -9,7 +9,8 @@ Text input is first scanned for every feature name (so no feature is lost), then
 byte ranges that threads parse and encode (numba kernels, the GIL released) while the
 writer appends their records in input order; at most ``2 * threads`` ranges are in
 flight, so memory does not grow with the input.  Outputs are written under a temporary
-name and renamed when complete.
+name and renamed when complete.  Parquet (``parquet.py``) is written from a reader's batches and
+read into Blocks of one table that the text and pb/spb writers take.
 """
 
 import concurrent.futures

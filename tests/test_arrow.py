@@ -239,9 +239,13 @@ def _write(path, **columns):
         ({"timestamp": pa.array([1.5, 2.0])}, r"column 'timestamp' is double; expected an integer timestamp"),
         (
             {"item.ids": pa.array([[1], [2, 3]]), "item.values": pa.array([[1.0], [2.0]])},
-            r"column 'item.values' \(rows 0..1\), row 1: 1 values for 2 ids; expected one value per id",
+            r"column 'item.values', row 1: 1 values for 2 ids; expected one value per id",
         ),
-        ({"d": pa.array([[1.0, 2.0], [3.0]])}, r"column 'd' \(rows 0..1\), row 1: 1 numbers; expected 2"),
+        ({"d": pa.array([[1.0, 2.0], [3.0]])}, r"column 'd', row 1: 1 numbers; expected 2"),
+        (
+            {"timestamp": pa.array([1, 2**63], pa.uint64())},
+            r"column 'timestamp' \(rows 0..1\): Integer value 9223372036854775808 not in range",
+        ),
         ({"item.ids": pa.array([[1], [None]])}, r"column 'item.ids' \(rows 0..1\): a null inside a list"),
         (
             {"item.ids": pa.array([[1], [2**64 - 1]], pa.list_(pa.uint64()))},
@@ -278,3 +282,26 @@ def test_parquet_names_and_flags(ads, tmp_path):
     assert pq.read_metadata(tmp_path / "out" / "ads.parquet").num_rows == 300
     assert cli.main(["convert", str(tmp_path / "out" / "ads.parquet"), str(tmp_path / "back.x"), "--to", "txt"]) == 0
     assert text_samples(tmp_path / "back.x") == text_samples(ads[0])
+
+
+def test_a_bad_row_is_counted_from_the_start_of_its_file(tmp_path, monkeypatch):
+    monkeypatch.setattr(ingest.parquet, "ROW_GROUP_ROWS", 3)
+    ids = [[r] for r in range(10)]
+    values = [[1.0]] * 7 + [[1.0, 2.0]] + [[1.0]] * 2
+    labels = pa.array([[1.0]] * 10, pa.list_(pa.float32(), 1))
+    table = pa.table({"labels": labels, "item.ids": ids, "item.values": values})
+    pq.write_table(table, tmp_path / "t.parquet", row_group_size=4)
+    with pytest.raises(ingest.ConfigError, match="t.parquet: column 'item.values', row 7: 2 values for 1 ids"):
+        convert([str(tmp_path / "t.parquet")], str(tmp_path / "out.pb"), **quiet)
+
+
+def test_a_record_batch_keeps_its_arrays_after_the_batch_is_released(ads):
+    reader = synthetic.declare(make_reader([ads[0]], batch_size=(100,)), serialized=True).startup()
+    first = next(reader)
+    record_batch = first.to_arrow()
+    want = arrow_samples(record_batch)
+    assert want == flatten(first)
+    first.release()
+    for batch in reader:  # their buffers come from the pool the released batch went back to
+        batch.release()
+    assert arrow_samples(record_batch) == want
