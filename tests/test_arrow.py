@@ -1,6 +1,7 @@
 """Batches as Arrow record batches, and Parquet through ``ingest convert`` both ways."""
 
 import tempfile
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -305,3 +306,34 @@ def test_a_record_batch_keeps_its_arrays_after_the_batch_is_released(ads):
     for batch in reader:  # their buffers come from the pool the released batch went back to
         batch.release()
     assert arrow_samples(record_batch) == want
+
+
+@st.composite
+def grouped_text(draw):
+    """Text lines of sample groups whose samples share the user features ``u`` (sparse) and ``ud`` (dense)."""
+    lines = []
+    for g in range(draw(st.integers(1, 5))):
+        user = draw(st.lists(st.tuples(_keys, _floats), min_size=1, max_size=3))
+        emb = draw(st.lists(_floats, min_size=2, max_size=2))
+        for s in range(draw(st.integers(1, 4))):
+            item = draw(st.lists(st.tuples(_keys, _floats), max_size=3))
+            sparse = ";".join(
+                f"{n}@" + ",".join(f"{k}:{v!r}" for k, v in p) for n, p in (("u", user), ("i", item)) if p
+            )
+            dense = "ud@" + ",".join(repr(v) for v in emb)
+            lines.append(f"s{g}_{s}|g{g}|{sparse}|{dense}|{draw(_floats)!r}|{draw(st.integers(0, 99))}")
+    return "\n".join(lines) + "\n"
+
+
+@settings(max_examples=30)
+@given(grouped_text(), st.integers(1, 7), st.booleans())
+def test_to_arrow_of_pb_batches_with_split_groups_and_padding_equals_their_samples(text, batch_size, pad):
+    with tempfile.TemporaryDirectory() as folder:
+        (path := Path(folder) / "g.txt").write_text(text)
+        convert([str(path)], f"{folder}/g.pb", aux=["u", "ud"], threads=1, **quiet)
+        reader = ingest.DataReader("g", [f"{folder}/g.pb"], file_type="pb").batch_size(batch_size).pad(pad)
+        reader.feature(name="i", type="sparse", serialized=True)
+        reader.feature(name="u", type="sparse", table=1, serialized=True)
+        reader.feature(name="ud", type="dense", nvec=2, table=1)
+        for batch in reader.startup():
+            assert arrow_samples(batch.to_arrow()) == flatten(batch)
