@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from ._native.batch import fixed_width_rows
+from ._native.batch import fixed_width_rows, row_lengths
 from .errors import ConfigError, IngestError
 from .optional import require
 
@@ -88,7 +88,8 @@ class Batch:
         self.pieces = None  # with keep_sample or pause: the (block, first row, end row) it was cut from
         self.release_groups = _nothing  # with keep_sample / pause: hands its groups back, once
         self.unique_work = ()  # the builder's, from assemble() until add_unique() fills the unique ids
-        self.sparse_spans = None  # the builder's: per table, (ids or None, values, offsets [F, R + 1]) or None
+        # the builder's: per table, (ids or None, values, offsets [F, R + 1], the features' names) or None
+        self.sparse_spans = None
 
     def __len__(self):
         return self.size
@@ -284,34 +285,47 @@ def _kjt(batch, table, expand):
     """``Batch.to_kjt``."""
     torch = require("torch", "torch", "torch")
     kjt_class = require("torchrec.sparse.jagged_tensor", "torchrec", "torchrec").KeyedJaggedTensor
-    names = [n for n in batch.sparse_names if expand or batch._tables.get(n, 0) == table]
-    if expand:
-        rows = batch.rows_of_samples()
-        parts = []
-        for name in names:
-            feat = batch[name]
-            picked = rows[batch.table_of(name)]
-            starts = feat.offsets[picked]
-            lengths = feat.offsets[picked + 1] - starts
-            # the positions of the picked rows' ids, row after row: arange(total) shifted per row
-            take = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths - starts, lengths)
-            parts.append((_ids_64(feat)[take], feat.values[take], lengths))
-        stride = batch.rows
+    spans = None if expand or batch.sparse_spans is None else batch.sparse_spans[table]
+    inverse = None
+    if spans is not None and spans[0] is not None:  # laid out one after the other by the builder: no copy
+        ids, weights, offsets, names = spans
+        names = list(names)  # the builder's, shared by its batches: the KeyedJaggedTensor gets its own
+        lengths = np.empty(offsets.shape[0] * (offsets.shape[1] - 1), np.int64)
+        row_lengths(offsets, lengths)
+        values, weights, lengths = torch.from_numpy(ids), torch.from_numpy(weights), torch.from_numpy(lengths)
     else:
-        stride = batch.table_rows[table]
-        spans = batch.sparse_spans[table] if batch.sparse_spans is not None else None
-        if spans is not None and spans[0] is not None:  # laid out one after the other by the builder: no copy
-            ids, weights, offsets = spans
-            parts = [(ids, weights, (offsets[:, 1:] - offsets[:, :-1]).ravel())]
+        names = [n for n in batch.sparse_names if expand or batch.table_of(n) == table]
+        if expand:
+            rows = batch.rows_of_samples()
+            parts = [_expanded(batch[name], rows[batch.table_of(name)]) for name in names]
         else:
             parts = [(_ids_64(f), f.values, np.diff(f.offsets)) for f in (batch[n] for n in names)]
-    values = torch.from_numpy(_joined([p[0] for p in parts], np.int64))
-    weights = torch.from_numpy(_joined([p[1] for p in parts], np.float32))
-    lengths = torch.from_numpy(_joined([p[2] for p in parts], np.int64))
-    inverse = None
+        values = torch.from_numpy(_joined([p[0] for p in parts], np.int64))
+        weights = torch.from_numpy(_joined([p[1] for p in parts], np.float32))
+        lengths = torch.from_numpy(_joined([p[2] for p in parts], np.int64))
     if table and not expand:
-        per_sample = torch.from_numpy(batch.rows_of_samples()[table].astype(np.int64))
-        inverse = (names, per_sample.expand(len(names), -1).contiguous())
+        inverse = (names, torch.from_numpy(_rows_of_table(batch, table, len(names))))
+    stride = batch.rows if expand else batch.table_rows[table]
     return kjt_class(
         keys=names, values=values, lengths=lengths, weights=weights, stride=stride, inverse_indices=inverse
     )
+
+
+def _expanded(feat, picked):
+    """``(ids, values, lengths)`` of the rows ``picked`` of a sparse feature, one after the other."""
+    starts = feat.offsets[picked]
+    lengths = feat.offsets[picked + 1] - starts
+    # the positions of the picked rows' ids, row after row: arange(total) shifted per row
+    take = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths - starts, lengths)
+    return _ids_64(feat)[take], feat.values[take], lengths
+
+
+def _rows_of_table(batch, table, copies):
+    """int64 ``[copies, rows]``: in each row, the row of aux table ``table`` each sample reads (as
+    ``rows_of_samples()[table]``)."""
+    rows = batch.indicators[0]
+    for ind in batch.indicators[1:table]:
+        rows = ind[rows]
+    out = np.empty((copies, len(rows)), np.int64)
+    out[:] = rows  # one pass: the int32 indicators widened and repeated
+    return out

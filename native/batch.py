@@ -3,6 +3,7 @@
 import numpy as np
 
 from .bundles import bundle
+from .index import _u
 from .jit import brief, helper, kernel, kernel_keeping_gil
 
 # The bundles ``copy_piece`` takes (namedtuples: one argument each).
@@ -379,3 +380,16 @@ def pad_batch(at, rows, offsets, dense, dense_table, indicators, labels, timesta
             indicators[t][row:] = rows[t + 1] - 1
     labels[at[0] :] = 0
     timestamps[at[0] :] = 0
+
+
+@brief
+def row_lengths(offsets, out):
+    """``out[f * R + r] = offsets[f, r + 1] - offsets[f, r]``: the rows' lengths of every feature of a C-contiguous
+    ``[F, R + 1]`` offsets matrix, one after the other (a KeyedJaggedTensor's lengths), in one pass LLVM
+    vectorizes: numpy's 2-D difference took five times as long."""
+    rows = offsets.shape[1] - 1
+    flat = offsets.reshape(offsets.size)
+    for f in range(offsets.shape[0]):
+        src, dst = f * (rows + 1), f * rows
+        for r in range(rows):
+            out[_u(dst + r)] = flat[_u(src + r + 1)] - flat[_u(src + r)]

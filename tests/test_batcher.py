@@ -3,7 +3,7 @@
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
-from ingest._native.batch import merge_adjacent
+from ingest._native.batch import merge_adjacent, row_lengths
 from ingest.features import Schema, make_feature
 from ingest.pipeline.batcher import BatchBuilder, cut_batches
 from ingest.blocks import Block, Table
@@ -195,3 +195,16 @@ def test_merge_adjacent_matches_twin(data, tables, m):
     for j, (a, b) in enumerate(want):
         assert ranges[:, 0, j].tolist() == before[:, 0, a].tolist()
         assert ranges[:, 1, j].tolist() == before[:, 1, b].tolist()
+
+
+@given(
+    lengths=st.lists(st.lists(st.integers(0, 50), min_size=0, max_size=9), min_size=1, max_size=5).filter(
+        lambda rows: len({len(r) for r in rows}) == 1
+    )
+)
+def test_row_lengths_match_twin(lengths):
+    """A KeyedJaggedTensor's lengths from an [F, R + 1] offsets matrix: every feature's rows, one after the other."""
+    offsets = np.array([np.concatenate([[0], np.cumsum(r, dtype=np.int64)]) for r in lengths], np.int64)
+    out = np.full(offsets.shape[0] * (offsets.shape[1] - 1), -1, np.int64)
+    row_lengths(offsets, out)
+    assert out.tolist() == [n for r in lengths for n in r]

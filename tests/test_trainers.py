@@ -190,7 +190,8 @@ def test_to_kjt_holds_the_batch_as_torchrec_reads_it(pb_files):
     assert aux.keys() == ["uid", "age", "gender", "clk_hist", "cate_pref"] and aux.stride() == batch.table_rows[1]
     keys, inverse = aux.inverse_indices()
     assert keys == aux.keys() and inverse.shape == (5, batch.rows)
-    np.testing.assert_array_equal(inverse[0].numpy(), batch.indicators[0])
+    assert inverse.dtype == torch.int64 and inverse.is_contiguous() and bool((inverse == inverse[0]).all())
+    np.testing.assert_array_equal(inverse[0].numpy(), batch.rows_of_samples()[1])
     # expanded: every sparse feature over the samples' rows, aux rows repeated for their samples
     flat = batch.to_kjt(expand=True).to_dict()
     for r, sample in enumerate(flatten(batch)):

@@ -69,6 +69,7 @@ class BatchBuilder:
         self.table_bounds = list(enumerate(zip(bounds, bounds[1:])))  # (t, (first feature, end))
         # tables whose sparse features all give int64 ids: their ids lie one after the other in a batch
         self.keys_only = [f1 > f0 and not self.pair[f0:f1].any() for _, (f0, f1) in self.table_bounds]
+        self.sparse_names = [[s.name for s in schema.sparse_in(t)] for t in range(self.tables)]  # of each table
         # per sparse feature: its table, and its row in that table's offsets
         self.sparse_table = np.array([s.table for s in sparse], np.int64)
         self.sparse_row = np.array([f - bounds[s.table] for f, s in enumerate(sparse)], np.int64)
@@ -162,15 +163,16 @@ class BatchBuilder:
         batch = Batch(
             n, labels, timestamps, sid_bytes, sid_offsets, features, indicators, tables=self.table_of, table_rows=r
         )
-        batch.sparse_spans = [  # per table: its features' ids (or None), values and offsets, each one array
+        batch.sparse_spans = [  # per table: its features' ids (or None), values and offsets, each one array; names
             (
                 keys[kb[f0] : kb[f1 - 1] + c[f1 - 1]] if keys_only else None,
                 values[vb[f0] : vb[f1 - 1] + c[f1 - 1]],
                 offsets[t],
+                names,
             )
             if f1 > f0
             else None
-            for (t, (f0, f1)), keys_only in zip(self.table_bounds, self.keys_only)
+            for (t, (f0, f1)), keys_only, names in zip(self.table_bounds, self.keys_only, self.sparse_names)
         ]
         batch.marks = Marks({blk.unit: blk.position(r1) for blk, _, r1 in pieces} if self.track else {})
         if self.keep_pieces:
