@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .batch import SparseFeature
+from .batch import SparseFeature, ids_64
 from .blocks import Block, Table
 from .errors import ConfigError
 from .features import FeatureType
@@ -32,20 +32,6 @@ def _fixed(matrix):
     rows, width = matrix.shape
     child = _wrap(matrix.reshape(-1), pa.float32())
     return pa.Array.from_buffers(pa.list_(pa.float32(), width), rows, [None], children=[child])
-
-
-def _keys(feat):
-    """int64 ``[N]`` ids of a sparse feature: ``ids`` itself, or the keys of ``(hkey, key)`` pairs (a copy) when
-    every hkey is 0."""
-    ids = feat.ids
-    if ids.ndim == 1:
-        return ids
-    if ids[:, 0].any():
-        raise ConfigError(
-            f"feature {feat.name!r} holds 128-bit ids (hkey != 0); its Arrow column is large_list<int64>, which "
-            f"holds 64-bit ids only"
-        )
-    return np.ascontiguousarray(ids[:, 1])
 
 
 def _sample_ids(batch):
@@ -77,7 +63,9 @@ def batch_to_arrow(batch) -> pa.RecordBatch:
         if isinstance(feat, SparseFeature):
             offsets = _wrap(feat.offsets if table else feat.offsets[: n + 1], pa.int64())
             pair = [
-                pa.LargeListArray.from_arrays(offsets, _wrap(_keys(feat), pa.int64())),
+                pa.LargeListArray.from_arrays(
+                    offsets, _wrap(np.ascontiguousarray(ids_64(feat, "an Arrow large_list<int64> column")), pa.int64())
+                ),
                 pa.LargeListArray.from_arrays(offsets, _wrap(feat.values, pa.float32())),
             ]
             if table:

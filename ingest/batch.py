@@ -267,13 +267,14 @@ class Batch:
         return f"Batch(size={self.size}, rows={self.rows}, features={list(self._features)})"
 
 
-def _ids_64(feat):
-    """int64 ``[N]`` ids of a sparse feature; ``(hkey, key)`` pairs give their key when every hkey is 0."""
+def ids_64(feat, holder="a KeyedJaggedTensor"):
+    """int64 ``[N]`` ids of a sparse feature; ``(hkey, key)`` pairs give their key (a strided view) when every hkey
+    is 0, and are a ``ConfigError`` naming ``holder``, which holds 64-bit ids only, otherwise."""
     ids = feat.ids
     if ids.ndim == 1:
         return ids
     if ids[:, 0].any():
-        raise ConfigError(f"feature {feat.name!r} holds 128-bit ids (hkey != 0), which a KeyedJaggedTensor cannot hold")
+        raise ConfigError(f"feature {feat.name!r} holds 128-bit ids (hkey != 0), which {holder} cannot hold")
     return ids[:, 1]
 
 
@@ -299,7 +300,7 @@ def _kjt(batch, table, expand):
             rows = batch.rows_of_samples()
             parts = [_expanded(batch[name], rows[batch.table_of(name)]) for name in names]
         else:
-            parts = [(_ids_64(f), f.values, np.diff(f.offsets)) for f in (batch[n] for n in names)]
+            parts = [(ids_64(f), f.values, np.diff(f.offsets)) for f in (batch[n] for n in names)]
         values = torch.from_numpy(_joined([p[0] for p in parts], np.int64))
         weights = torch.from_numpy(_joined([p[1] for p in parts], np.float32))
         lengths = torch.from_numpy(_joined([p[2] for p in parts], np.int64))
@@ -317,7 +318,7 @@ def _expanded(feat, picked):
     lengths = feat.offsets[picked + 1] - starts
     # the positions of the picked rows' ids, row after row: arange(total) shifted per row
     take = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths - starts, lengths)
-    return _ids_64(feat)[take], feat.values[take], lengths
+    return ids_64(feat)[take], feat.values[take], lengths
 
 
 def _rows_of_table(batch, table, copies):
