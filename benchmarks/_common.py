@@ -118,7 +118,7 @@ def cost_table(results, on_title):
     ``{"off": ..., "on": ...}`` of ``alternated_runs``; ``on_title`` heads the column of samples/s when on."""
     rows = []
     for key, r in results.items():
-        name, threads = key.split()
+        name, threads = key.rsplit(" ", 1)
         off, on = r["off"], r["on"]
         rows.append(
             [
