@@ -1,6 +1,6 @@
 """ingest against the pipelines a user would pick instead, on the same synthetic samples.
 
-Four readers of the same 120,000 synthetic ads samples, every feature (11 sparse with their
+Readers of the same 120,000 synthetic ads samples, every feature (11 sparse with their
 values, 2 dense, 2 labels), batches of 1024, at 1 and 2 threads, with and without per-batch
 unique ids:
 
@@ -11,7 +11,13 @@ unique ids:
   (``num_parallel_calls=n``);
 - ``TFRecord``: the samples as ``tf.train.Example`` (per sparse feature an int64 list of ids and a
   float list of values, dense and labels fixed-length floats) -> ``batch(1024)`` ->
-  ``tf.io.parse_example`` with ``RaggedFeature``s (``num_parallel_calls=n``).
+  ``tf.io.parse_example`` with ``RaggedFeature``s (``num_parallel_calls=n``);
+- ``ingest pb.zst``: ``DataReader`` over the pb file compressed with zstd (``ingest convert`` to ``.pb.zst``);
+- ``Parquet``: the samples as ``ingest convert`` writes Parquet (one row per sample, large_list ids and values
+  per sparse feature, fixed-size lists for dense ones and labels, zstd, row groups of 65,536), read by
+  pyarrow's C++ reader (``ParquetFile.iter_batches``, ``use_threads`` and ``pyarrow.set_cpu_count(n)``) with
+  every column taken into numpy offsets and values: what Merlin, Ray Data and Petastorm read.  Unique ids are
+  not asked of it (pyarrow has none per batch); its rows stay empty with unique ids on.
 
 With unique ids on, the TensorFlow pipelines add ``tf.unique`` over each sparse feature's ids in
 the map.  TensorFlow runs in a subprocess per configuration (alive through every round) with its
@@ -31,6 +37,7 @@ Needs ``pip install 'ingest[tf]'``.
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -40,6 +47,7 @@ import time
 import ingest
 from ingest import synthetic
 from ingest.cli.bench import measure
+from ingest.convert import convert
 
 from _common import OUT, RESULTS, arguments, markdown_table, measured_on, save_report, synthetic_inputs
 
@@ -48,7 +56,7 @@ THREADS = (1, 2)
 # ingest reads its file this many times in a run, so that a run lasts about a second here: thread start and
 # the last batches (one thread busy) then weigh little.  The 120,000 samples read once took ~0.1 s in pb.
 EPOCHS = {"txt": 3, "pb": 8}
-READERS = ("ingest text", "tf.data text", "ingest pb", "TFRecord")  # the table's column order
+READERS = ("ingest text", "tf.data text", "ingest pb", "TFRecord", "ingest pb.zst", "Parquet")  # the table's order
 
 
 # -- ingest ---------------------------------------------------------------------------------------
@@ -56,6 +64,26 @@ def ingest_reader(path, file_type, aux, threads, unique, epochs=1):
     reader = ingest.DataReader("bench_peers", paths=[str(path)], file_type=file_type)
     reader.batch_size(BATCH_SIZE).threads(threads).unique_ids(unique).epochs(epochs)
     return synthetic.declare(reader, aux=aux, serialized=True)
+
+
+# -- Parquet, read by pyarrow ------------------------------------------------------------------------
+def parquet_run(path, threads, epochs):
+    """Samples/s of reading the Parquet file ``epochs`` times, every column into numpy offsets and values."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pa.set_cpu_count(threads)
+    samples, t0 = 0, time.perf_counter()
+    for _ in range(epochs):
+        for record_batch in pq.ParquetFile(path).iter_batches(batch_size=65536, use_threads=threads > 1):
+            for column in record_batch.columns:
+                while isinstance(column, (pa.ListArray, pa.LargeListArray, pa.FixedSizeListArray)):
+                    if not isinstance(column, pa.FixedSizeListArray):
+                        column.offsets.to_numpy()
+                    column = column.values
+                column.to_numpy(zero_copy_only=False)
+            samples += record_batch.num_rows
+    return samples / (time.perf_counter() - t0)
 
 
 # -- TensorFlow (in a subprocess per configuration) -------------------------------------------------
@@ -214,6 +242,13 @@ def main(argv=None):
         )
         os.replace(str(tfrecord) + ".partial", tfrecord)
 
+    pb_zst, parquet = OUT / f"{text.stem}.pb.zst", OUT / f"{text.stem}.parquet"
+    for path in (pb_zst, parquet):
+        if not path.exists():
+            print(f"writing {path} ...", file=sys.stderr, flush=True)
+            partial = path.with_name("partial-" + path.name)  # its extension names the format
+            convert([str(text)], str(partial), aux="auto" if path == pb_zst else None, log=lambda *_: None)
+            os.replace(partial, path)
     configs = [(unique, threads) for unique in (False, True) for threads in THREADS]
     tf_readers = {
         (unique, threads): {
@@ -232,6 +267,10 @@ def main(argv=None):
                     "samples_per_s"
                 ],
                 "ingest pb": measure(ingest_reader(pb, "pb", aux, threads, unique, EPOCHS["pb"]))["samples_per_s"],
+                "ingest pb.zst": measure(ingest_reader(pb_zst, "pb", aux, threads, unique, EPOCHS["pb"]))[
+                    "samples_per_s"
+                ],
+                "Parquet": float("nan") if unique else parquet_run(parquet, threads, EPOCHS["pb"]),
                 **{name: tf.run() for name, tf in tf_readers[unique, threads].items()},
             }
         return out
@@ -248,7 +287,10 @@ def main(argv=None):
         {"unique": unique, "threads": threads, **{name: [r[unique, threads][name] for r in rounds] for name in READERS}}
         for unique, threads in configs
     ]
-    report = save_report("bench_peers", samples=args.samples, runs=args.runs, batch_size=BATCH_SIZE, results=results)
+    sizes = {"pb.zst": os.path.getsize(pb_zst), "parquet": os.path.getsize(parquet)}
+    report = save_report(
+        "bench_peers", samples=args.samples, runs=args.runs, batch_size=BATCH_SIZE, results=results, file_bytes=sizes
+    )
     print(
         f"{args.samples:,} samples (ingest reads them {EPOCHS['txt']} times over in text, {EPOCHS['pb']} in pb), "
         f"batch_size {BATCH_SIZE}, median samples/s of {args.runs} rounds "
@@ -266,15 +308,20 @@ def main(argv=None):
         med = {name: statistics.median(r[name]) for name in READERS}
         rows.append(
             ["on" if r["unique"] else "off", r["threads"]]
-            + [f"{med[k]:,.0f}" for k in READERS]
+            + ["-" if math.isnan(med[k]) else f"{med[k]:,.0f}" for k in READERS]
             + [
                 f"{ratio((config, 'ingest text'), (config, 'tf.data text')):.1f}x",
                 f"{ratio((config, 'ingest pb'), (config, 'TFRecord')):.1f}x",
+                "-" if r["unique"] else f"{ratio((config, 'ingest pb.zst'), (config, 'Parquet')):.2f}x",
             ]
         )
-    print(markdown_table(["unique ids", "threads"] + list(READERS) + ["text vs tf.data", "pb vs TFRecord"], rows))
+    columns = ["text vs tf.data", "pb vs TFRecord", "pb.zst vs Parquet"]
+    print(markdown_table(["unique ids", "threads"] + list(READERS) + columns, rows))
+    print("file sizes: " + ", ".join(f"{name} {size / 1e6:.0f} MB" for name, size in sizes.items()))
     for unique in (False, True):
-        scaling = ", ".join(f"{k} {ratio(((unique, 2), k), ((unique, 1), k)):.2f}x" for k in READERS)
+        scaling = ", ".join(
+            f"{k} {ratio(((unique, 2), k), ((unique, 1), k)):.2f}x" for k in READERS if not (unique and k == "Parquet")
+        )
         print(f"2 threads / 1 thread, unique ids {'on' if unique else 'off'}: {scaling}")
     print(f"JSON: {RESULTS / 'bench_peers.json'}")
 
