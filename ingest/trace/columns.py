@@ -5,7 +5,7 @@ import numpy as np
 
 from ..errors import ConfigError
 
-__all__ = ["TYPES", "DTYPES", "as_array", "column_of", "column_array"]
+__all__ = ["TYPES", "DTYPES", "column_of", "column_array"]
 
 # Type of trace.proto by numpy dtype; bytes (and uint8, the dtype of a byte buffer) are Byte
 TYPES: dict[np.dtype, int] = {
@@ -23,16 +23,18 @@ _NATIVE = frozenset(t for t in TYPES if t.byteorder in "=|")
 _INT32_MAX = 2**31 - 1
 
 
-def as_array(key, value):
-    """``value`` (a numpy array, a torch tensor, bytes, a scalar) as a C-ordered little-endian array of a dtype the
-    format has; a ``ConfigError`` naming the key otherwise."""
-    if type(value) is np.ndarray and value.dtype in _NATIVE and value.flags.c_contiguous:  # a batch's arrays
-        if value.ndim and max(value.shape) > _INT32_MAX:
-            raise ConfigError(f"trace key {key!r}: shape {value.shape} has a dimension past int32, the format's")
-        return value
+def column_of(key, value):
+    """``(dtype code, shape, data)`` of ``value`` (a numpy array, a torch tensor, bytes, a scalar) as the encoding
+    kernel takes a column: ``data`` its bytes in C order, little-endian, a writeable (numba gives read-only
+    arrays a type of their own) uint8 array of one dimension, the array's own memory where it can be; a
+    ``ConfigError`` naming the key for what the format lacks."""
+    if type(value) is np.ndarray and value.dtype in _NATIVE:  # a batch's arrays
+        flags, shape = value.flags, value.shape
+        if flags.c_contiguous and flags.writeable and (not shape or max(shape) <= _INT32_MAX):
+            return TYPES[value.dtype], shape, (value if len(shape) == 1 else value.reshape(-1)).view(np.uint8)
     if isinstance(value, (bytes, bytearray, memoryview)):
-        return np.frombuffer(value, np.uint8)
-    if not isinstance(value, np.ndarray):
+        value = np.frombuffer(value, np.uint8)
+    elif not isinstance(value, np.ndarray):
         if hasattr(value, "detach") and hasattr(value, "numpy"):  # a torch tensor, without importing torch
             value = value.detach().cpu().numpy()
         else:
@@ -49,21 +51,9 @@ def as_array(key, value):
         )
     if value.ndim and max(value.shape) > _INT32_MAX:
         raise ConfigError(f"trace key {key!r}: shape {value.shape} has a dimension past int32, the format's")
-    return value if value.flags.c_contiguous else value.copy(order="C")  # ascontiguousarray makes 0-d arrays 1-d
-
-
-def column_of(key, value):
-    """``(dtype code, shape, data)`` of ``value`` as the encoding kernel takes a column: ``data`` its bytes, a
-    writeable (numba types read-only arrays apart) uint8 array of one dimension, the array's own memory where it
-    can be; a ``ConfigError`` naming the key for what the format lacks."""
-    if type(value) is np.ndarray and value.dtype in _NATIVE:  # a batch's arrays
-        flags, shape = value.flags, value.shape
-        if flags.c_contiguous and flags.writeable and (not shape or max(shape) <= _INT32_MAX):
-            return TYPES[value.dtype], shape, (value if len(shape) == 1 else value.reshape(-1)).view(np.uint8)
-    arr = as_array(key, value)
-    if not arr.flags.writeable:
-        arr = arr.copy()
-    return TYPES[arr.dtype], arr.shape, arr.reshape(-1).view(np.uint8)
+    if not (value.flags.c_contiguous and value.flags.writeable):
+        value = value.copy(order="C")  # ascontiguousarray makes 0-d arrays 1-d
+    return TYPES[value.dtype], value.shape, value.reshape(-1).view(np.uint8)
 
 
 def column_array(column):
