@@ -115,7 +115,8 @@ def markdown_table(header, rows):
 
 def cost_table(results, on_title):
     """The markdown table of what turning a feature on costs: ``results`` maps ``"<input> <threads>"`` to
-    ``{"off": ..., "on": ...}`` of ``alternated_runs``; ``on_title`` heads the column of samples/s when on."""
+    ``{"off": ..., "on": ...}`` of ``alternated_runs`` or ``interleaved_blocks``; ``on_title`` heads the column
+    of samples/s when on."""
     rows = []
     for key, r in results.items():
         name, threads = key.rsplit(" ", 1)

@@ -1,5 +1,5 @@
 """The kernel that writes trace records (``ingest.trace.TraceWriter``): a length-prefixed ``Record`` of XDL's
-``trace.proto`` into a chunk of bytes, without the GIL, each column's data copied once.
+``trace.proto`` into a chunk of bytes, each column's data copied once.
 
 Fields are written as the protobuf library writes them: in number order, proto3 zero values left out, ``shape``
 packed (tests/test_trace_kernel.py checks the library writes the same bytes).  A record is whole after every
@@ -18,7 +18,7 @@ TAG_GSTEP, TAG_LSTEP, TAG_COLUMN, TAG_TIMESTAMP = 0x08, 0x10, 0x1A, 0x20  # Reco
 TAG_DTYPE, TAG_SHAPE, TAG_DATA = 0x08, 0x12, 0x1A  # Column's fields 1, 2 (packed), 3 (bytes)
 U32_LIMIT = 1 << 32  # a record's length prefix is a u32
 DERIVED = -1  # a first dimension in a layout that the column's data length gives
-ITEM_BYTES = np.array([1, 2, 4, 8, 4, 8, 1, 1], np.int64)  # by trace.proto's Type
+ITEM_BYTES = np.array([1, 2, 4, 8, 4, 8, 1, 1], np.int64)  # by trace.proto's Type (as ingest/trace/columns.py)
 
 
 @helper

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from ingest import trace_pb2
-from ingest._native.trace import DERIVED, encode_columns
-from ingest.trace.columns import TYPES, column_of
+from ingest._native.trace import DERIVED, ITEM_BYTES, encode_columns
+from ingest.trace.columns import DTYPES, TYPES, column_of
 from ingest.trace.writer import _padded
 
 _arrays = st.sampled_from(list(TYPES)).flatmap(
@@ -78,3 +78,8 @@ def test_without_room_nothing_is_written_and_the_need_is_exact(arrays, gstep, ls
         assert got == -need and (out == before).all()
     else:
         assert got == pos + need and bytes(out[:got]) == len(whole).to_bytes(4, "little") + whole
+
+
+def test_the_kernels_item_sizes_are_the_formats():
+    """The kernel's bytes per item of each Type (for a ``DERIVED`` first dimension) are those of its numpy dtype."""
+    assert ITEM_BYTES.tolist() == [DTYPES[code].itemsize for code in range(len(DTYPES))]

@@ -49,7 +49,7 @@ class BatchTrace:
             self.writer.write(lstep, gstep, {})  # the step starts: a trainer's add() joins it, not the last one
             return
         if self._getters is None:  # the first batch: its arrays checked, as every write's
-            self._getters = [get for _, get in _getters(batch, self.arrays)]
+            self._getters = _getters(batch, self.arrays)
             self._getters += [operator.attrgetter("sid_bytes"), operator.attrgetter("sid_offsets")]
             values = dict(zip(self._keys, [get(batch) for get in self._getters]))
             self.writer.write(lstep, gstep, values)
@@ -61,8 +61,8 @@ class BatchTrace:
 
 
 def _getters(batch, names):
-    """``[(name, function of a batch giving its array name of Batch.arrays())]``, found on the first batch: building
-    every array's name per batch took longer than writing the trace."""
+    """Per name of ``names``, the function of a batch giving its array of that name in ``Batch.arrays()``, found
+    on the first batch: building every array's name per batch took longer than writing the trace."""
     every = batch.arrays()
     out = []
     for name in names:
@@ -78,7 +78,7 @@ def _getters(batch, names):
         else:  # indicators.<k>
             get = functools.partial(_by_name, name)
         assert get(batch) is every[name]
-        out.append((name, get))
+        out.append(get)
     return out
 
 

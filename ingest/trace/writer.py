@@ -145,7 +145,7 @@ class TraceWriter:
     closed and at every ``flush()``.  Indexes continue after the files of the same mode, name and rank already
     in ``output_dir``, so a job restarted into the same folder adds files instead of replacing them.
 
-    Each write's arrays are encoded when it is made, by a kernel that holds no GIL, into the record of its step;
+    Each write's arrays are encoded when it is made, by one kernel call, into the record of its step;
     one background thread writes the records, handed over in chunks of about 1 MiB through a queue of
     ``queue_depth`` chunks.  An error of that thread (a full disk, a lost connection)
     is raised by the next ``write``, ``flush`` or ``close``.
