@@ -17,7 +17,6 @@ import concurrent.futures
 import contextlib
 import os
 import tempfile
-import uuid
 
 import numpy as np
 
@@ -25,24 +24,24 @@ from ._native.encode import identical_features
 from ._native.text_write import TextLayout, TextRows, write_text_rows
 from .discover import scan_features
 from . import warmup
-from .errors import ConfigError, DataError, SourceError
+from .errors import ConfigError, DataError
 from .features import DenseLayout, Schema, make_feature
 from .formats import FileType, format_of
 from .formats.encoding import RecordEncoder, byte_blob
 from .formats.protobuf import ProtobufFormat
 from .formats.text import TextFormat
-from .optional import require
 from .blocks import placeholder_block
 from .parquet import Parquet, format_or_parquet, parquet_blocks, refuse_compressed, scan_parquet, write_parquet
+from .parts import AtomicWriter, dask_client, output_parts, run_on_cluster, write_manifest
 from .produce import is_topic, produce
 from .sources import expand_paths, plan_units
-from .sources.compression import compressed_writer, infer_compression, strip_suffix
-from .sources.filesystems import check_writable, url_to_fs
+from .sources.compression import infer_compression
+from .sources.filesystems import check_writable
 
 __all__ = ["choose_aux", "convert", "LEAD_BYTES"]
 
 LEAD_BYTES = 4 << 20  # leading sample read by --aux auto
-SCHEDULER_TIMEOUT = 8  # seconds to wait for a Dask scheduler to answer
+MIB = 1 << 20
 
 
 # -- text -> pb: the aux choice ----------------------------------------------------------------
@@ -96,55 +95,19 @@ class _Identical:
         return [n for n, k in zip(names, keep) if k]
 
 
-# -- writing ------------------------------------------------------------------------------------
-class _AtomicWriter:
-    """A file written under a temporary name in the same directory, renamed on ``commit()``."""
-
-    def __init__(self, url):
-        self.url = url
-        self.fs, self.path = url_to_fs(url)
-        parent, name = os.path.split(self.path)
-        self.tmp = os.path.join(parent, f".{name}.{uuid.uuid4().hex[:8]}.tmp")
-        if parent:
-            self.fs.makedirs(parent, exist_ok=True)
-        self.raw = self.fs.open(self.tmp, "wb")
-        try:
-            self.f = compressed_writer(self.raw, infer_compression(url))
-        except ConfigError as exc:
-            self.abort()
-            raise ConfigError(f"{url}: {exc}") from None
-        self.bytes = 0
-
-    def write(self, data):
-        self.f.write(memoryview(data))
-        self.bytes += len(data)
-
-    def commit(self):
-        if self.f is not self.raw:
-            self.f.close()
-        self.raw.close()
-        self.fs.mv(self.tmp, self.path)
-
-    def abort(self):
-        try:
-            self.raw.close()
-            self.fs.rm(self.tmp)
-        except OSError:
-            pass
-
-
-def _text_to_records(units, schema, aux, simple, threads, write, progress=None):
+# -- text -> pb/spb -------------------------------------------------------------------------------
+def _text_to_records(units, schema, aux, simple, threads, write, count, progress=None):
     """Parse and encode text units on ``threads`` threads; ``write`` gets the records in input order,
-    ``progress.update`` the bytes of each unit converted."""
+    ``count`` each Block, ``progress.update`` the bytes of each unit converted."""
     fmt = TextFormat(schema)
     encoder = RecordEncoder(schema, set(aux), simple)
 
     def work(unit):
-        parts, nbytes = [], 0
+        parts, blocks = [], []
         for blk in fmt.read_unit(unit):
             parts += encoder.encode(blk)
-            nbytes += blk.nbytes
-        return parts, nbytes
+            blocks.append(blk)
+        return parts, blocks
 
     with concurrent.futures.ThreadPoolExecutor(threads) as pool:
         pending = []
@@ -154,11 +117,13 @@ def _text_to_records(units, schema, aux, simple, threads, write, progress=None):
             if len(pending) >= 2 * threads:
                 break
         while pending:
-            parts, nbytes = pending.pop(0).result()
+            parts, blocks = pending.pop(0).result()
             for part in parts:
                 write(part)
+            for blk in blocks:
+                count(blk)
             if progress is not None:
-                progress.update(nbytes)
+                progress.update(sum(blk.nbytes for blk in blocks))
             nxt = next(it, None)
             if nxt is not None:
                 pending.append(pool.submit(work, nxt))
@@ -235,11 +200,12 @@ class _TextWriter:
         return len(sizes)
 
 
-def _records_to_text(unit, schema, simple, write, first_group, progress=None):
-    """Write the samples of a pb/spb unit as text lines; returns the groups written."""
+def _records_to_text(unit, schema, simple, write, first_group, count, progress=None):
+    """Write the samples of a pb/spb unit as text lines (``count`` gets each Block); returns the groups written."""
     writer = _TextWriter(schema)
     group = first_group
     for blk in ProtobufFormat(schema, simple=simple).read_unit(unit):
+        count(blk)
         if blk.sp_hkeys is not None and blk.sp_hkeys.any():
             raise DataError(
                 "a 128-bit id (hkey != 0) has no text form;",
@@ -255,15 +221,18 @@ def _records_to_text(unit, schema, simple, write, first_group, progress=None):
     return group - first_group
 
 
-def _blocks_to_records(blocks, schema, dst, write):
-    """Write Blocks of one table and one sample per group (``parquet_blocks``) as text lines or pb/spb records."""
+def _blocks_to_records(blocks, schema, dst, write, count):
+    """Write Blocks of one table and one sample per group (``parquet_blocks``) as text lines or pb/spb records
+    (``count`` gets each Block)."""
     if dst is FileType.txt:
         writer, group = _TextWriter(schema), 0
         for blk in blocks:
+            count(blk)
             group += writer.write(blk, group, write)
         return
     encoder = RecordEncoder(schema, set(), dst is FileType.spb)
     for blk in blocks:
+        count(blk)
         for part in encoder.encode(blk):
             write(part)
 
@@ -364,52 +333,67 @@ def _compile_side_by_side(src, dst):
 
 
 # -- driver -----------------------------------------------------------------------------------------
-def _output_plan(inputs, output, dst):
-    """``[(input files, output url)]``: one output file, or one per input file in a directory."""
-    fs, path = url_to_fs(output)
-    is_dir = (
-        output.endswith("/")
-        or (fs.exists(path) and fs.isdir(path))
-        or (len(inputs) > 1 and not os.path.splitext(path)[1])
-    )
-    if not is_dir:
-        return [(inputs, output)]
-    plan = []
-    for url, size in inputs:
-        name = strip_suffix(url.rstrip("/").rsplit("/", 1)[-1])
-        stem = name.rsplit(".", 1)[0] if "." in name else name
-        plan.append(([(url, size)], output.rstrip("/") + "/" + stem + "." + dst.value))
-    return plan
+RANGE_MB = 256  # on a cluster: the byte ranges of a large text input, one task and one part each
+SAMPLE_MB = 16  # on a cluster: the leading MB of each input that the features are found from
 
 
-def convert(inputs, output, *, src=None, dst=None, aux=None, threads=None, scheduler=None, log=print, progress=None):
-    """Convert sample files; returns a summary dict (inputs, outputs, aux features, bytes).
+def convert(
+    inputs,
+    output,
+    *,
+    src=None,
+    dst=None,
+    aux=None,
+    threads=None,
+    scheduler=None,
+    client=None,
+    range_mb=RANGE_MB,
+    sample_mb=SAMPLE_MB,
+    compression=None,
+    log=print,
+    progress=None,
+):
+    """Convert sample files; returns a summary dict (inputs, outputs, aux features, bytes, samples).
 
     Parameters
     ----------
     inputs : list of str
         Files, directories, globs or URLs, all of one format.
     output : str
-        A file (all inputs, in order), a directory (one file per input, named after it), or a
-        ``kafka://`` topic (staged in a temporary local file, then sent as ``ingest produce`` does;
-        ``dst`` defaults to pb).
+        A file (all inputs, in order), a directory (one file per input, named after it, and a ``_manifest.json``
+        listing them in input order), or a ``kafka://`` topic (staged in a temporary local file, then sent as
+        ``ingest produce`` does; ``dst`` defaults to pb).
     src, dst : str or None
         Formats; inferred from the names when None.
     aux : None, "auto" or list of str
         text -> pb only: the features stored once per group in table 1.
     threads : int
-        Parse/encode threads (default: the CPU count).
+        Parse/encode threads (default: the CPU count); one per task on a cluster.
     scheduler : str or None
-        Address of a Dask scheduler: the output files are written by its workers.
+        Address of a Dask scheduler whose workers write the output, a directory (``parts.py``): uncompressed text
+        inputs larger than ``range_mb`` MB are cut at group boundaries into ranges of about that size, one task
+        and one part each; other inputs are one task each.
+    client : dask.distributed.Client or None
+        The same through a client the caller holds.
+    sample_mb : int
+        On a cluster, the features (and ``aux="auto"``) are found from the first ``sample_mb`` MB of each input;
+        a task that meets a feature the sample did not have fails, naming it and its file.
+    compression : str or None
+        Codec of the files of a directory output (``zstd``, ``gzip``, ``lz4``); a file output's is its suffix.
     progress : object with ``update(n)`` and ``total``, or None
-        Told of the input bytes converted as they are (a tqdm bar; not with a scheduler).  ``total`` is set to
+        Told of the input bytes converted as they are (a tqdm bar; not on a cluster).  ``total`` is set to
         the input bytes when no input is compressed.
     """
     if is_topic(output):  # staged in a local file, then sent whole groups or records per message
+        if scheduler or client:
+            raise ConfigError(
+                f"{output}: a topic is sent from this machine; convert to a directory on the cluster, then "
+                "`ingest produce` it"
+            )
         with tempfile.TemporaryDirectory(prefix="ingest-convert-") as tmp:
             dst = format_of("x.pb", dst)
             staged = os.path.join(tmp, f"staged.{dst.value}")
-            summary = convert(inputs, staged, src=src, dst=dst, aux=aux, threads=threads, scheduler=scheduler, log=log)
+            summary = convert(inputs, staged, src=src, dst=dst, aux=aux, threads=threads, log=log)
             summary["kafka"] = produce([staged], output, dst.value, log=log)
             summary["outputs"] = [output]
             return summary
@@ -420,20 +404,31 @@ def convert(inputs, output, *, src=None, dst=None, aux=None, threads=None, sched
         raise ConfigError(f"--from and --to are both {src.value}: nothing to convert")
     if aux and (src is not FileType.txt or dst is not FileType.pb):
         raise ConfigError("--aux applies to text -> pb only")
-    plan = _output_plan(files, output, dst)
-    for _, out in plan:  # before anything is read
-        check_writable(out, "output")
-        if dst is Parquet.parquet:
-            refuse_compressed(out)
-    with _dask_client(scheduler) if scheduler else contextlib.nullcontext() as client:
-        threads = threads or os.cpu_count() or 1
+    with dask_client(scheduler) if scheduler else contextlib.nullcontext(client) as client:
+        on_cluster = client is not None
+        parts, directory = output_parts(
+            files,
+            output,
+            dst.value,
+            compression=compression,
+            range_bytes=max(1, int(range_mb * MIB)) if on_cluster else None,
+            splittable=src is FileType.txt and dst is not Parquet.parquet,
+        )
+        for part in parts:  # before anything is read
+            check_writable(part.url, "output")
+            if dst is Parquet.parquet:
+                refuse_compressed(part.url)
+        threads = 1 if on_cluster else threads or os.cpu_count() or 1
+        limit = max(1, int(sample_mb * MIB)) if on_cluster else None
         summary = {"from": src.value, "to": dst.value, "inputs": [u for u, _ in files], "aux": []}
+        kernels_ready = None
         if src is Parquet.parquet:
             warmup.notice(["write-text" if dst is FileType.txt else "write-pb"])
-            kernels_ready, features = (lambda: None), scan_parquet(files)
-        else:  # to Parquet: the reader announces and compiles its kernels
-            kernels_ready = _compile_side_by_side(src, dst) if dst is not Parquet.parquet else (lambda: None)
-            features = scan_features(plan_units(files, splittable=False), src, threads)
+            features = scan_parquet(files)
+        else:  # to Parquet: the reader announces and compiles its kernels; on a cluster, the workers do
+            if dst is not Parquet.parquet and not on_cluster:
+                kernels_ready = _compile_side_by_side(src, dst)
+            features = scan_features(plan_units(files, splittable=False), src, os.cpu_count() or 1, limit)
         if features.label_count != features.max_labels:
             raise DataError(
                 f"samples have {features.label_count} to {features.max_labels} labels;",
@@ -459,56 +454,87 @@ def convert(inputs, output, *, src=None, dst=None, aux=None, threads=None, sched
             summary["features"] = {"declared": features.declarations(), "label_count": features.label_count}
             if dst is FileType.pb:
                 log(f"aux features (table 1): {', '.join(aux) if aux else '(none)'}")
-        kernels_ready()
+        if kernels_ready is not None:
+            kernels_ready()
         job = dict(src=src, dst=dst, aux=aux, features=features, threads=threads)
-        if client is not None:
-            futures = client.map(lambda item: _convert_one(item[0], item[1], **job), plan, pure=False)
-            results = client.gather(futures)
+        if on_cluster:
+            results = run_on_cluster(client, parts, _convert_part, **job, sample_mb=sample_mb)
         else:
             if progress is not None and not any(infer_compression(url) for url, _ in files):
                 progress.total = sum(size or 0 for _, size in files)
-            results = [_convert_one(ins, out, **job, progress=progress) for ins, out in plan]
-    summary["outputs"] = [r[0] for r in results]
-    summary["bytes_out"] = sum(r[1] for r in results)
+            results = [_convert_part(part, **job, progress=progress) for part in parts]
+        if directory is not None:
+            write_manifest(directory, parts, results, dst.value)
+    summary["outputs"] = [part.url for part in parts]
+    summary["bytes_out"] = sum(r["bytes"] for r in results)
     summary["bytes_in"] = sum(s or 0 for _, s in files)
+    summary["samples"] = sum(r["samples"] for r in results)
     return summary
 
 
-def _dask_client(address):
-    """A Dask client of the scheduler at ``address``; a ``SourceError`` when none answers within
-    ``SCHEDULER_TIMEOUT`` seconds."""
-    client_class = require("dask.distributed", "distributed", "dask").Client
-    try:
-        return client_class(address, timeout=SCHEDULER_TIMEOUT)
-    except (OSError, ValueError) as exc:
-        raise SourceError(
-            f"--scheduler {address}: no Dask scheduler answered within {SCHEDULER_TIMEOUT} s "
-            f"({' '.join(str(exc).split())})",
-            source=address,
-        ) from exc
+def _convert_part(part, *, src, dst, aux, features, threads, sample_mb=None, progress=None):
+    """Write one output file (a ``Part``); returns its ``bytes`` (before compression), ``samples`` and ``groups``.
+    With ``sample_mb`` (on a cluster), its input is first checked to hold only the ``features`` of the sample."""
+    schema = features.schema()
+    units = None if part.unit is None else [part.unit]
+    if sample_mb is not None and src is not Parquet.parquet:
+        _check_sampled(units or plan_units(part.files, splittable=False), src, features, sample_mb)
+    counts = {"samples": 0, "groups": 0}
 
+    def count(blk):
+        counts["samples"] += blk.nrows
+        counts["groups"] += len(blk.group_offsets) - 1
 
-def _convert_one(files, output, *, src, dst, aux, features, threads, progress=None):
-    """Write one output file from ``files``; returns ``(url, bytes written before compression)``."""
-    writer = _AtomicWriter(output)
+    writer = AtomicWriter(part.url)
     try:
-        if dst is Parquet.parquet:
-            write_parquet(files, src, features, threads, writer.write, progress)
-        elif src is Parquet.parquet:
-            _blocks_to_records(parquet_blocks(files, features.schema(), progress), features.schema(), dst, writer.write)
-        elif src is FileType.txt:
-            units = plan_units(files, splittable=True, task_num=threads)
-            _text_to_records(
-                units, features.schema(), aux, dst is FileType.spb, threads, writer.write, progress=progress
+        if dst is Parquet.parquet:  # Parquet holds one sample per row, no groups
+            counts["samples"] = counts["groups"] = write_parquet(
+                part.files, src, features, threads, writer.write, progress
             )
+        elif src is Parquet.parquet:
+            _blocks_to_records(parquet_blocks(part.files, schema, progress), schema, dst, writer.write, count)
+        elif src is FileType.txt:
+            units = units or plan_units(part.files, splittable=True, task_num=threads)
+            _text_to_records(units, schema, aux, dst is FileType.spb, threads, writer.write, count, progress)
         elif dst is FileType.txt:
             group = 0
-            for unit in plan_units(files, splittable=False):
-                group += _records_to_text(unit, features.schema(), src is FileType.spb, writer.write, group, progress)
+            for unit in units or plan_units(part.files, splittable=False):
+                group += _records_to_text(unit, schema, src is FileType.spb, writer.write, group, count, progress)
         else:
             raise ConfigError(f"{src.value} -> {dst.value}: convert through text (txt)")
         writer.commit()
     except BaseException:
         writer.abort()
         raise
-    return output, writer.bytes
+    return {"bytes": writer.bytes, **counts}
+
+
+def _check_sampled(units, src, sampled, sample_mb):
+    """A ``DataError`` when ``units`` hold a feature, or more labels, than ``sampled`` (the features found in
+    the first ``sample_mb`` MB of each input): the parser would skip that feature, or those labels, silently."""
+    found = scan_features(units, src)
+    known = {name: rest for name, *rest in sampled.declarations()}
+    unit = units[0]
+    where = f"bytes {unit.start}-{unit.end if unit.end is not None else unit.size} of this file"
+    for name, *rest in found.declarations():
+        if known.get(name) != rest:
+            raise DataError(
+                f"feature {name!r} of {where} is {'not' if name not in known else 'otherwise'} in the first "
+                f"{sample_mb} MB of each input, which the features were found from;",
+                source=unit.url,
+                offset=unit.start,
+                text=name,
+                feature=name,
+                kind="UNSAMPLED_FEATURE",
+                expected=f"the features of the sample: give a --sample-mb larger than {sample_mb}",
+            )
+    if found.max_labels > sampled.max_labels:
+        raise DataError(
+            f"samples of {where} have {found.max_labels} labels, more than the {sampled.max_labels} of the first "
+            f"{sample_mb} MB of each input;",
+            source=unit.url,
+            offset=unit.start,
+            text="",
+            kind="TOO_MANY_LABELS",
+            expected=f"as many labels as the sample: give a --sample-mb larger than {sample_mb}",
+        )

@@ -19,6 +19,7 @@ from .features import Schema, make_feature
 from .formats import FileType
 from .formats.base import grown, refill
 from .formats.protobuf import framing_problem
+from .formats.text import range_span
 
 __all__ = ["FoundFeatures", "scan_text_features", "scan_record_features", "scan_features", "names_in"]
 
@@ -51,20 +52,29 @@ class FoundFeatures:
         return Schema(specs, self.label_count)
 
 
-def _scan_file(unit, limit, scan):
-    """Feed the first ``limit`` bytes of a file (all when None) to ``scan`` window by window.
+def _scan_file(unit, limit, scan, span=None):
+    """Feed the first ``limit`` bytes of a file (all when None), or of ``span`` (``(start, end)`` offsets), to
+    ``scan`` window by window.
 
     ``scan(buf, filled, at_end, base)`` (``base``: the file offset of ``buf[0]``) returns how many
     bytes of ``buf[:filled]`` it used; the
     rest is kept for the next window, and the buffer doubles when nothing could be used.
-    ``at_end`` is True when the file itself ended (not the limit).
+    ``at_end`` is True when the file or the span ended (not the limit).
     """
+    start, end = span or (0, None)
+    if end is not None and (limit is None or end - start <= limit):
+        limit, hard_limit = end - start, True
+    else:
+        hard_limit = False
     buf = np.empty(_SCAN_CHUNK, np.uint8)
-    filled = done = 0  # done: bytes of the file before buf[0]
+    filled = done = 0  # done: bytes read before buf[0]
     with unit.open() as f:
+        if start:
+            f.seek(start)
         while True:
             filled, eof = refill(f, buf, filled, None if limit is None else limit - done)
-            used = scan(buf, filled, eof and (limit is None or done + filled < limit), done)
+            ended = eof and (hard_limit or limit is None or done + filled < limit)
+            used = scan(buf, filled, ended, start + done)
             if eof:
                 return
             if used == 0:  # a line or record longer than the buffer
@@ -76,7 +86,8 @@ def _scan_file(unit, limit, scan):
 
 
 def _scan_unit(unit, limit):
-    """Features of one file (its first ``limit`` bytes when given): ``(sparse, dense, labels_seen)``."""
+    """Features of one file or byte range (its first ``limit`` bytes when given): ``(sparse, dense,
+    labels_seen)``."""
     sparse, dense = [], {}
     labels_seen = np.array([1 << 30, -1], np.int64)
     tables = [build_name_table(sparse), build_name_table([])]
@@ -108,12 +119,17 @@ def _scan_unit(unit, limit):
                 tables[1] = build_name_table(list(dense))
         return cut
 
-    _scan_file(unit, limit, scan)
+    span = None
+    if not unit.whole:
+        with unit.open() as f:
+            span = range_span(f, unit)
+    _scan_file(unit, limit, scan, span)
     return sparse, dense, labels_seen
 
 
 def scan_text_features(units, threads=1, limit=None):
-    """``FoundFeatures`` of text work units (whole files, Kafka partitions), scanned in parallel threads."""
+    """``FoundFeatures`` of text work units (whole files, byte ranges, Kafka partitions), scanned in parallel
+    threads."""
     with concurrent.futures.ThreadPoolExecutor(max(1, threads)) as pool:
         found = list(pool.map(lambda u: _scan_unit(u, limit), units))
     sparse, dense = [], {}

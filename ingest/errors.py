@@ -102,6 +102,9 @@ class DataError(IngestError):
         self.context = context
         super().__init__(self._message())
 
+    def __reduce__(self):  # rebuilt from its attributes where it crosses processes (a Dask task's error)
+        return _rebuilt, (type(self), self.__dict__)
+
     def _message(self):
         where = f"{self.source}:{self.line}" if self.line is not None else f"{self.source}"
         parts = [where]
@@ -123,6 +126,13 @@ class DataError(IngestError):
         left = max(0, col - width // 2)
         snippet = ctx[left : left + width]
         return f"{self}\n  {snippet}\n  {' ' * (col - left)}^"
+
+
+def _rebuilt(cls, attributes):
+    error = cls.__new__(cls)
+    error.__dict__.update(attributes)
+    Exception.__init__(error, error._message())
+    return error
 
 
 class TextParseError(DataError):

@@ -94,14 +94,24 @@ def test_structured_compression_stores_aux_lines_once_per_distinct_content(tmp_p
     np.testing.assert_array_equal(batch["d"][:3], [[1, 2], [1, 2], [3, 4]])
 
 
-def test_pb_is_smaller_and_directory_output_has_one_file_per_input(tmp_path):
+def test_pb_is_smaller_and_directory_output_has_one_file_per_input_and_a_manifest(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
-    inputs = [str(SAMPLES / "ads.txt"), str(SAMPLES / "xdl_example.txt")]
+    inputs = [str(SAMPLES / "xdl_example.txt"), str(SAMPLES / "ads.txt")]  # not in name order
     summary = convert(inputs, str(out) + "/", dst="pb", aux="auto", **quiet)
-    assert sorted(p.name for p in out.iterdir()) == ["ads.pb", "xdl_example.pb"]
-    assert (out / "ads.pb").stat().st_size * 2 < (SAMPLES / "ads.txt").stat().st_size
-    assert summary["outputs"] == [str(out / "ads.pb"), str(out / "xdl_example.pb")]
+    assert sorted(p.name for p in out.iterdir()) == ["_manifest.json", "ads.pb", "xdl_example.pb"]
+    assert (out / "ads.pb").stat().st_size < (SAMPLES / "ads.txt").stat().st_size
+    assert summary["outputs"] == [str(out / "xdl_example.pb"), str(out / "ads.pb")]
+    manifest = json.loads((out / "_manifest.json").read_text())
+    counts = [ingest.inspect(p, n=0) for p in inputs]
+    assert [(p["path"], p["input"], p["samples"], p["groups"]) for p in manifest["parts"]] == [
+        ("xdl_example.pb", inputs[0], counts[0]["samples"], counts[0]["groups"]),
+        ("ads.pb", inputs[1], counts[1]["samples"], counts[1]["groups"]),
+    ]
+    assert manifest["samples"] == summary["samples"] == counts[0]["samples"] + counts[1]["samples"]
+    # reading the directory follows the manifest: the input's order, not the names'
+    ids = [s["sid"] for p in (SAMPLES / "xdl_example.txt", SAMPLES / "ads.txt") for s in _all_samples(p)]
+    assert [s["sid"] for s in _all_samples(out, "pb")] == ids
 
 
 @pytest.mark.parametrize("suffix", [".zst", ".lz4", ".gz"])

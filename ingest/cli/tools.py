@@ -4,7 +4,7 @@ import argparse
 import json
 import sys
 
-from ..convert import convert
+from ..convert import RANGE_MB, SAMPLE_MB, convert
 from ..errors import IngestError
 from ..inspect import inspect
 from ..produce import produce
@@ -22,7 +22,13 @@ become group numbers.  --to parquet writes one row per sample (sample_id, labels
 65,536 samples; sample groups are not kept); --from parquet reads such files, also from other tools (list or large_list
 columns, float64 cast, <f>.values optional).  Formats come from the extensions (.txt, .pb,
 .spb, plus .gz/.zst; .parquet) unless given.  OUTPUT is one file, or a directory that
-receives one file per input.
+receives one file per input (compressed with --compression) and a _manifest.json listing them
+in input order; reading the directory follows it.
+
+With --scheduler, a Dask cluster's workers write a directory: uncompressed text inputs larger
+than --range-mb are cut at group boundaries into ranges of that size, one task and one part
+each (name.00000.pb...); features come from the first --sample-mb of each input, and a task
+that meets another feature fails, naming it.
 """
 
 
@@ -44,6 +50,9 @@ def _run_convert(args):
                 aux=aux,
                 threads=args.threads,
                 scheduler=args.scheduler,
+                range_mb=args.range_mb,
+                sample_mb=args.sample_mb,
+                compression=args.compression,
                 log=_log,
                 progress=bar,
             )
@@ -77,6 +86,25 @@ def add_convert(commands):
         "--scheduler",
         metavar="ADDRESS",
         help="Dask scheduler address: output files are written by its workers (pip install distributed)",
+    )
+    p.add_argument(
+        "--range-mb",
+        type=float,
+        default=RANGE_MB,
+        metavar="MB",
+        help=f"with --scheduler: byte ranges of large text inputs, one task each (default: {RANGE_MB})",
+    )
+    p.add_argument(
+        "--sample-mb",
+        type=float,
+        default=SAMPLE_MB,
+        metavar="MB",
+        help=f"with --scheduler: leading MB of each input the features are found from (default: {SAMPLE_MB})",
+    )
+    p.add_argument(
+        "--compression",
+        choices=["zstd", "gzip", "lz4"],
+        help="codec of the files of a directory output (a file output's comes from its name)",
     )
     p.add_argument("--json", action="store_true", help="print a JSON summary")
     p.set_defaults(run=_run_convert)

@@ -15,7 +15,7 @@ from ..features import DenseLayout
 from ..blocks import Block, Table, empty_aux_tables
 from .base import UnitFormat, grown, refill, whole_so_far
 
-__all__ = ["TextFormat", "group_start_at_or_after", "count_lines_before"]
+__all__ = ["TextFormat", "group_start_at_or_after", "range_span", "count_lines_before"]
 
 _FIELD_NAMES = {
     K.F_LINE: "line",
@@ -196,6 +196,13 @@ def group_start_at_or_after(f, offset, size):
         tail = lines[-1]
 
 
+def range_span(f, unit):
+    """``(start, end)``: the bytes of the file ``f`` that the byte-range unit ``unit`` holds, both ends aligned to
+    group starts (``group_start_at_or_after``)."""
+    start = group_start_at_or_after(f, unit.start, unit.size)
+    return start, unit.size if unit.end is None else group_start_at_or_after(f, unit.end, unit.size)
+
+
 def count_lines_before(unit, offset):
     """Number of newlines in the unit's file before ``offset`` (for line numbers of errors)."""
     n = 0
@@ -256,9 +263,8 @@ class TextFormat(UnitFormat):
         start = unit.stream_start  # unit.open() positioned a whole unit there
         end = None
         if not unit.whole:
-            if unit.resume is None:
-                start = group_start_at_or_after(f, unit.start, unit.size)
-            end = unit.size if unit.end is None else group_start_at_or_after(f, unit.end, unit.size)
+            aligned, end = range_span(f, unit)
+            start = aligned if unit.resume is None else start
             if start >= end:
                 return
             f.seek(start)

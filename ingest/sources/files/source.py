@@ -1,6 +1,7 @@
 """Files through fsspec: expansion of paths, planning them as whole files or byte ranges, opening them."""
 
 import dataclasses
+import json
 import os
 from dataclasses import dataclass
 
@@ -11,9 +12,10 @@ from ..filesystems import url_to_fs
 from ..hdfs import check_reachable
 from .streams import FileStream, RangeStream, ReadAhead, skip
 
-__all__ = ["FileRange", "FileSource", "expand_paths", "plan_units", "open_file"]
+__all__ = ["FileRange", "FileSource", "MANIFEST", "expand_paths", "plan_units", "open_file"]
 
 _GLOB_CHARS = "*?["
+MANIFEST = "_manifest.json"  # a directory's list of parts in order (ingest convert)
 MIB = 1 << 20
 
 
@@ -62,8 +64,27 @@ def _hidden(path):
     return name.startswith(".") or name.startswith("_")
 
 
+def _listed(fs, root, path):
+    """The files a directory's ``_manifest.json`` lists (``ingest convert``'s parts, in input order), or None
+    without one."""
+    manifest = root.rstrip("/") + "/" + MANIFEST
+    if not fs.exists(manifest):
+        return None
+    try:
+        with fs.open(manifest, "rb") as f:
+            names = [part["path"] for part in json.load(f)["parts"]]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise SourceError(f"{path}: {MANIFEST} is not a manifest of parts ({exc})", source=path) from None
+    found = [root.rstrip("/") + "/" + name for name in names]
+    missing = [name for name, p in zip(names, found) if not fs.exists(p)]
+    if missing:
+        raise SourceError(f"{path}: {MANIFEST} lists {missing[0]}, which is not there", source=path)
+    return found
+
+
 def expand_paths(paths):
-    """Expand files, directories (recursively, hidden and ``_`` files skipped) and globs.
+    """Expand files, directories (recursively, hidden and ``_`` files skipped; in the order of their
+    ``_manifest.json`` when they have one) and globs.
 
     Returns a list of ``(url, size)``, each path's files sorted, paths in the given order.
     A path that matches nothing is a ``SourceError``.
@@ -82,7 +103,9 @@ def expand_paths(paths):
             if any(c in root for c in _GLOB_CHARS):
                 found = sorted(p for p in fs.glob(root) if not fs.isdir(p))
             elif fs.isdir(root):
-                found = sorted(p for p in fs.find(root) if not _hidden(p))
+                found = _listed(fs, root, path)
+                if found is None:
+                    found = sorted(p for p in fs.find(root) if not _hidden(p))
             elif fs.exists(root):
                 found = [root]
             else:
