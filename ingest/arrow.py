@@ -17,7 +17,7 @@ from .blocks import Block, Table
 from .errors import ConfigError
 from .features import FeatureType
 
-__all__ = ["batch_to_arrow", "record_schema", "arrow_features", "list_widths", "block_from_arrow"]
+__all__ = ["batch_to_arrow", "record_schema", "arrow_features", "list_widths", "sample_id_buffers", "block_from_arrow"]
 
 
 # -- batch -> Arrow ---------------------------------------------------------------------------------
@@ -206,7 +206,7 @@ def _matrix(column, width, place, name):
     return values.reshape(len(offsets) - 1, width)
 
 
-def _sid(column, n):
+def sample_id_buffers(column, n):
     """``(bytes uint8 [S], offsets int64 [n + 1])`` of the sample id column (nulls empty), or of n empty ids."""
     if column is None:
         return np.zeros(0, np.uint8), np.zeros(n + 1, np.int64)
@@ -257,7 +257,7 @@ def block_from_arrow(record_batch, schema, source, first_row=0) -> Block:
         base += len(ids)
     stamp = cols.get("timestamp")
     timestamps = np.zeros(n, np.int64) if stamp is None else _cast(stamp.fill_null(0), pa.int64(), place("timestamp"))
-    sid_bytes, sid_offsets = _sid(cols.get("sample_id"), n)
+    sid_bytes, sid_offsets = sample_id_buffers(cols.get("sample_id"), n)
     return Block(
         tables=(Table(n, offsets, dense),),
         group_offsets=np.arange(n + 1, dtype=np.int64),

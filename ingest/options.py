@@ -42,3 +42,4 @@ class ReaderOptions:
     timeline_mb: float = 100  # size of a timeline file before the next one starts
     sources: dict = field(default_factory=dict)  # URL scheme -> its source's options (reader.kafka()...)
     unit_bytes: object = None
+    units: Optional[tuple] = None  # work units planned elsewhere, read instead of the paths' (ingest.ray's read tasks)

@@ -315,6 +315,8 @@ class DataReader:
         if self._member is not None:  # units come as the group assigns partitions
             mine = []
             self._progress = Progress([])
+        elif o.units is not None:
+            mine = list(o.units)
         else:
             mine = self._plan_units(fmt)[o.task[0] :: o.task[1]]
         self._units = mine
