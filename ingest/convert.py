@@ -345,7 +345,6 @@ def convert(
     dst=None,
     aux=None,
     threads=None,
-    scheduler=None,
     client=None,
     range_mb=RANGE_MB,
     sample_mb=SAMPLE_MB,
@@ -369,12 +368,10 @@ def convert(
         text -> pb only: the features stored once per group in table 1.
     threads : int
         Parse/encode threads (default: the CPU count); one per task on a cluster.
-    scheduler : str or None
-        Address of a Dask scheduler whose workers write the output, a directory (``parts.py``): uncompressed text
-        inputs larger than ``range_mb`` MB are cut at group boundaries into ranges of about that size, one task
-        and one part each; other inputs are one task each.
-    client : dask.distributed.Client or None
-        The same through a client the caller holds.
+    client : dask.distributed.Client, str or None
+        A Dask client, or the address of a scheduler (``--scheduler``), whose workers write the output, a
+        directory (``parts.py``): uncompressed text inputs larger than ``range_mb`` MB are cut at group
+        boundaries into ranges of about that size, one task and one part each; other inputs are one task each.
     sample_mb : int
         On a cluster, the features (and ``aux="auto"``) are found from the first ``sample_mb`` MB of each input;
         a task that meets a feature the sample did not have fails, naming it and its file.
@@ -385,7 +382,7 @@ def convert(
         the input bytes when no input is compressed.
     """
     if is_topic(output):  # staged in a local file, then sent whole groups or records per message
-        if scheduler or client:
+        if client is not None:
             raise ConfigError(
                 f"{output}: a topic is sent from this machine; convert to a directory on the cluster, then "
                 "`ingest produce` it"
@@ -404,7 +401,7 @@ def convert(
         raise ConfigError(f"--from and --to are both {src.value}: nothing to convert")
     if aux and (src is not FileType.txt or dst is not FileType.pb):
         raise ConfigError("--aux applies to text -> pb only")
-    with dask_client(scheduler) if scheduler else contextlib.nullcontext(client) as client:
+    with dask_client(client) if isinstance(client, str) else contextlib.nullcontext(client) as client:
         on_cluster = client is not None
         parts, directory = output_parts(
             files,

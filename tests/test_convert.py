@@ -176,7 +176,7 @@ def test_dask_scheduler_writes_the_same_files(tmp_path):
     inputs = [str(SAMPLES / "ads.txt"), str(SAMPLES / "xdl_example.txt")]
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster:
         summary = convert(
-            inputs, str(tmp_path / "dask") + "/", dst="pb", aux=["uid"], scheduler=cluster.scheduler_address, **quiet
+            inputs, str(tmp_path / "dask") + "/", dst="pb", aux=["uid"], client=cluster.scheduler_address, **quiet
         )
     convert(inputs, str(tmp_path / "local") + "/", dst="pb", aux=["uid"], **quiet)
     assert [p.rsplit("/", 1)[1] for p in summary["outputs"]] == ["ads.pb", "xdl_example.pb"]

@@ -49,7 +49,7 @@ def _run_convert(args):
                 dst=args.dst,
                 aux=aux,
                 threads=args.threads,
-                scheduler=args.scheduler,
+                client=args.scheduler,
                 range_mb=args.range_mb,
                 sample_mb=args.sample_mb,
                 compression=args.compression,
