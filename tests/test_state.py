@@ -3,6 +3,7 @@
 import json
 from collections import Counter
 
+import numpy as np
 import pytest
 
 import ingest
@@ -263,6 +264,33 @@ def test_the_group_shuffle_is_a_seeded_permutation_of_whole_groups(files, fmt, b
         groups = [sid.split(b"_")[0] for sid in epoch]
         runs = [g for k, g in enumerate(groups) if k == 0 or groups[k - 1] != g]
         assert len(runs) == len(set(groups))
+
+
+@pytest.mark.parametrize("fmt,buffer", [("pb", 40), ("txt", 7)])
+def test_each_window_comes_in_its_seeded_order_with_every_feature(files, fmt, buffer):
+    """The design's order: each epoch's groups, in input order (one work unit: no unit order to shuffle), cut
+    into windows of ``buffer`` groups, each window in the order of ``default_rng([seed, epoch,
+    window]).permutation``; every sample keeps its features, aux-table and DSL ones too."""
+    aux = files["aux"] if fmt == "pb" else ()
+    options = dict(aux=aux, dsl="cartesian(clk_hist, item)", epochs=(2,), pad=(False,), unit_bytes=(1 << 30,))
+    plain = _reader([files[fmt]], fmt, deterministic=(True,), **options)
+    shuffled = _reader([files[fmt]], fmt, threads=(2,), **options)
+    plain = [s for b in plain.startup() for s in flatten(b)]
+    got = [s for b in shuffled.shuffle(3, buffer=buffer).startup() for s in flatten(b)]
+    want = []
+    for epoch, samples in enumerate([plain[: len(plain) // 2], plain[len(plain) // 2 :]]):
+        groups = []
+        for s in samples:  # a group's samples share the sample id's head
+            if groups and groups[-1][0]["sid"].split(b"_")[0] == s["sid"].split(b"_")[0]:
+                groups[-1].append(s)
+            else:
+                groups.append([s])
+        for number, first in enumerate(range(0, len(groups), buffer)):
+            window = groups[first : first + buffer]
+            for k in np.random.default_rng([3, epoch, number]).permutation(len(window)):
+                want += window[k]
+    assert [key_of(s) for s in got] == [key_of(s) for s in want]
+    assert any(s["sparse"]["x"] for s in got)
 
 
 @pytest.mark.parametrize("fmt,threads,stops", [("pb", 2, [3, 17]), ("txt", 1, [1, 25]), ("pb", 1, [59])])

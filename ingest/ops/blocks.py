@@ -1,4 +1,4 @@
-"""Block surgery for the ops: keep some rows, replace one sparse column, join blocks.
+"""Block surgery for the ops and the group shuffle: keep some rows, replace one sparse column, join blocks.
 
 Every function returns a new Block built with ``dataclasses.replace``, so the fields the
 pipeline adds (positions, unit, Kafka messages) travel along; per call the Python work is
@@ -12,7 +12,7 @@ import numpy as np
 from .._native.ops import gather_csr, kept_groups
 from ..blocks import Table
 
-__all__ = ["take_rows", "replace_sparse", "concat_blocks", "check_parsed_only"]
+__all__ = ["take_rows", "take_ranges", "replace_sparse", "concat_blocks", "check_parsed_only"]
 
 
 def check_parsed_only(blk):
@@ -48,8 +48,24 @@ def take_rows(blk, keep_row):
     group_offsets = np.empty(ngroups + 1, np.int64)
     groups = np.empty(ngroups, np.int64)
     ng = kept_groups(blk.group_offsets, keep_row, group_offsets, groups)
-    group_offsets, groups = group_offsets[: ng + 1], groups[:ng]
-    rows = np.flatnonzero(keep_row).astype(np.int64)
+    return _take(blk, np.flatnonzero(keep_row).astype(np.int64), group_offsets[: ng + 1], groups[:ng])
+
+
+def take_ranges(blk, starts, ends):
+    """A block whose group ``k`` is the table-0 rows ``starts[k]:ends[k]`` of ``blk`` (each within one of its
+    groups), in the order given; aux tables as in ``take_rows``."""
+    check_parsed_only(blk)
+    lengths = ends - starts
+    group_offsets = np.zeros(len(starts) + 1, np.int64)
+    np.cumsum(lengths, out=group_offsets[1:])
+    rows = np.repeat(starts - group_offsets[:-1], lengths) + np.arange(group_offsets[-1], dtype=np.int64)
+    groups = np.searchsorted(blk.group_offsets, starts, side="right") - 1
+    return _take(blk, rows, group_offsets, groups)
+
+
+def _take(blk, rows, group_offsets, groups):
+    """The block of table-0 rows ``rows`` of ``blk``, in groups ``group_offsets`` that were its groups
+    ``groups``."""
     picks = [rows] + [np.arange(tab.nrows, dtype=np.int64) for tab in blk.tables[1:]]
     layouts, end = [], 0
     for tab, pick in zip(blk.tables, picks):
@@ -113,9 +129,21 @@ def replace_sparse(blk, table, feature, offsets, keys, values):
     )
 
 
+def _pools(blk, tab):
+    """``(features, keys, values, hkeys)`` of each pool the sparse features of ``tab`` point into: the block's, and
+    the DSL stage's (``Table.from_dsl``) when it has any."""
+    if tab.from_dsl is None:
+        return [(slice(None), blk.sp_keys, blk.sp_values, blk.sp_hkeys)]
+    return [
+        (~tab.from_dsl, blk.sp_keys, blk.sp_values, blk.sp_hkeys),
+        (tab.from_dsl, blk.dsl_keys, blk.dsl_values, None),
+    ]
+
+
 def concat_blocks(blocks):
-    """One Block holding the groups of ``blocks`` (same schema) in order; fields not listed come from the first."""
-    if len(blocks) == 1:
+    """One Block holding the groups of ``blocks`` (same schema) in order, the DSL stage's features moved into its
+    own pool; fields not listed come from the first."""
+    if len(blocks) == 1 and all(tab.from_dsl is None for tab in blocks[0].tables):
         return blocks[0]
     first = blocks[0]
     ntables = len(first.tables)
@@ -138,10 +166,12 @@ def concat_blocks(blocks):
             tab = b.tables[t]
             rows = np.arange(tab.nrows, dtype=np.int64)
             dst = layouts[t][:, row_base[t][i] : row_base[t][i] + tab.nrows + 1]
-            gather_csr(tab.sp_offsets, rows, b.sp_keys, dst, keys)
-            gather_csr(tab.sp_offsets, rows, b.sp_values, dst, values)
-            if b.sp_hkeys is not None:
-                gather_csr(tab.sp_offsets, rows, b.sp_hkeys, dst, hkeys)
+            for features, pool_keys, pool_values, pool_hkeys in _pools(b, tab):
+                offsets, into = tab.sp_offsets[features], dst[features]
+                gather_csr(offsets, rows, pool_keys, into, keys)
+                gather_csr(offsets, rows, pool_values, into, values)
+                if pool_hkeys is not None:
+                    gather_csr(offsets, rows, pool_hkeys, into, hkeys)
         parts = [b.tables[t] for b in blocks]
         dense = tuple(np.concatenate(cols) for cols in zip(*(p.dense for p in parts)))
         refer = None
@@ -166,6 +196,8 @@ def concat_blocks(blocks):
         timestamps=np.concatenate([b.timestamps for b in blocks]),
         sid_bytes=np.concatenate([b.sid_bytes for b in blocks]),
         sid_offsets=sid_offsets.astype(np.int64),
+        dsl_keys=None,
+        dsl_values=None,
         end=blocks[-1].end,
         **extra,
     )

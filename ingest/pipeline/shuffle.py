@@ -7,14 +7,17 @@ the position where the window starts plus how many of its rows, in shuffled orde
 restored reader reads the window again, draws the same permutation and passes over those rows.  Memory is
 the window's groups (the blocks holding them), never more.
 
-The stage sits between the block stream (in input order: ``deterministic``) and ``cut_batches``: it yields
-``Shuffled`` pieces, one per group; ``batch_marks`` says what a batch of them delivers (``Marks.window``).
+The stage sits between the block stream (in input order: ``deterministic``) and ``cut_batches``: it yields one
+``Shuffled`` piece per window, a block of the window's groups in shuffled order; ``batch_marks`` says what a
+batch of it delivers (``Marks.window``).
 """
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
+from ..ops.blocks import concat_blocks, take_ranges
 from .progress import WINDOW_DONE, Marks
 
 __all__ = ["GroupShuffle", "Shuffled", "Window", "batch_marks"]
@@ -35,14 +38,13 @@ class Window:
 
 @dataclass(frozen=True)
 class Shuffled:
-    """Rows ``r0:r1`` of ``block`` (one group, or what is left of it), the window's rows before them being
-    ``before`` in shuffled order."""
+    """A window's groups in shuffled order (``block``), to be delivered from row ``r0`` (rows before it went out
+    before a restore) to ``r1``, its end."""
 
     block: object
     r0: int
     r1: int
     window: Window
-    before: int
 
 
 def batch_marks(taken):
@@ -52,7 +54,7 @@ def batch_marks(taken):
     marks = Marks()
     reached = {}
     for piece, r in taken:
-        reached[piece.window.number, piece.window.epoch] = (piece.window, piece.before + r - piece.r0)
+        reached[piece.window.number, piece.window.epoch] = (piece.window, r)  # a window block's rows, in order
     for w, delivered in reached.values():
         if delivered >= w.rows:
             marks = Marks(dict(w.end), marks.done + w.start_done + w.end_done, window=WINDOW_DONE)
@@ -116,11 +118,21 @@ class GroupShuffle:
         skip = 0
         if self.resume is not None and self.resume[:2] == (epoch, number):
             skip, self.resume = self.resume[2], None  # delivered before the state was taken
-        before = 0
-        for k in np.random.default_rng([self.seed, epoch, number]).permutation(len(pending)):
-            blk, a, b = pending[k]
-            rows = b - a
-            if before + rows > skip:
-                cut = max(0, skip - before)  # a group the state cut: its first rows went out already
-                yield Shuffled(blk, a + cut, b, window, before + cut)
-            before += rows
+        if skip < window.rows:
+            order = np.random.default_rng([self.seed, epoch, number]).permutation(len(pending))
+            yield Shuffled(_gathered(pending, order), skip, window.rows, window)
+
+
+def _gathered(pending, order):
+    """One block of the groups ``pending`` (``(block, first row, end row)``, in input order) in the order
+    ``order``: the blocks joined, then their rows taken in that order (numpy and kernel copies, no Python per
+    group)."""
+    blocks, base = [], {}
+    for blk, _, _ in pending:
+        if id(blk) not in base:
+            base[id(blk)] = sum(b.nrows for b in blocks)
+            blocks.append(blk)
+    offset = np.array([base[id(blk)] for blk, _, _ in pending], np.int64)
+    starts = np.array([a for _, a, _ in pending], np.int64) + offset
+    ends = np.array([b for _, _, b in pending], np.int64) + offset
+    return dataclasses.replace(take_ranges(concat_blocks(blocks), starts[order], ends[order]), skip=0)
