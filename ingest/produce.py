@@ -16,7 +16,7 @@ from .formats.text import group_start_at_or_after
 from .sources import expand_paths
 from .sources.compression import infer_compression
 from .sources.filesystems import open_url
-from .sources.kafka import parse_kafka_url
+from .sources.kafka import Cluster, direct_speaks, parse_kafka_url, reveal, security_settings
 from .sources.registry import scheme_of
 
 __all__ = ["is_topic", "produce"]
@@ -57,13 +57,17 @@ def produce(inputs, url, file_type=None, message_bytes=1 << 20, log=print, progr
     for path, _ in files:
         if infer_compression(path) is not None:
             raise ConfigError(f"{path}: ingest produce reads uncompressed files (messages hold whole groups)")
-    settings = {"acks": "all", "max_request_size": max(2 * message_bytes, 1 << 20), **producer_config}
+    settings = {"acks": "all", "max_request_size": max(2 * message_bytes, 1 << 20)}
+    settings.update(security_settings(producer_config))
+    if direct_speaks(settings):  # fails fast where kafka-python would retry: refused TLS or SASL, ACLs
+        Cluster(brokers, settings).partitions_for_topic(topic)
     try:
-        producer = KafkaProducer(bootstrap_servers=brokers, **settings)
+        producer = KafkaProducer(bootstrap_servers=brokers, **reveal(settings))
         partitions = chosen or sorted(producer.partitions_for(topic))
     except KafkaError as exc:
         raise SourceError(f"{url}: cannot produce: {exc}", source=url) from exc
     sent = nbytes = 0
+    pending = []
     if progress is not None:
         progress.total = sum(size or 0 for _, size in files)
     try:
@@ -76,13 +80,15 @@ def produce(inputs, url, file_type=None, message_bytes=1 << 20, log=print, progr
                     value = f.read(b - a)
                     if ftype is FileType.txt and not value.endswith(b"\n"):
                         value += b"\n"  # the next message must not continue this line
-                    producer.send(topic, value=value, partition=partitions[sent % len(partitions)])
+                    pending.append(producer.send(topic, value=value, partition=partitions[sent % len(partitions)]))
                     sent += 1
                     nbytes += len(value)
                     if progress is not None:
                         progress.update(b - a)
             log(f"{path}: {len(cuts) - 1} messages")
         producer.flush()
+        for future in pending:  # a message the broker refused (too large, not authorized) fails here
+            future.get()
     except KafkaError as exc:
         raise SourceError(f"{url}: cannot produce: {exc}", source=url) from exc
     finally:

@@ -250,9 +250,9 @@ class DataReader:
         partitions start at the group's committed positions and ``state()`` commits the delivered ones.
         Either way a partition starts exactly where ingest's last commit left it.
 
-        ``client="direct"`` fetches over ingest's own sockets (PLAINTEXT, read_uncommitted);
-        ``"kafka-python"`` through kafka-python's consumer, for TLS, SASL or ``read_committed`` (fixed
-        assignments only)."""
+        ``client="direct"`` fetches over ingest's own sockets (TLS, SASL PLAIN / SCRAM, either isolation
+        level; kafka-python's setting names, from the environment or ``security_file=`` too: README);
+        ``"kafka-python"`` through kafka-python's consumer, for other SASL mechanisms (fixed assignments only)."""
         options = source_for("kafka://").options(
             group_id=group_id, start=start, until=until, client=client, **consumer_config
         )

@@ -12,6 +12,17 @@
 # gives KAFKA_BOOTSTRAP, HDFS_URL, WEBHDFS_URL and HADOOP_CONF_DIR (a core-site.xml with
 # fs.defaultFS, read by hdfs-native, and an hdfs-site.xml with dfs.namenode.http-address).
 #
+# The same broker also has secured listeners, for a user who may create, read and write only the
+# topics (and use only the consumer groups and transactional ids) whose names start with
+# KAFKA_SECURE_TOPIC_PREFIX (ACLs; PLAINTEXT clients are super users, as before):
+#   KAFKA_SECURE_BOOTSTRAP   SASL_SSL        KAFKA_SASL_BOOTSTRAP   SASL_PLAINTEXT
+#   KAFKA_SSL_BOOTSTRAP      SSL, client certificate required (KAFKA_SSL_CERTFILE, KAFKA_SSL_KEYFILE,
+#                            whose subject CN is the user)
+# SASL mechanisms PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 for KAFKA_SASL_USER / KAFKA_SASL_PASSWORD (a new
+# random password on every start).  The broker's certificate, signed by a CA generated on every start
+# (KAFKA_CA_FILE, with openssl), names the host "localhost" only, so 127.0.0.1 is a host it does not match.
+# The ACLs are created with kafka-python's admin client: without kafka-python no secured line is printed.
+#
 # Every start begins with empty Kafka and HDFS data; `start` on running services
 # leaves them (and their data) alone.  Needs Java 17+, Maven, curl; Python with
 # kafka-python is used, when importable, to check that the broker serves metadata.
@@ -25,6 +36,11 @@ KAFKA_VERSION=${KAFKA_VERSION:-4.3.1}
 HADOOP_VERSION=${HADOOP_VERSION:-3.4.3}
 KAFKA_PORT=${KAFKA_PORT:-19092}
 KAFKA_CONTROLLER_PORT=${KAFKA_CONTROLLER_PORT:-19093}
+KAFKA_SECURE_PORT=${KAFKA_SECURE_PORT:-19094}   # SASL_SSL
+KAFKA_SASL_PORT=${KAFKA_SASL_PORT:-19095}       # SASL_PLAINTEXT
+KAFKA_SSL_PORT=${KAFKA_SSL_PORT:-19096}         # SSL with client certificates
+KAFKA_SASL_USER=${KAFKA_SASL_USER:-ingest}
+KAFKA_SECURE_TOPIC_PREFIX=${KAFKA_SECURE_TOPIC_PREFIX:-secure-}
 HDFS_PORT=${HDFS_PORT:-19000}
 HDFS_HTTP_PORT=${HDFS_HTTP_PORT:-19870}
 START_TIMEOUT=${SERVICES_START_TIMEOUT:-180}   # seconds, per service, after the jars are there
@@ -38,6 +54,8 @@ PYTHON=${PYTHON:-python3}
 timeout=$(command -v timeout >/dev/null && echo "timeout 20" || true)   # GNU coreutils, if there
 
 kafka_dir=$state/kafka
+kafka_tls=$kafka_dir/tls
+kafka_secrets=$kafka_dir/secure.env   # the password of this start, and whether the ACLs were made
 hdfs_dir=$state/hdfs
 kafka_lib=$state/lib/kafka-$KAFKA_VERSION
 hdfs_lib=$state/lib/hadoop-$HADOOP_VERSION
@@ -159,21 +177,106 @@ fetch_kafka() {
     fetch_lib kafka "$here/services/kafka" "$kafka_lib" -Dkafka.version="$KAFKA_VERSION"
 }
 
+# make_tls: a new CA, the broker's key and certificate chain in one PEM file (for the host "localhost"
+# only), and a client's key and certificate for the SSL listener (subject CN: the SASL user).
+make_tls() {
+    command -v openssl >/dev/null || die "openssl not found (it makes the secured Kafka listeners' certificates)"
+    rm -rf "$kafka_tls" && mkdir -p "$kafka_tls" && chmod 700 "$kafka_tls"
+    if ! (
+        set -e
+        cd "$kafka_tls"
+        key=(-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes)   # PKCS#8, which Kafka's PEM key stores read
+        openssl req -x509 "${key[@]}" -keyout ca.key -out ca.pem -days 30 -subj "/CN=ingest test CA" \
+            -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign
+        printf '%s\n' basicConstraints=CA:FALSE keyUsage=digitalSignature extendedKeyUsage=serverAuth \
+            subjectAltName=DNS:localhost >broker.ext
+        printf '%s\n' basicConstraints=CA:FALSE keyUsage=digitalSignature extendedKeyUsage=clientAuth >client.ext
+        for who in broker client; do
+            cn=localhost
+            [ "$who" = client ] && cn=$KAFKA_SASL_USER
+            openssl req -new "${key[@]}" -keyout "$who.key" -out "$who.csr" -subj "/CN=$cn"
+            openssl x509 -req -in "$who.csr" -CA ca.pem -CAkey ca.key -CAcreateserial -days 30 \
+                -extfile "$who.ext" -out "$who.pem"
+        done
+        cat broker.key broker.pem ca.pem >broker-keystore.pem
+    ) >"$kafka_dir/openssl.log" 2>&1; then
+        tail -n 20 "$kafka_dir/openssl.log" >&2
+        die "making the Kafka certificates failed (log: $kafka_dir/openssl.log)"
+    fi
+}
+
+# secure_properties PASSWORD: the server.properties lines of the secured listeners and the ACL authorizer.
+secure_properties() {
+    local plain scram listener mechanism
+    plain="org.apache.kafka.common.security.plain.PlainLoginModule required user_$KAFKA_SASL_USER=\"$1\";"
+    scram="org.apache.kafka.common.security.scram.ScramLoginModule required;"
+    cat <<EOF
+sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512
+ssl.keystore.type=PEM
+ssl.keystore.location=$kafka_tls/broker-keystore.pem
+ssl.truststore.type=PEM
+ssl.truststore.location=$kafka_tls/ca.pem
+listener.name.ssl.ssl.client.auth=required
+# A client certificate's principal is its subject's CN: the SASL user's certificate is that user.
+ssl.principal.mapping.rules=RULE:^CN=([^,]*)\$/\$1/,DEFAULT
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+# PLAINTEXT (the controller, the broker itself, the plain listener's clients) is ANONYMOUS: all allowed.
+super.users=User:ANONYMOUS
+EOF
+    for listener in sasl_ssl sasl_plaintext; do
+        echo "listener.name.$listener.plain.sasl.jaas.config=$plain"
+        for mechanism in scram-sha-256 scram-sha-512; do
+            echo "listener.name.$listener.$mechanism.sasl.jaas.config=$scram"
+        done
+    done
+}
+
+# kafka_acls: let the SASL user create, read and write the topics (and use the consumer groups and
+# transactional ids) named with its prefix, through kafka-python's admin client on the PLAINTEXT listener.
+kafka_acls() {
+    $timeout "$PYTHON" - "127.0.0.1:$KAFKA_PORT" "User:$KAFKA_SASL_USER" "$KAFKA_SECURE_TOPIC_PREFIX" <<'EOF'
+import sys
+from kafka.admin import ACL, ACLOperation as Op, ACLPermissionType, ACLResourcePatternType, KafkaAdminClient
+from kafka.admin import ResourcePattern, ResourceType as Type
+
+bootstrap, user, prefix = sys.argv[1:]
+grants = {
+    Type.TOPIC: (Op.CREATE, Op.READ, Op.WRITE, Op.DESCRIBE, Op.DESCRIBE_CONFIGS),
+    Type.GROUP: (Op.READ, Op.DESCRIBE),
+    Type.TRANSACTIONAL_ID: (Op.WRITE, Op.DESCRIBE),
+}
+admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+acls = [
+    ACL(user, "*", op, ACLPermissionType.ALLOW, ResourcePattern(kind, prefix, ACLResourcePatternType.PREFIXED))
+    for kind, ops in grants.items()
+    for op in ops
+]
+result = admin.create_acls(acls)
+admin.close()
+if result["failed"]:
+    sys.exit(f"ACLs not created: {result['failed']}")
+EOF
+}
+
 start_kafka() {
-    local cluster_id
+    local cluster_id password
     mkdir -p "$kafka_dir"
-    rm -rf "$kafka_dir/data"      # fresh broker state on every start
+    rm -rf "$kafka_dir/data" "$kafka_secrets"     # fresh broker state on every start
+    make_tls
+    password=$(head -c 18 /dev/urandom | base64 | tr -d '+/=\n')
+    (umask 077 && echo "KAFKA_SASL_PASSWORD=$password" >"$kafka_secrets")
 
     cat >"$kafka_dir/server.properties" <<EOF
 # Written by scripts/services.sh: single-node KRaft (combined broker + controller).
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$KAFKA_CONTROLLER_PORT
-listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT
-advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT
+listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT,SASL_SSL://127.0.0.1:$KAFKA_SECURE_PORT,SASL_PLAINTEXT://127.0.0.1:$KAFKA_SASL_PORT,SSL://127.0.0.1:$KAFKA_SSL_PORT
+# The secured listeners are advertised as "localhost", the name in the broker's certificate.
+advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,SASL_SSL://localhost:$KAFKA_SECURE_PORT,SASL_PLAINTEXT://localhost:$KAFKA_SASL_PORT,SSL://localhost:$KAFKA_SSL_PORT
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SSL:SSL
 log.dirs=$kafka_dir/data
 num.partitions=1
 default.replication.factor=1
@@ -193,6 +296,7 @@ group.initial.rebalance.delay.ms=0
 # Fewer idle threads.
 num.network.threads=2
 num.io.threads=2
+$(secure_properties "$password")
 EOF
     # Kafka 4 logs through log4j2; everything goes to stdout, which is the log file.
     # log4j2's own shutdown hook would stop logging in the middle of Kafka's shutdown.
@@ -217,7 +321,9 @@ EOF
     done
     if ! "$JAVA" -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Dlog4j2.configurationFile="$kafka_dir/log4j2.properties" \
             -cp "$kafka_lib/*" kafka.tools.StorageTool format -t "$cluster_id" \
-            -c "$kafka_dir/server.properties" >"$kafka_log" 2>&1; then
+            -c "$kafka_dir/server.properties" \
+            --add-scram "SCRAM-SHA-256=[name=$KAFKA_SASL_USER,password=$password]" \
+            --add-scram "SCRAM-SHA-512=[name=$KAFKA_SASL_USER,password=$password]" >"$kafka_log" 2>&1; then
         tail -n 20 "$kafka_log" >&2
         die "formatting Kafka storage failed (log: $kafka_log)"
     fi
@@ -300,6 +406,17 @@ EOF
 
 print_env() {
     echo "KAFKA_BOOTSTRAP=127.0.0.1:$KAFKA_PORT"
+    if grep -q '^ACLS=made$' "$kafka_secrets" 2>/dev/null; then
+        echo "KAFKA_SECURE_BOOTSTRAP=localhost:$KAFKA_SECURE_PORT"
+        echo "KAFKA_SASL_BOOTSTRAP=localhost:$KAFKA_SASL_PORT"
+        echo "KAFKA_SSL_BOOTSTRAP=localhost:$KAFKA_SSL_PORT"
+        echo "KAFKA_CA_FILE=$kafka_tls/ca.pem"
+        echo "KAFKA_SSL_CERTFILE=$kafka_tls/client.pem"
+        echo "KAFKA_SSL_KEYFILE=$kafka_tls/client.key"
+        echo "KAFKA_SASL_USER=$KAFKA_SASL_USER"
+        grep '^KAFKA_SASL_PASSWORD=' "$kafka_secrets"
+        echo "KAFKA_SECURE_TOPIC_PREFIX=$KAFKA_SECURE_TOPIC_PREFIX"
+    fi
     echo "HDFS_URL=hdfs://127.0.0.1:$HDFS_PORT"
     echo "WEBHDFS_URL=http://127.0.0.1:$HDFS_HTTP_PORT"
     echo "HADOOP_CONF_DIR=$hdfs_dir/conf"
@@ -342,6 +459,9 @@ cmd_start() {
     if [ "$start_k" = 1 ]; then
         check_free_port "$KAFKA_PORT" KAFKA_PORT
         check_free_port "$KAFKA_CONTROLLER_PORT" KAFKA_CONTROLLER_PORT
+        check_free_port "$KAFKA_SECURE_PORT" KAFKA_SECURE_PORT
+        check_free_port "$KAFKA_SASL_PORT" KAFKA_SASL_PORT
+        check_free_port "$KAFKA_SSL_PORT" KAFKA_SSL_PORT
     fi
     if [ "$start_h" = 1 ]; then
         check_free_port "$HDFS_PORT" HDFS_PORT
@@ -361,6 +481,13 @@ cmd_start() {
     if [ "$start_k" = 1 ]; then start_kafka; fi
     if [ "$start_k" = 1 ]; then
         wait_until kafka "$kafka_pid" "$kafka_main" "$kafka_log" kafka_ready || die "start failed"
+        if ! "$PYTHON" -c 'import kafka' 2>/dev/null; then
+            log "kafka-python is not importable by $PYTHON: no ACLs, so the secured listeners are not offered"
+        elif kafka_acls >&2; then
+            echo ACLS=made >>"$kafka_secrets"
+        else
+            die "creating the Kafka ACLs failed"
+        fi
     fi
     if [ "$start_h" = 1 ]; then
         wait_until hdfs "$hdfs_pid" "$hdfs_main" "$hdfs_log" hdfs_ready || die "start failed"

@@ -210,3 +210,30 @@ def services():
                 os.environ[n] = value
         if not was_running:
             subprocess.run([script, "stop"], capture_output=True)
+
+
+SECURE_KAFKA = (
+    "KAFKA_SECURE_BOOTSTRAP",
+    "KAFKA_SASL_BOOTSTRAP",
+    "KAFKA_SSL_BOOTSTRAP",
+    "KAFKA_CA_FILE",
+    "KAFKA_SSL_CERTFILE",
+    "KAFKA_SSL_KEYFILE",
+    "KAFKA_SASL_USER",
+    "KAFKA_SASL_PASSWORD",
+    "KAFKA_SECURE_TOPIC_PREFIX",
+)
+
+
+@pytest.fixture(scope="session")
+def secure_kafka(services):
+    """The secured listeners of the broker of ``services`` (scripts/services.sh: addresses, CA, client
+    certificate, SASL user and password, the topic prefix its ACLs allow), from the environment, else from
+    ``scripts/services.sh status`` (a shell that exported only the plain services' addresses)."""
+    if all(n in os.environ for n in SECURE_KAFKA):
+        return {n: os.environ[n] for n in SECURE_KAFKA}
+    done = subprocess.run([str(ROOT / "scripts" / "services.sh"), "status"], capture_output=True, text=True)
+    found = dict(line.split("=", 1) for line in done.stdout.split() if "=" in line)
+    missing = [n for n in SECURE_KAFKA if n not in found]
+    assert not missing, f"scripts/services.sh status gives no {missing}:\n{done.stderr[-2000:]}"
+    return {n: found[n] for n in SECURE_KAFKA}

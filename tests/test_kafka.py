@@ -133,7 +133,7 @@ def test_errors(source):
     with pytest.raises(ConfigError, match="group_id"):
         ingest.DataReader("k", []).kafka(group_id="")
     with pytest.raises(ConfigError, match="client='kafka-python'"):
-        ingest.DataReader("k", []).kafka(security_protocol="SSL")
+        ingest.DataReader("k", []).kafka(security_protocol="SASL_SSL", sasl_mechanism="GSSAPI")
     with pytest.raises(ConfigError, match="expected 'direct'"):
         ingest.DataReader("k", []).kafka(client="librdkafka")
     forever = ingest.DataReader("k", [f"kafka://{bootstrap}/{text_topic}"]).feature("item", "sparse").threads(2)

@@ -7,11 +7,12 @@ request and decode the response fields, and the record batches are walked by a n
 kafka-python's ``KafkaConsumer`` makes a Python object per message and copies each value about five
 times: on a 2-core machine it moved 110-200 MB/s where this moves 1.1-1.6 GB/s (docs/decisions.md).
 
-``ConsumerFetch`` goes through ``KafkaConsumer`` (``kafka(client="kafka-python")``): for what the
-direct path does not speak (TLS, SASL, ``read_committed``).
+Connections are ``cluster.py``'s (TLS and SASL PLAIN / SCRAM as configured); with
+``isolation_level="read_committed"`` the batches of aborted transactions are passed over as Kafka's own
+consumer does.  ``ConsumerFetch`` goes through ``KafkaConsumer`` (``kafka(client="kafka-python")``): for
+what the direct path does not speak (SASL GSSAPI, OAUTHBEARER).
 """
 
-import socket
 import struct
 import time
 from typing import NamedTuple
@@ -20,11 +21,13 @@ import numpy as np
 
 from ..._native import kafka as kernels
 from ...errors import ConfigError, SourceError
+from .cluster import ISOLATION, Cluster
+from .security import MECHANISMS, direct_speaks, reveal
 
-__all__ = ["Messages", "Cluster", "DirectFetch", "ConsumerFetch", "fetcher", "consumer"]
+__all__ = ["Messages", "DirectFetch", "ConsumerFetch", "fetcher", "consumer", "check_direct"]
 
 FETCH_VERSION = 12  # the last Fetch that names topics (13+ use topic ids); Kafka 2.7 to 4.x
-METADATA_VERSION = 8
+_TRANSACTIONAL, _CONTROL = 0x10, 0x20  # bits of a record batch's attributes
 RETRY_FOR_S = 120  # how long an unreachable leader is retried (a broker restart) before a SourceError
 _BACKOFF_S = (0.05, 1.0)
 
@@ -37,13 +40,38 @@ class _BatchHeader(NamedTuple):
     attributes: int
     next_offset: int  # base + last offset delta + 1
     count: int  # type: ignore[assignment]  # a field, not tuple.count
+    producer: int
 
     @classmethod
     def at(cls, buf, p):
         base, length = struct.unpack_from(">qi", buf, p)
         attributes, last_delta = struct.unpack_from(">hi", buf, p + 21)
+        producer = struct.unpack_from(">q", buf, p + 43)[0]
         count = struct.unpack_from(">i", buf, p + 57)[0]
-        return cls(base, p + 12 + length, attributes, base + last_delta + 1, count)
+        return cls(base, p + 12 + length, attributes, base + last_delta + 1, count, producer)
+
+
+def _aborted_batches(buf, aborted):
+    """``{position: (stop, next offset)}`` of the whole record batches in ``buf`` that belong to the aborted
+    transactions a read_committed fetch lists (``(producer_id, first_offset)``s), their abort markers
+    included: a producer's batches are aborted from its transaction's first offset up to its marker (as
+    Kafka's own consumer reads them)."""
+    starts = sorted((t.first_offset, t.producer_id) for t in aborted)
+    ongoing, i, p, out = set(), 0, 0, {}
+    while p + kernels.BATCH_HEADER <= len(buf):
+        h = _BatchHeader.at(buf, p)
+        if h.stop > len(buf):
+            break
+        if h.attributes & _TRANSACTIONAL:
+            while i < len(starts) and starts[i][0] < h.next_offset:
+                ongoing.add(starts[i][1])
+                i += 1
+            if h.producer in ongoing:
+                if h.attributes & _CONTROL:  # the abort marker ends the transaction
+                    ongoing.discard(h.producer)
+                out[p] = (h.stop, h.next_offset)
+        p = h.stop
+    return out
 
 
 class Messages(NamedTuple):
@@ -65,12 +93,14 @@ def fetcher(url, brokers, topic, partition, client, config):
 
 def check_direct(config):
     """ConfigError for consumer settings the direct client cannot honour."""
-    protocol = config.get("security_protocol", "PLAINTEXT")
-    if protocol != "PLAINTEXT" or config.get("isolation_level", "read_uncommitted") != "read_uncommitted":
+    if not direct_speaks(config):
         raise ConfigError(
-            f"kafka(security_protocol={protocol!r}, isolation_level="
-            f"{config.get('isolation_level', 'read_uncommitted')!r}): the direct client speaks "
-            f"PLAINTEXT and read_uncommitted only; pass client='kafka-python' for the others"
+            f"kafka(sasl_mechanism={config['sasl_mechanism']!r}): the direct client speaks SASL "
+            f"{', '.join(MECHANISMS)}; pass client='kafka-python' for the others"
+        )
+    if config.get("isolation_level", "read_uncommitted") not in ISOLATION:
+        raise ConfigError(
+            f"kafka(isolation_level={config['isolation_level']!r}): expected 'read_uncommitted' or 'read_committed'"
         )
 
 
@@ -93,241 +123,6 @@ def _decompress(codec, data):
             raise ValueError("snappy batches need python-snappy (pip install python-snappy)")
         return kafka_codec.snappy_decode(data.tobytes())
     raise ValueError(f"unknown compression codec {codec}")
-
-
-class _Connection:
-    """One socket to a broker: framed requests out, framed responses into a reused buffer."""
-
-    def __init__(self, host, port, timeout_s, client_id):
-        self.sock = socket.create_connection((host, port), timeout=timeout_s)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.client_id = client_id
-        self.correlation = 0
-        self.buf = np.empty(1 << 20, np.uint8)
-
-    def call(self, request, response_class, version):
-        """The decoded response to ``request`` (its bytes are in ``buf`` until the next call)."""
-        self.correlation += 1
-        request.API_VERSION = version
-        request.with_header(correlation_id=self.correlation, client_id=self.client_id)
-        self.sock.sendall(request.encode(framed=True, header=True))
-        size = struct.unpack(">i", self._receive(4))[0]
-        if len(self.buf) < size:
-            self.buf = np.empty(max(size, 2 * len(self.buf)), np.uint8)
-        data = memoryview(self.buf)[:size]
-        self._receive_into(data)
-        if struct.unpack_from(">i", data)[0] != self.correlation:
-            raise OSError("response out of order")
-        pos = 4
-        if response_class.flexible_version_q(version):  # response header v1 ends with its tagged fields
-            if data[pos] != 0:
-                raise OSError("tagged fields in a response header (none are defined)")
-            pos += 1
-        return response_class.decode(data[pos:], version=version)
-
-    def _receive(self, n):
-        out = bytearray(n)
-        self._receive_into(memoryview(out))
-        return out
-
-    def _receive_into(self, view):
-        got = 0
-        while got < len(view):
-            k = self.sock.recv_into(view[got:])
-            if k == 0:
-                raise OSError("connection closed by the broker")
-            got += k
-
-    def close(self):
-        self.sock.close()
-
-
-class Cluster:
-    """What the brokers say of a topic, asked over ingest's own connections: partitions and their leaders,
-    and offsets.  Its methods are named as ``KafkaConsumer``'s, which plans the units of the
-    kafka-python client (and spends ~0.1 s probing the broker's API versions first)."""
-
-    def __init__(self, brokers, config):
-        self.brokers = brokers
-        self.timeout_s = config.get("request_timeout_ms", 30000) / 1000
-        self.client_id = config.get("client_id", "ingest")
-
-    def connect(self, host, port, timeout_s=None):
-        return _Connection(host, port, timeout_s or self.timeout_s, self.client_id)
-
-    def leaders(self, topic):
-        """``{partition: (host, port) of its leader, or None}``; None when the brokers know no such topic.
-        OSError when no broker answers."""
-        from kafka.protocol.metadata import MetadataRequest, MetadataResponse
-
-        meta = self._any_broker(
-            lambda conn: conn.call(
-                MetadataRequest(
-                    topics=[MetadataRequest.MetadataRequestTopic(name=topic)], allow_auto_topic_creation=False
-                ),
-                MetadataResponse,
-                METADATA_VERSION,
-            )
-        )
-        nodes = {b.node_id: (b.host, b.port) for b in meta.brokers}
-        for t in meta.topics:
-            if t.name == topic and t.error_code == 0:
-                return {p.partition_index: nodes.get(p.leader_id) if p.error_code == 0 else None for p in t.partitions}
-        return None
-
-    def partitions_for_topic(self, topic):
-        try:
-            leaders = self.leaders(topic)
-        except OSError as exc:
-            raise SourceError(
-                f"kafka://{','.join(self.brokers)}: cannot connect: {exc}", source=",".join(self.brokers)
-            ) from exc
-        return set(leaders) if leaders else None
-
-    def _list(self, tps, timestamp):
-        """``{tp: offset or None}``: the first offset at or after ``timestamp`` (-2: earliest, -1: latest);
-        one request per leader."""
-        from kafka import TopicPartition
-        from kafka.errors import for_code
-        from kafka.protocol.consumer.offsets import ListOffsetsRequest, ListOffsetsResponse
-
-        by_leader = {}
-        for topic in {tp.topic for tp in tps}:
-            leaders = self.leaders(topic) or {}
-            for tp in tps:
-                if tp.topic == topic:
-                    by_leader.setdefault(leaders.get(tp.partition), []).append(tp)
-        if None in by_leader:
-            tp = by_leader[None][0]
-            raise SourceError(f"kafka://{','.join(self.brokers)}/{tp.topic}:{tp.partition}: no leader", source=tp.topic)
-        out = {}
-        for leader, asked in by_leader.items():
-            topics = [
-                ListOffsetsRequest.ListOffsetsTopic(
-                    name=topic,
-                    partitions=[
-                        ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
-                            partition_index=tp.partition, current_leader_epoch=-1, timestamp=timestamp
-                        )
-                        for tp in asked
-                        if tp.topic == topic
-                    ],
-                )
-                for topic in {tp.topic for tp in asked}
-            ]
-            got = self._ask(
-                leader, ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=topics), ListOffsetsResponse, 4
-            )
-            for t in got.topics:
-                for answer in t.partitions:
-                    if answer.error_code:
-                        raise SourceError(
-                            f"kafka://{','.join(self.brokers)}/{t.name}:{answer.partition_index}: "
-                            f"cannot list offsets: {for_code(answer.error_code).__name__}",
-                            source=t.name,
-                        )
-                    out[TopicPartition(t.name, answer.partition_index)] = answer.offset if answer.offset >= 0 else None
-        return out
-
-    def end_offsets(self, tps):
-        return self._list(tps, -1)
-
-    def beginning_offsets(self, tps):
-        return self._list(tps, -2)
-
-    def offsets_for_times(self, times):
-        from kafka.structs import OffsetAndTimestamp
-
-        out = {}
-        for t in set(times.values()):
-            got = self._list([tp for tp in times if times[tp] == t], t)
-            out.update({tp: None if o is None else OffsetAndTimestamp(o, t, -1) for tp, o in got.items()})
-        return out
-
-    def _ask(self, address, request, response_class, version):
-        """The response of the broker at ``(host, port)`` to one request, over a connection of its own."""
-        conn = self.connect(*address)
-        try:
-            return conn.call(request, response_class, version)
-        finally:
-            conn.close()
-
-    def _any_broker(self, ask):
-        """``ask(connection)`` answered by the first broker that takes a connection; OSError when none does."""
-        problems = []
-        for broker in self.brokers:
-            host, _, port = broker.rpartition(":")
-            try:
-                conn = self.connect(host or broker, int(port or 9092))
-            except OSError as exc:
-                problems.append(f"{broker}: {exc}")
-                continue
-            try:
-                return ask(conn)
-            finally:
-                conn.close()
-        raise OSError("; ".join(problems))
-
-    def commit(self, group, generation, member_id, offsets):
-        """Commit ``{tp: (offset, metadata)}`` for the member ``member_id`` of ``generation`` of the consumer
-        group: over a connection of ours, so that a rebalance listener (which runs on kafka-python's IO
-        thread, where its blocking calls are refused) can commit before its partitions move.  Returns the
-        name of a retriable error (the group is rebalancing, the coordinator moved), or None once committed."""
-        from kafka.errors import for_code
-        from kafka.protocol.consumer.group import OffsetCommitRequest, OffsetCommitResponse
-        from kafka.protocol.metadata.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
-
-        found = self._any_broker(
-            lambda conn: conn.call(
-                FindCoordinatorRequest(key_type=0, coordinator_keys=[group]), FindCoordinatorResponse, 4
-            ).coordinators[0]
-        )
-        if found.error_code:
-            return for_code(found.error_code).__name__
-        topic_class = OffsetCommitRequest.OffsetCommitRequestTopic
-        topics = [
-            topic_class(
-                name=topic,
-                partitions=[
-                    topic_class.OffsetCommitRequestPartition(
-                        partition_index=tp.partition,
-                        committed_offset=offset,
-                        committed_leader_epoch=-1,
-                        committed_metadata=meta,
-                    )
-                    for tp, (offset, meta) in offsets.items()
-                    if tp.topic == topic
-                ],
-            )
-            for topic in sorted({tp.topic for tp in offsets})
-        ]
-        got = self._ask(
-            (found.host, found.port),
-            OffsetCommitRequest(
-                group_id=group,
-                generation_id_or_member_epoch=generation,
-                member_id=member_id,
-                group_instance_id=None,
-                topics=topics,
-            ),
-            OffsetCommitResponse,
-            8,
-        )
-        for t in got.topics:
-            for answer in t.partitions:
-                if answer.error_code:
-                    error = for_code(answer.error_code)
-                    if error.retriable or error.__name__ in ("RebalanceInProgressError", "IllegalGenerationError"):
-                        return error.__name__
-                    raise SourceError(
-                        f"kafka://{','.join(self.brokers)}/{t.name}:{answer.partition_index}: cannot "
-                        f"commit for group {group!r}: {error.__name__}",
-                        source=t.name,
-                    )
-        return None
-
-    def close(self):
-        pass
 
 
 class DirectFetch:
@@ -372,7 +167,7 @@ class DirectFetch:
                     max_wait_ms=wait_ms,
                     min_bytes=1,
                     max_bytes=self.max_bytes,
-                    isolation_level=0,
+                    isolation_level=self.cluster.isolation,
                     session_id=0,
                     session_epoch=-1,
                     topics=[FetchRequest.FetchTopic(topic=self.topic, partitions=[part])],
@@ -382,11 +177,13 @@ class DirectFetch:
                 response = self.conn.call(request, FetchResponse, FETCH_VERSION)
                 [data] = response.responses[0].partitions
                 code = response.error_code or data.error_code
+            except SourceError:  # refused for good (TLS, SASL, ACLs): retrying cannot help
+                raise
             except (OSError, ValueError, struct.error) as exc:  # refused, reset, timed out, cut short
                 failure = f"{type(exc).__name__}: {exc}"
             else:
                 if code == 0:
-                    return self._messages(data.records, offset, end)
+                    return self._messages(data.records, offset, end, data.aborted_transactions)
                 error = for_code(code)
                 if error.__name__ == "OffsetOutOfRangeError":
                     raise SourceError(
@@ -417,20 +214,28 @@ class DirectFetch:
             raise OSError(f"no leader for {self.topic}:{self.partition}")
         return leader
 
-    def _messages(self, records, first, end):
+    def _messages(self, records, first, end, aborted=None):
         """The messages of a fetch's record batches: one ``Messages`` per run of uncompressed batches and
-        one per compressed batch; and the offset to fetch next."""
+        one per compressed batch, without the batches of ``aborted`` transactions (read_committed); and the
+        offset to fetch next."""
         buf = np.frombuffer(records or b"", np.uint8)
         last = np.iinfo(np.int64).max if end is None else end
+        skips = _aborted_batches(buf, aborted) if aborted else {}
         out, p, next_offset = [], 0, first
         while True:
-            status, k, n, at, batch_next = kernels.scan_batches(buf, p, next_offset, last, *self.out, self.checks)
+            limit = min((at for at in skips if at >= p), default=len(buf))  # the kernel stops before a skip
+            status, k, n, at, batch_next = kernels.scan_batches(
+                buf[:limit], p, next_offset, last, *self.out, self.checks
+            )
             if self.check_crcs:
                 self._check(buf, self.checks[:n])
             if k:
                 out.append(Messages(buf, *(a[:k].copy() for a in self.out)))
             next_offset = max(next_offset, batch_next)
-            if status == kernels.DONE:
+            if status == kernels.DONE and at == limit and limit in skips:
+                at, skipped_next = skips[limit]
+                next_offset = max(next_offset, skipped_next)
+            elif status == kernels.DONE:
                 if at == 0 and len(buf):
                     raise SourceError(
                         f"{self.url}: the record batch at offset {first} is larger than "
@@ -438,7 +243,7 @@ class DirectFetch:
                         source=self.url,
                     )
                 return out, next_offset
-            if status == kernels.FULL:
+            elif status == kernels.FULL:
                 self.out = [np.empty(2 * len(a), np.int64) for a in self.out]
                 self.checks = np.empty((2 * len(self.checks), 3), np.int64)
             elif status == kernels.COMPRESSED:
@@ -473,7 +278,7 @@ class DirectFetch:
         """The messages of the compressed batch at ``at`` (None when none is in range), and the next offset."""
         h = _BatchHeader.at(buf, at)
         next_offset = max(first, h.next_offset)
-        if h.attributes & 0x20:  # transaction markers
+        if h.attributes & _CONTROL:  # transaction markers
             return None, next_offset
         try:
             records = np.frombuffer(_decompress(h.attributes & 7, buf[at + kernels.BATCH_HEADER : h.stop]), np.uint8)
@@ -516,9 +321,9 @@ class ConsumerFetch:
         except KafkaError as exc:
             raise SourceError(f"{self.url}: cannot fetch from offset {offset}: {exc}", source=self.url) from exc
         got = [m for m in got if end is None or m.offset < end]
-        if not got:
-            self.sought = offset
-            return [], offset
+        if not got:  # the position may still move: past aborted records and markers (read_committed)
+            self.sought = self.consumer.position(self.tp)
+            return [], self.sought if end is None else min(self.sought, end)
         values = [m.value or b"" for m in got]
         lens = np.fromiter(map(len, values), np.int64, len(values))
         starts = np.zeros(len(values), np.int64)
@@ -550,6 +355,6 @@ def consumer(brokers, config):
     from kafka.errors import KafkaError
 
     try:
-        return KafkaConsumer(bootstrap_servers=brokers, enable_auto_commit=False, **{**_FETCH, **config})
+        return KafkaConsumer(bootstrap_servers=brokers, enable_auto_commit=False, **{**_FETCH, **reveal(config)})
     except KafkaError as exc:
         raise SourceError(f"kafka://{','.join(brokers)}: cannot connect: {exc}", source=",".join(brokers)) from exc

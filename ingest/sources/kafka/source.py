@@ -9,7 +9,8 @@ position) up to the end offset seen then."""
 
 from ...errors import ConfigError, SourceError
 from ..base import Source
-from .fetch import Cluster, consumer
+from .cluster import Cluster
+from .fetch import consumer
 from .group import GroupMember
 from .offsets import KafkaGroup, committed_position, kafka_positions, plan_offsets, topic_partitions
 from .units import KafkaOptions, parse_kafka_url, partition_unit
@@ -99,13 +100,17 @@ class KafkaSource(Source):
         elif o.deterministic or o.keep or o.pause is not None or o.epochs != 1 or o.shuffle is not None:
             why = "deterministic, keep_sample, pause, epochs and shuffle need a fixed set of units"
         elif kafka.client != "direct":
-            why = "a member commits over ingest's own PLAINTEXT connections: it needs client='direct'"
+            why = "a member commits over ingest's own connections: it needs client='direct'"
         if why is not None:
             raise ConfigError(
                 f"reader {name!r}: kafka(group_id={kafka.group_id!r}) on topic URLs joins the consumer group, but {why}"
             )
         brokers = topics[0][0]
-        return GroupMember(brokers, sorted({topic for _, topic, _ in topics}), kafka, Cluster(brokers, kafka.config))
+        planner = Cluster(brokers, kafka.config)
+        names = sorted({topic for _, topic, _ in topics})
+        for topic in names:  # refused TLS, SASL or ACLs fail here, where kafka-python's membership would retry
+            planner.partitions_for_topic(topic)
+        return GroupMember(brokers, names, kafka, planner)
 
     def committer(self, units, options):
         if options is None or options.group_id is None or not units:

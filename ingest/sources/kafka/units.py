@@ -7,13 +7,15 @@ from dataclasses import dataclass
 from ...errors import ConfigError
 from ..base import Unit
 from .fetch import check_direct
+from .security import security_settings
 from .stream import KafkaStream
 
 __all__ = ["KafkaOptions", "PartitionSpan", "parse_kafka_url", "partition_unit"]
 
 
 class KafkaOptions:
-    """``reader.kafka(...)`` settings: where each partition starts and ends, and consumer settings."""
+    """``reader.kafka(...)`` settings: where each partition starts and ends, and consumer settings (security
+    settings completed from the environment or a file, passwords kept as ``Secret``s: security.py)."""
 
     def __init__(self, group_id=None, start="earliest", until="caught_up", client="direct", **consumer_config):
         if client not in ("direct", "kafka-python"):
@@ -21,10 +23,11 @@ class KafkaOptions:
                 f"kafka(client={client!r}): expected 'direct' (ingest's fetch path) or 'kafka-python' "
                 f"(kafka-python's KafkaConsumer)"
             )
+        consumer_config = security_settings(consumer_config)
         if client == "direct":
             check_direct(consumer_config)
         if group_id is not None and (not isinstance(group_id, str) or not group_id):
-            raise ConfigError(f"kafka(group_id={group_id!r}): expected a non-empty string")
+            raise ConfigError(f"kafka(group_id=<{type(group_id).__name__}>): expected a non-empty string")
         if start not in ("earliest", "latest") and (isinstance(start, bool) or not isinstance(start, int)):
             raise ConfigError(f"kafka(start={start!r}): expected 'earliest', 'latest' or a timestamp in ms")
         if until not in ("caught_up", "forever"):
