@@ -107,11 +107,17 @@ def test_same_samples_over_every_protocol_as_from_the_file(secure_kafka, secure_
     assert _samples(_url(secure_kafka, topic, listener), **kafka) == read_synthetic([str(text)])
 
 
-def test_same_samples_from_the_plain_listener_and_the_file(services, secure_topic):
+def test_same_samples_from_the_plain_listener_hdfs_and_the_file(services, secure_topic):
+    from ingest.sources.filesystems import url_to_fs
+
     topic, text = secure_topic
     want = read_synthetic([str(text)])
     assert len(want) == 3000
     assert read_synthetic([f"kafka://{services['KAFKA_BOOTSTRAP']}/{topic}"], threads=2) == want
+    hdfs = f"{services['HDFS_URL']}/secure-kafka/{uuid.uuid4().hex[:8]}.txt"
+    fs, path = url_to_fs(hdfs)
+    fs.put(str(text), path)
+    assert read_synthetic([hdfs], threads=2) == want
 
 
 def test_fixed_partitions_resume_exactly(secure_kafka, secure_topic):
