@@ -107,6 +107,16 @@ def test_same_samples_over_every_protocol_as_from_the_file(secure_kafka, secure_
     assert _samples(_url(secure_kafka, topic, listener), **kafka) == read_synthetic([str(text)])
 
 
+def test_ssl_check_hostname_false_takes_a_host_the_certificate_does_not_name(secure_kafka, secure_topic):
+    """The certificate still has to be the CA's: only the name goes unchecked (as kafka-python's setting)."""
+    topic, text = secure_topic
+    address = "127.0.0.1:" + secure_kafka["KAFKA_SECURE_BOOTSTRAP"].rpartition(":")[2]
+    url = f"kafka://{address}/{topic}"
+    assert _samples(url, **_sasl(secure_kafka, ssl_check_hostname=False)) == read_synthetic([str(text)])
+    with pytest.raises(SourceError, match="certificate verify failed|does not verify"):
+        _samples(url, **_sasl(secure_kafka, ssl_check_hostname=False, ssl_cafile=secure_kafka["KAFKA_SSL_CERTFILE"]))
+
+
 def test_same_samples_from_the_plain_listener_hdfs_and_the_file(services, secure_topic):
     from ingest.sources.filesystems import url_to_fs
 
