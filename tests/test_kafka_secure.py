@@ -117,6 +117,15 @@ def test_ssl_check_hostname_false_takes_a_host_the_certificate_does_not_name(sec
         _samples(url, **_sasl(secure_kafka, ssl_check_hostname=False, ssl_cafile=secure_kafka["KAFKA_SSL_CERTFILE"]))
 
 
+def test_an_ssl_context_of_the_callers_is_used_as_is(secure_kafka, secure_topic):
+    import ssl
+
+    topic, text = secure_topic
+    context = ssl.create_default_context(cafile=secure_kafka["KAFKA_CA_FILE"])
+    settings = {k: v for k, v in _sasl(secure_kafka).items() if k != "ssl_cafile"}
+    assert _samples(_url(secure_kafka, topic), ssl_context=context, **settings) == read_synthetic([str(text)])
+
+
 def test_same_samples_from_the_plain_listener_hdfs_and_the_file(services, secure_topic):
     from ingest.sources.filesystems import url_to_fs
 

@@ -83,7 +83,8 @@ class Cluster:
         self.timeout_s = config.get("request_timeout_ms", 30000) / 1000
         self.client_id = config.get("client_id", "ingest")
         self.isolation = ISOLATION[config.get("isolation_level", "read_uncommitted")]
-        self.security = {k: v for k, v in config.items() if k in SECURITY_SETTINGS}
+        # ssl_context: an SSLContext of the caller's, as kafka-python takes it (it does not pickle)
+        self.security = {k: v for k, v in config.items() if k in SECURITY_SETTINGS or k == "ssl_context"}
         self.tls = tls_context(self.security)
 
     def connect(self, host, port, timeout_s=None):
