@@ -1,7 +1,10 @@
 """Reading and writing through a real HDFS (scripts/services.sh): the same batches as local files."""
 
 import os
+import signal
 import socket
+import subprocess
+import sys
 import time
 import uuid
 
@@ -44,6 +47,33 @@ def test_same_samples_as_local_files(hdfs):
     pb_local = read_synthetic([local / "a.pb"], "pb")
     assert len(pb_local) == 3000
     assert read_synthetic([f"{root}/a.pb"], "pb", threads=2, unit_bytes=64 << 10) == pb_local
+
+
+def test_a_process_that_read_hdfs_can_fork(hdfs):
+    """A child forked after reading HDFS (a DataLoader worker; Ray and ``subprocess`` with ``preexec_fn`` run
+    fork handlers too) does not hang in fsspec's fork handler dropping the hdfs-native client it inherited."""
+    root, _ = hdfs
+    script = f"""
+import os, subprocess, sys, threading
+from ingest import synthetic
+import ingest
+reader = synthetic.declare(ingest.DataReader("r", [{root + "/parts/a.txt"!r}]).threads(2).unit_bytes(64 << 10))
+read = sum(b.size for b in reader.startup())
+child = threading.Thread(target=lambda: subprocess.run(["true"], preexec_fn=lambda: None), daemon=True)
+child.start()
+child.join(20)
+print(read, "hangs" if child.is_alive() else "forked", flush=True)
+os._exit(0)
+"""
+    run = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, _ = run.communicate(timeout=120)
+    finally:
+        try:
+            os.killpg(run.pid, signal.SIGKILL)  # a hung child of it too
+        except ProcessLookupError:
+            pass
+    assert out.split() == ["3000", "forked"]
 
 
 def test_ranged_streams_in_small_pieces_read_the_same(hdfs, monkeypatch):

@@ -24,7 +24,7 @@ def url_to_fs(url):
     url = str(url)
     if protocol_of(url) == "hdfs":
         cls = hdfs.filesystem_class()
-        return cls(**cls._get_kwargs_from_urls(url)), cls._strip_protocol(url)
+        return _hdfs_filesystem(cls, cls._get_kwargs_from_urls(url)), cls._strip_protocol(url)
     try:
         return fsspec.core.url_to_fs(url)
     except ValueError:  # fsspec: "Protocol not known"
@@ -40,6 +40,20 @@ def url_to_fs(url):
             f"{url}: the {protocol_of(url)}:// filesystem of fsspec needs a package that is not installed ({exc})",
             source=url,
         ) from exc
+
+
+# HDFS filesystems by process and arguments, kept out of fsspec's instance cache: fsspec's fork handler empties
+# that cache in a forked child, and dropping an hdfs-native client there waits for its runtime's threads, which a
+# child does not have (a DataLoader worker, or Ray starting its processes, hung).  Entries are never removed, so
+# a child never drops the clients it inherited; it makes its own.
+_HDFS_FILESYSTEMS: dict = {}
+
+
+def _hdfs_filesystem(cls, kwargs):
+    key = (os.getpid(), cls, repr(sorted(kwargs.items())))
+    if key not in _HDFS_FILESYSTEMS:
+        _HDFS_FILESYSTEMS[key] = cls(skip_instance_cache=True, **kwargs)
+    return _HDFS_FILESYSTEMS[key]
 
 
 def open_url(url, mode="rb", **kwargs):
