@@ -21,7 +21,7 @@
 # SASL mechanisms PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 for KAFKA_SASL_USER / KAFKA_SASL_PASSWORD (a new
 # random password on every start).  The broker's certificate, signed by a CA generated on every start
 # (KAFKA_CA_FILE, with openssl), names the host "localhost" only, so 127.0.0.1 is a host it does not match.
-# The ACLs are created with kafka-python's admin client: without kafka-python no secured line is printed.
+# Needs openssl, and kafka-python for the ACLs: without either, the broker has its plain listener only.
 #
 # Every start begins with empty Kafka and HDFS data; `start` on running services
 # leaves them (and their data) alone.  Needs Java 17+, Maven, curl; Python with
@@ -180,7 +180,6 @@ fetch_kafka() {
 # make_tls: a new CA, the broker's key and certificate chain in one PEM file (for the host "localhost"
 # only), and a client's key and certificate for the SSL listener (subject CN: the SASL user).
 make_tls() {
-    command -v openssl >/dev/null || die "openssl not found (it makes the secured Kafka listeners' certificates)"
     rm -rf "$kafka_tls" && mkdir -p "$kafka_tls" && chmod 700 "$kafka_tls"
     if ! (
         set -e
@@ -259,24 +258,40 @@ EOF
 }
 
 start_kafka() {
-    local cluster_id password
+    local cluster_id password listeners advertised protocols secure_props="" scram_users=()
     mkdir -p "$kafka_dir"
     rm -rf "$kafka_dir/data" "$kafka_secrets"     # fresh broker state on every start
-    make_tls
-    password=$(head -c 18 /dev/urandom | base64 | tr -d '+/=\n')
-    (umask 077 && echo "KAFKA_SASL_PASSWORD=$password" >"$kafka_secrets")
+    listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT
+    advertised=PLAINTEXT://127.0.0.1:$KAFKA_PORT
+    protocols=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+    # The secured listeners need openssl (certificates) and kafka-python (ACLs); without them, the plain broker.
+    if ! command -v openssl >/dev/null; then
+        log "openssl not found: no secured Kafka listeners (it makes their certificates)"
+    elif ! "$PYTHON" -c 'import kafka' 2>/dev/null; then
+        log "kafka-python is not importable by $PYTHON: no secured Kafka listeners (it makes their ACLs)"
+    else
+        make_tls
+        password=$(head -c 18 /dev/urandom | base64 | tr -d '+/=\n')
+        (umask 077 && echo "KAFKA_SASL_PASSWORD=$password" >"$kafka_secrets")
+        # advertised as "localhost", the name in the broker's certificate
+        listeners+=,SASL_SSL://127.0.0.1:$KAFKA_SECURE_PORT,SASL_PLAINTEXT://127.0.0.1:$KAFKA_SASL_PORT,SSL://127.0.0.1:$KAFKA_SSL_PORT
+        advertised+=,SASL_SSL://localhost:$KAFKA_SECURE_PORT,SASL_PLAINTEXT://localhost:$KAFKA_SASL_PORT,SSL://localhost:$KAFKA_SSL_PORT
+        protocols+=,SASL_SSL:SASL_SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SSL:SSL
+        secure_props=$(secure_properties "$password")
+        scram_users=(--add-scram "SCRAM-SHA-256=[name=$KAFKA_SASL_USER,password=$password]"
+                     --add-scram "SCRAM-SHA-512=[name=$KAFKA_SASL_USER,password=$password]")
+    fi
 
     cat >"$kafka_dir/server.properties" <<EOF
 # Written by scripts/services.sh: single-node KRaft (combined broker + controller).
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$KAFKA_CONTROLLER_PORT
-listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT,SASL_SSL://127.0.0.1:$KAFKA_SECURE_PORT,SASL_PLAINTEXT://127.0.0.1:$KAFKA_SASL_PORT,SSL://127.0.0.1:$KAFKA_SSL_PORT
-# The secured listeners are advertised as "localhost", the name in the broker's certificate.
-advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,SASL_SSL://localhost:$KAFKA_SECURE_PORT,SASL_PLAINTEXT://localhost:$KAFKA_SASL_PORT,SSL://localhost:$KAFKA_SSL_PORT
+listeners=$listeners
+advertised.listeners=$advertised
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SSL:SSL
+listener.security.protocol.map=$protocols
 log.dirs=$kafka_dir/data
 num.partitions=1
 default.replication.factor=1
@@ -296,7 +311,7 @@ group.initial.rebalance.delay.ms=0
 # Fewer idle threads.
 num.network.threads=2
 num.io.threads=2
-$(secure_properties "$password")
+$secure_props
 EOF
     # Kafka 4 logs through log4j2; everything goes to stdout, which is the log file.
     # log4j2's own shutdown hook would stop logging in the middle of Kafka's shutdown.
@@ -321,9 +336,7 @@ EOF
     done
     if ! "$JAVA" -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Dlog4j2.configurationFile="$kafka_dir/log4j2.properties" \
             -cp "$kafka_lib/*" kafka.tools.StorageTool format -t "$cluster_id" \
-            -c "$kafka_dir/server.properties" \
-            --add-scram "SCRAM-SHA-256=[name=$KAFKA_SASL_USER,password=$password]" \
-            --add-scram "SCRAM-SHA-512=[name=$KAFKA_SASL_USER,password=$password]" >"$kafka_log" 2>&1; then
+            -c "$kafka_dir/server.properties" ${scram_users[@]+"${scram_users[@]}"} >"$kafka_log" 2>&1; then
         tail -n 20 "$kafka_log" >&2
         die "formatting Kafka storage failed (log: $kafka_log)"
     fi
@@ -481,12 +494,9 @@ cmd_start() {
     if [ "$start_k" = 1 ]; then start_kafka; fi
     if [ "$start_k" = 1 ]; then
         wait_until kafka "$kafka_pid" "$kafka_main" "$kafka_log" kafka_ready || die "start failed"
-        if ! "$PYTHON" -c 'import kafka' 2>/dev/null; then
-            log "kafka-python is not importable by $PYTHON: no ACLs, so the secured listeners are not offered"
-        elif kafka_acls >&2; then
+        if [ -f "$kafka_secrets" ]; then   # secured listeners: their user's ACLs
+            kafka_acls >&2 || die "creating the Kafka ACLs failed"
             echo ACLS=made >>"$kafka_secrets"
-        else
-            die "creating the Kafka ACLs failed"
         fi
     fi
     if [ "$start_h" = 1 ]; then
