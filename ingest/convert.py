@@ -96,18 +96,18 @@ class _Identical:
 
 
 # -- text -> pb/spb -------------------------------------------------------------------------------
-def _text_to_records(units, schema, aux, simple, threads, write, count, progress=None):
-    """Parse and encode text units on ``threads`` threads; ``write`` gets the records in input order,
-    ``count`` each Block, ``progress.update`` the bytes of each unit converted."""
+def _text_to_records(units, schema, aux, simple, threads, write, counts, progress=None):
+    """Parse and encode text units on ``threads`` threads; ``write`` gets the records in input order, ``counts``
+    (a dict) adds up their ``samples`` and ``groups``, ``progress.update`` the bytes of each unit converted."""
     fmt = TextFormat(schema)
     encoder = RecordEncoder(schema, set(aux), simple)
 
     def work(unit):
-        parts, blocks = [], []
+        parts, nbytes, samples, groups = [], 0, 0, 0
         for blk in fmt.read_unit(unit):
             parts += encoder.encode(blk)
-            blocks.append(blk)
-        return parts, blocks
+            nbytes, samples, groups = nbytes + blk.nbytes, samples + blk.nrows, groups + len(blk.group_offsets) - 1
+        return parts, nbytes, samples, groups
 
     with concurrent.futures.ThreadPoolExecutor(threads) as pool:
         pending = []
@@ -117,13 +117,13 @@ def _text_to_records(units, schema, aux, simple, threads, write, count, progress
             if len(pending) >= 2 * threads:
                 break
         while pending:
-            parts, blocks = pending.pop(0).result()
+            parts, nbytes, samples, groups = pending.pop(0).result()
             for part in parts:
                 write(part)
-            for blk in blocks:
-                count(blk)
+            counts["samples"] += samples
+            counts["groups"] += groups
             if progress is not None:
-                progress.update(sum(blk.nbytes for blk in blocks))
+                progress.update(nbytes)
             nxt = next(it, None)
             if nxt is not None:
                 pending.append(pool.submit(work, nxt))
@@ -492,7 +492,7 @@ def _convert_part(part, *, src, dst, aux, features, threads, sample_mb=None, pro
             _blocks_to_records(parquet_blocks(part.files, schema, progress), schema, dst, writer.write, count)
         elif src is FileType.txt:
             units = units or plan_units(part.files, splittable=True, task_num=threads)
-            _text_to_records(units, schema, aux, dst is FileType.spb, threads, writer.write, count, progress)
+            _text_to_records(units, schema, aux, dst is FileType.spb, threads, writer.write, counts, progress)
         elif dst is FileType.txt:
             group = 0
             for unit in units or plan_units(part.files, splittable=False):
