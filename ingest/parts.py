@@ -123,7 +123,7 @@ def write_manifest(directory, parts, results, fmt):
         rows.append(
             {
                 "path": part.url.rsplit("/", 1)[-1],
-                "input": part.files[0][0] if len(part.files) == 1 else [u for u, _ in part.files],
+                "input": part.files[0][0],  # a directory's part holds one input, or a range of one
                 "range": None if unit is None else [unit.start, unit.end if unit.end is not None else unit.size],
                 "samples": result["samples"],
                 "groups": result["groups"],
