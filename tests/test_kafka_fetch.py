@@ -577,7 +577,7 @@ def test_a_bad_batch_is_not_retried(monkeypatch):
     class Conn:
         def call(self, request, response_class, version):
             calls.append(version)
-            part = SimpleNamespace(error_code=0, records=bytes(bad))
+            part = SimpleNamespace(error_code=0, records=bytes(bad), aborted_transactions=None)
             return SimpleNamespace(error_code=0, responses=[SimpleNamespace(partitions=[part])])
 
         def close(self):
@@ -585,7 +585,9 @@ def test_a_bad_batch_is_not_retried(monkeypatch):
 
     f = fetcher()
     f.topic, f.partition, f.max_bytes, f.conn = "t", 0, 1 << 20, Conn()
-    f.cluster = SimpleNamespace(timeout_s=1.0, connect=lambda *_: Conn(), leaders=lambda _: {0: ("broker", 9092)})
+    f.cluster = SimpleNamespace(
+        timeout_s=1.0, isolation=0, connect=lambda *_: Conn(), leaders=lambda _: {0: ("broker", 9092)}
+    )
     monkeypatch.setattr(kafka_fetch, "RETRY_FOR_S", 0.3)
     with pytest.raises(
         SourceError, match="^kafka://broker:9092/t:0: the record batch at offset 200 does not match its CRC"
