@@ -67,6 +67,11 @@ def temporary_name(name, tag):
     return f".{name}.{tag}.tmp"
 
 
+def _final_name(temporary):
+    """The file name a ``temporary_name`` stands for."""
+    return temporary[1:].rsplit(".", 2)[0]
+
+
 @dataclass(frozen=True)
 class Part:
     """One output file: the input ``files`` (``(url, size)``) it holds, or the one byte range ``unit`` of a file."""
@@ -183,12 +188,16 @@ def _remove(url):
 
 
 def _remove_temporaries(parts):
-    """Remove what attempts of these parts left under their temporary names."""
+    """Remove what attempts of these parts left under their temporary names (one listing per directory)."""
+    names = {}
     for part in parts:
         fs, path = url_to_fs(part.url)
         parent, name = os.path.split(path)
-        for tmp in fs.glob(os.path.join(parent, temporary_name(name, "*"))):
-            try:
-                fs.rm(tmp)
-            except OSError:
-                pass
+        names.setdefault(parent, (fs, set()))[1].add(name)
+    for parent, (fs, mine) in names.items():
+        for tmp in fs.glob(os.path.join(parent, temporary_name("*", "*"))):
+            if _final_name(tmp.rsplit("/", 1)[-1]) in mine:
+                try:
+                    fs.rm(tmp)
+                except OSError:
+                    pass
