@@ -139,6 +139,19 @@ def as_plain(samples):
     return out
 
 
+def take_with_state(reader, n):
+    """``(samples, state)``: ``(sample id, str(sample))`` of the first ``n`` batches of ``reader`` (all when None),
+    then its state; the reader is shut down."""
+    got = []
+    for i, batch in enumerate(reader.startup()):
+        got.extend((s["sid"], str(s)) for s in flatten(batch))
+        if i + 1 == n:
+            break
+    state = reader.state()
+    reader.shutdown()
+    return got, state
+
+
 def key_of(sample):
     """A hashable form of a sample, for multiset comparisons."""
     return (

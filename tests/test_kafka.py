@@ -20,7 +20,7 @@ import ingest
 from ingest import synthetic
 from ingest.errors import ConfigError, SourceError
 
-from conftest import ROOT, flatten, read_synthetic
+from conftest import ROOT, flatten, read_synthetic, take_with_state
 
 PARTITIONS = 3
 
@@ -398,18 +398,6 @@ def test_a_poll_that_fails_while_a_broker_restarts_is_retried(services, tmp_path
     assert sorted(got) == read_synthetic([str(text)])
 
 
-def _take(reader, n):
-    """Samples of the first ``n`` batches (all of them when n is None), then the reader's state."""
-    got = []
-    for i, batch in enumerate(reader.startup()):
-        got.extend((s["sid"], str(s)) for s in flatten(batch))
-        if i + 1 == n:
-            break
-    state = reader.state()
-    reader.shutdown()
-    return got, state
-
-
 def _kafka_reader(url, file_type="txt", **kafka):
     reader = ingest.DataReader("k", [url], file_type=file_type, enable_state=True).batch_size(50).threads(2)
     return synthetic.declare(reader).kafka(**kafka)
@@ -420,10 +408,10 @@ def test_restore_mid_partition(source):
     bootstrap, text_topic, pb_topic, text, pb = source
     for topic, file_type, path in ((text_topic, "txt", text), (pb_topic, "pb", pb)):
         url = f"kafka://{bootstrap}/{topic}"
-        first, state = _take(_kafka_reader(url, file_type), 7)
+        first, state = take_with_state(_kafka_reader(url, file_type), 7)
         partial = json.loads(state)["partial"]
         assert partial and all(isinstance(pos, list) and len(pos) == 2 for _, _, pos, _ in partial)
-        rest, _ = _take(_kafka_reader(url, file_type).restore(state), None)
+        rest, _ = take_with_state(_kafka_reader(url, file_type).restore(state), None)
         assert len(first) == 350
         assert sorted(first + rest) == read_synthetic([str(path)], file_type)
 
@@ -614,7 +602,7 @@ def test_offsets_gone_from_the_broker_are_an_error(services):
     topic = _topic(bootstrap, [(0, line) for line in lines])
     url = f"kafka://{bootstrap}/{topic}:0"
     reader = ingest.DataReader("k", [url], enable_state=True).feature("a", "sparse").batch_size(5)
-    first, state = _take(reader, 1)
+    first, state = take_with_state(reader, 1)
     assert [s for s, _ in first] == [f"s{i}".encode() for i in range(5)]
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     admin.delete_records({TP(topic, 0): 20})

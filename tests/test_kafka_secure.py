@@ -18,7 +18,7 @@ from ingest import synthetic
 from ingest.errors import ConfigError, SourceError
 from ingest.produce import produce
 
-from conftest import ROOT, flatten, make_reader, read_synthetic
+from conftest import ROOT, flatten, make_reader, read_synthetic, take_with_state
 
 PARTITIONS = 3
 
@@ -80,18 +80,6 @@ def _reader(url, state=True, **kafka):
     return synthetic.declare(reader).kafka(**kafka)
 
 
-def _take(reader, n):
-    """Samples of the first ``n`` batches (all when None), then the reader's state."""
-    got = []
-    for i, batch in enumerate(reader.startup()):
-        got.extend((s["sid"], str(s)) for s in flatten(batch))
-        if i + 1 == n:
-            break
-    state = reader.state()
-    reader.shutdown()
-    return got, state
-
-
 @pytest.mark.parametrize(
     "listener, protocol, mechanism",
     [
@@ -144,8 +132,8 @@ def test_fixed_partitions_resume_exactly(secure_kafka, secure_topic):
     """Partitions named in the URL, a state taken mid-partition, a reader restored from it: every sample once."""
     topic, text = secure_topic
     url = _url(secure_kafka, f"{topic}:0,1,2")
-    first, state = _take(_reader(url, **_sasl(secure_kafka)), 7)
-    rest, _ = _take(_reader(url, **_sasl(secure_kafka)).restore(state), None)
+    first, state = take_with_state(_reader(url, **_sasl(secure_kafka)), 7)
+    rest, _ = take_with_state(_reader(url, **_sasl(secure_kafka)).restore(state), None)
     assert len(first) == 350
     assert sorted(first + rest) == read_synthetic([str(text)])
 
