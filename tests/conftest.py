@@ -139,6 +139,18 @@ def as_plain(samples):
     return out
 
 
+def text_groups(text):
+    """The lines of a text sample file (bytes), one bytes string per sample group."""
+    groups = []
+    for line in text.splitlines(keepends=True):
+        gid = line.split(b"|", 2)[1]
+        if groups and groups[-1][0] == gid:
+            groups[-1][1].append(line)
+        else:
+            groups.append((gid, [line]))
+    return [b"".join(lines) for _, lines in groups]
+
+
 def take_with_state(reader, n):
     """``(samples, state)``: ``(sample id, str(sample))`` of the first ``n`` batches of ``reader`` (all when None),
     then its state; the reader is shut down."""

@@ -20,7 +20,7 @@ import ingest
 from ingest import synthetic
 from ingest.errors import ConfigError, SourceError
 
-from conftest import ROOT, flatten, read_synthetic, take_with_state
+from conftest import ROOT, flatten, read_synthetic, take_with_state, text_groups
 
 PARTITIONS = 3
 
@@ -37,18 +37,6 @@ def _topic(bootstrap, messages, **producer_config):
     producer.flush()
     producer.close()
     return name
-
-
-def _groups(text):
-    """The lines of a text sample file, one bytes string per sample group."""
-    groups = []
-    for line in text.splitlines(keepends=True):
-        gid = line.split(b"|", 2)[1]
-        if groups and groups[-1][0] == gid:
-            groups[-1][1].append(line)
-        else:
-            groups.append((gid, [line]))
-    return [b"".join(lines) for _, lines in groups]
 
 
 def _records(data):
@@ -69,7 +57,7 @@ def source(services, tmp_path_factory):
     synthetic.write(text, 3000, seed=3)
     pb = local / "s.pb"
     ingest.convert([str(text)], str(pb), log=lambda *_: None)
-    groups = _groups(text.read_bytes())
+    groups = text_groups(text.read_bytes())
     # a few groups per message, messages spread over the partitions
     messages = [b"".join(groups[i : i + 3]) for i in range(0, len(groups), 3)]
     text_topic = _topic(bootstrap, [(k % PARTITIONS, m) for k, m in enumerate(messages)])
@@ -100,7 +88,7 @@ def test_both_clients_read_the_same(source):
 def test_compressed_topics(services, source, codec):
     """Record batches compressed by the producer are decompressed batch by batch (several messages each)."""
     _, _, _, text, _ = source
-    groups = _groups(text.read_bytes())
+    groups = text_groups(text.read_bytes())
     topic = _topic(
         services["KAFKA_BOOTSTRAP"],
         [(k % PARTITIONS, g) for k, g in enumerate(groups)],
@@ -192,7 +180,7 @@ def _long_topic(bootstrap, tmp_path):
     (long enough for a reader to be part-way through it when something happens)."""
     text = tmp_path / "r.txt"
     synthetic.write(text, 20000, seed=5)
-    groups = _groups(text.read_bytes())
+    groups = text_groups(text.read_bytes())
     return text, _topic(
         bootstrap, [(k % PARTITIONS, b"".join(groups[i : i + 2])) for k, i in enumerate(range(0, len(groups), 2))]
     )
@@ -464,7 +452,7 @@ def test_group_members_share_partitions_across_rebalances(services, source, assi
     strategy = {"range": {"partition_assignment_strategy": (RangePartitionAssignor,)}}.get(assignor, {})
     bootstrap = services["KAFKA_BOOTSTRAP"]
     _, _, _, text, _ = source
-    groups = _groups(text.read_bytes())
+    groups = text_groups(text.read_bytes())
     topic = _topic(bootstrap, [])
     url = f"kafka://{bootstrap}/{topic}"
     group = f"g-{uuid.uuid4().hex[:8]}"

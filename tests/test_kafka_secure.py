@@ -18,7 +18,7 @@ from ingest import synthetic
 from ingest.errors import ConfigError, SourceError
 from ingest.produce import produce
 
-from conftest import ROOT, flatten, make_reader, read_synthetic, take_with_state
+from conftest import ROOT, flatten, make_reader, read_synthetic, take_with_state, text_groups
 
 PARTITIONS = 3
 
@@ -314,18 +314,6 @@ def test_settings_that_do_not_go_together_are_config_errors(secure_kafka):
         assert password not in str(caught.value)
 
 
-def _groups(text):
-    """The lines of a text sample file, one bytes string per sample group."""
-    groups = []
-    for line in text.splitlines(keepends=True):
-        gid = line.split(b"|", 2)[1]
-        if groups and groups[-1][0] == gid:
-            groups[-1][1].append(line)
-        else:
-            groups.append((gid, [line]))
-    return [b"".join(lines) for _, lines in groups]
-
-
 @pytest.fixture(scope="module")
 def transactional_topic(secure_kafka, tmp_path_factory):
     """``(topic, committed file, every-message file)``: two transactional producers (one gzip) over SASL_SSL
@@ -337,7 +325,7 @@ def transactional_topic(secure_kafka, tmp_path_factory):
     local = tmp_path_factory.mktemp("transactions")
     text = local / "all.txt"
     synthetic.write(text, 3000, seed=9)
-    messages = [b"".join(g) for g in zip(*[iter(_groups(text.read_bytes()))] * 3)]  # 107 messages
+    messages = [b"".join(g) for g in zip(*[iter(text_groups(text.read_bytes()))] * 3)]  # 107 messages
     topic = _new_topic(secure_kafka, partitions=2)
     settings = {"bootstrap_servers": secure_kafka["KAFKA_SECURE_BOOTSTRAP"], **_sasl(secure_kafka)}
     prefix = secure_kafka["KAFKA_SECURE_TOPIC_PREFIX"]
