@@ -6,6 +6,7 @@
 #   scripts/services.sh start    # fetch jars once (Maven), start both, wait until they answer
 #   scripts/services.sh status   # exit 0 when both run, 3 otherwise
 #   scripts/services.sh stop     # idempotent
+#   scripts/services.sh start --kerberos    # also a Kerberos-secured HDFS (below); status --kerberos
 #
 # start/status print KEY=VALUE lines on stdout (everything else goes to stderr), so
 #   eval "$(scripts/services.sh start)"        or        scripts/services.sh start >> "$GITHUB_ENV"
@@ -22,6 +23,18 @@
 # random password on every start).  The broker's certificate, signed by a CA generated on every start
 # (KAFKA_CA_FILE, with openssl), names the host "localhost" only, so 127.0.0.1 is a host it does not match.
 # Needs openssl, and kafka-python for the ACLs: without either, the broker has its plain listener only.
+#
+# With --kerberos (or INGEST_KERBEROS=1) `start` also runs a Kerberos-secured HDFS: a KDC (Hadoop's MiniKdc,
+# realm HDFS_KERBEROS_REALM on 127.0.0.1:KDC_PORT) and a second MiniDFSCluster in one more JVM
+# (scripts/services/kerberos/SecureHdfs.java, compiled with javac on first use), with
+# hadoop.security.authentication=kerberos, block access tokens and SASL data transfer (authentication; the
+# DataNode's ports are not privileged, so ignore.secure.ports.for.testing).  It prints besides the others:
+#   HDFS_KERBEROS_URL        hdfs://127.0.0.1:HDFS_KERBEROS_PORT
+#   HDFS_KERBEROS_CONF_DIR   the HADOOP_CONF_DIR of its clients (dfs.data.transfer.protection is needed there)
+#   KRB5_CONFIG              a krb5.conf naming the KDC (for kinit and GSSAPI, which hdfs-native uses)
+#   HDFS_KERBEROS_PRINCIPAL  a user principal, and HDFS_KERBEROS_KEYTAB its keytab (new keys on every start)
+# Its NameNode and DataNode are hdfs/localhost; WebHDFS needs SPNEGO there.  The plain HDFS is unchanged;
+# `stop` stops the secured one too, `status --kerberos` requires it.
 #
 # Every start begins with empty Kafka and HDFS data; `start` on running services
 # leaves them (and their data) alone.  Needs Java 17+, Maven, curl; Python with
@@ -43,6 +56,12 @@ KAFKA_SASL_USER=${KAFKA_SASL_USER:-ingest}
 KAFKA_SECURE_TOPIC_PREFIX=${KAFKA_SECURE_TOPIC_PREFIX:-secure-}
 HDFS_PORT=${HDFS_PORT:-19000}
 HDFS_HTTP_PORT=${HDFS_HTTP_PORT:-19870}
+INGEST_KERBEROS=${INGEST_KERBEROS:-0}            # 1: the secured HDFS too (or: start --kerberos)
+HDFS_KERBEROS_PORT=${HDFS_KERBEROS_PORT:-19010}
+HDFS_KERBEROS_HTTP_PORT=${HDFS_KERBEROS_HTTP_PORT:-19880}
+KDC_PORT=${KDC_PORT:-19088}
+HDFS_KERBEROS_REALM=${HDFS_KERBEROS_REALM:-INGEST.TEST}   # NAME.DOMAIN (MiniKdc's form)
+HDFS_KERBEROS_USER=${HDFS_KERBEROS_USER:-ingest}           # the client principal's name
 START_TIMEOUT=${SERVICES_START_TIMEOUT:-180}   # seconds, per service, after the jars are there
 STOP_TIMEOUT=${SERVICES_STOP_TIMEOUT:-30}      # seconds before kill -9
 # Test fixtures: small heaps, the serial collector (few GC threads) and only the C1 JIT
@@ -50,6 +69,7 @@ STOP_TIMEOUT=${SERVICES_STOP_TIMEOUT:-30}      # seconds before kill -9
 KAFKA_JAVA_OPTS=${KAFKA_JAVA_OPTS:--Xmx256m -Xms64m -XX:+UseSerialGC -XX:TieredStopAtLevel=1}
 HDFS_JAVA_OPTS=${HDFS_JAVA_OPTS:--Xmx384m -Xms64m -XX:+UseSerialGC -XX:TieredStopAtLevel=1}
 JAVA=${JAVA_HOME:+$JAVA_HOME/bin/}java
+JAVAC=${JAVA_HOME:+$JAVA_HOME/bin/}javac
 PYTHON=${PYTHON:-python3}
 timeout=$(command -v timeout >/dev/null && echo "timeout 20" || true)   # GNU coreutils, if there
 
@@ -59,6 +79,8 @@ kafka_secrets=$kafka_dir/secure.env   # the password of this start, and whether 
 hdfs_dir=$state/hdfs
 kafka_lib=$state/lib/kafka-$KAFKA_VERSION
 hdfs_lib=$state/lib/hadoop-$HADOOP_VERSION
+kdc_lib=$state/lib/minikdc-$HADOOP_VERSION
+secure_dir=$state/hdfs-kerberos
 
 log() { echo "services: $*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -415,6 +437,94 @@ EOF
     echo $! >"$hdfs_pid"
 }
 
+# ---------------------------------------------------------------- Kerberos-secured HDFS
+
+secure_main=SecureHdfs
+secure_pid=$secure_dir/hdfs.pid
+secure_log=$secure_dir/hdfs.log
+secure_classes=$kdc_lib/classes
+
+secure_ready() {
+    # details.json: written after waitActive(), once the DataNode has registered (over Kerberos too).
+    [ -s "$secure_dir/details.json" ] && port_open "$HDFS_KERBEROS_PORT"
+}
+
+# fetch_secure_hdfs: MiniKdc's jars (the classpath is the hdfs jars first, then these) and SecureHdfs compiled.
+fetch_secure_hdfs() {
+    local src=$here/services/kerberos/SecureHdfs.java
+    fetch_lib minikdc "$here/services/kerberos" "$kdc_lib" -Dhadoop.version="$HADOOP_VERSION"
+    if [ ! -f "$secure_classes/SecureHdfs.class" ] || [ "$src" -nt "$secure_classes/SecureHdfs.class" ]; then
+        command -v "$JAVAC" >/dev/null || die "javac not found (a JDK is needed for --kerberos: it compiles $src)"
+        rm -rf "$secure_classes" && mkdir -p "$secure_classes"
+        "$JAVAC" -nowarn -d "$secure_classes" -cp "$hdfs_lib/*:$kdc_lib/*" "$src" >&2 ||
+            die "compiling $src failed"
+    fi
+}
+
+start_secure_hdfs() {
+    local realm=$HDFS_KERBEROS_REALM keytab=$secure_dir/hdfs.keytab
+    local nn=hdfs/localhost@$HDFS_KERBEROS_REALM
+    case $realm in *?.?*) ;; *) die "HDFS_KERBEROS_REALM=$realm: expected NAME.DOMAIN (how MiniKdc makes realms)" ;; esac
+    rm -rf "$secure_dir/data" "$secure_dir/kdc" "$secure_dir/details.json" "$secure_dir"/*.keytab
+    mkdir -p "$secure_dir/conf"
+    # For MIT Kerberos clients (kinit, libgssapi_krb5): TCP (MiniKdc's transport), no DNS games with localhost.
+    cat >"$secure_dir/krb5.conf" <<EOF
+# Written by scripts/services.sh
+[libdefaults]
+    default_realm = $realm
+    udp_preference_limit = 1
+    dns_lookup_kdc = false
+    dns_lookup_realm = false
+    dns_canonicalize_hostname = false
+    rdns = false
+[realms]
+    $realm = {
+        kdc = 127.0.0.1:$KDC_PORT
+    }
+EOF
+    # Its clients' HADOOP_CONF_DIR: hdfs-native speaks SASL to the DataNode only when told so here.
+    cat >"$secure_dir/conf/core-site.xml" <<EOF
+<?xml version="1.0"?>
+<!-- Written by scripts/services.sh -->
+<configuration>
+  <property><name>fs.defaultFS</name><value>hdfs://127.0.0.1:$HDFS_KERBEROS_PORT</value></property>
+  <property><name>hadoop.security.authentication</name><value>kerberos</value></property>
+</configuration>
+EOF
+    cat >"$secure_dir/conf/hdfs-site.xml" <<EOF
+<?xml version="1.0"?>
+<!-- Written by scripts/services.sh -->
+<configuration>
+  <property><name>dfs.data.transfer.protection</name><value>authentication</value></property>
+  <property><name>dfs.namenode.kerberos.principal</name><value>$nn</value></property>
+  <property><name>dfs.namenode.http-address</name><value>127.0.0.1:$HDFS_KERBEROS_HTTP_PORT</value></property>
+</configuration>
+EOF
+
+    log "starting Kerberos-secured HDFS on 127.0.0.1:$HDFS_KERBEROS_PORT, KDC :$KDC_PORT, realm $realm (log: $secure_log)"
+    # Hadoop refuses Kerberos on a DataNode with unprivileged ports unless ignore.secure.ports.for.testing;
+    # SASL on data transfer is what real clusters with such ports use.
+    # shellcheck disable=SC2086  # HDFS_JAVA_OPTS is a list of options
+    (cd "$secure_dir" && exec nohup "$JAVA" $HDFS_JAVA_OPTS -XX:+ExitOnOutOfMemoryError \
+        -Dtest.build.data="$secure_dir/data" \
+        -cp "$secure_classes:$hdfs_lib/*:$kdc_lib/*" "$secure_main" \
+        "$secure_dir" "$realm" "$KDC_PORT" "$HDFS_KERBEROS_USER" -- \
+        -format -datanodes 1 -nnport "$HDFS_KERBEROS_PORT" -httpport "$HDFS_KERBEROS_HTTP_PORT" \
+        -writeDetails "$secure_dir/details.json" \
+        -D hdfs.minidfs.basedir="$secure_dir/data" \
+        -D dfs.permissions.enabled=false \
+        -D hadoop.security.authentication=kerberos \
+        -D dfs.block.access.token.enable=true \
+        -D dfs.namenode.kerberos.principal="$nn" -D dfs.namenode.keytab.file="$keytab" \
+        -D dfs.datanode.kerberos.principal="$nn" -D dfs.datanode.keytab.file="$keytab" \
+        -D dfs.web.authentication.kerberos.principal="HTTP/localhost@$realm" \
+        -D dfs.web.authentication.kerberos.keytab="$keytab" \
+        -D dfs.data.transfer.protection=authentication \
+        -D ignore.secure.ports.for.testing=true \
+        </dev/null >"$secure_log" 2>&1) &
+    echo $! >"$secure_pid"
+}
+
 # ---------------------------------------------------------------- commands
 
 print_env() {
@@ -433,6 +543,13 @@ print_env() {
     echo "HDFS_URL=hdfs://127.0.0.1:$HDFS_PORT"
     echo "WEBHDFS_URL=http://127.0.0.1:$HDFS_HTTP_PORT"
     echo "HADOOP_CONF_DIR=$hdfs_dir/conf"
+    if alive "$secure_pid" "$secure_main"; then
+        echo "HDFS_KERBEROS_URL=hdfs://127.0.0.1:$HDFS_KERBEROS_PORT"
+        echo "HDFS_KERBEROS_CONF_DIR=$secure_dir/conf"
+        echo "KRB5_CONFIG=$secure_dir/krb5.conf"
+        echo "HDFS_KERBEROS_PRINCIPAL=$HDFS_KERBEROS_USER@$HDFS_KERBEROS_REALM"
+        echo "HDFS_KERBEROS_KEYTAB=$secure_dir/client.keytab"
+    fi
 }
 
 cmd_status() {
@@ -449,6 +566,12 @@ cmd_status() {
     else
         log "hdfs: stopped"
     fi
+    if alive "$secure_pid" "$secure_main"; then
+        log "hdfs-kerberos: running (pid $(cat "$secure_pid")), 127.0.0.1:$HDFS_KERBEROS_PORT, KDC :$KDC_PORT"
+    elif [ "$INGEST_KERBEROS" = 1 ]; then
+        log "hdfs-kerberos: stopped"
+        up=0
+    fi
     [ "$up" -eq 2 ] || return 3
     print_env
 }
@@ -456,13 +579,15 @@ cmd_status() {
 cmd_stop() {
     stop_one kafka "$kafka_pid" "$kafka_main"
     stop_one hdfs "$hdfs_pid" "$hdfs_main"
+    stop_one hdfs-kerberos "$secure_pid" "$secure_main"
 }
 
 cmd_start() {
-    local start_k=0 start_h=0
+    local start_k=0 start_h=0 start_s=0
     alive "$kafka_pid" "$kafka_main" || start_k=1
     alive "$hdfs_pid" "$hdfs_main" || start_h=1
-    if [ "$start_k$start_h" = 00 ]; then
+    if [ "$INGEST_KERBEROS" = 1 ] && ! alive "$secure_pid" "$secure_main"; then start_s=1; fi
+    if [ "$start_k$start_h$start_s" = 000 ]; then
         cmd_status
         return
     fi
@@ -480,17 +605,24 @@ cmd_start() {
         check_free_port "$HDFS_PORT" HDFS_PORT
         check_free_port "$HDFS_HTTP_PORT" HDFS_HTTP_PORT
     fi
+    if [ "$start_s" = 1 ]; then
+        check_free_port "$HDFS_KERBEROS_PORT" HDFS_KERBEROS_PORT
+        check_free_port "$HDFS_KERBEROS_HTTP_PORT" HDFS_KERBEROS_HTTP_PORT
+        check_free_port "$KDC_PORT" KDC_PORT
+    fi
 
     # Download first, so a Maven failure leaves nothing running.
     if [ "$start_k" = 1 ]; then fetch_kafka; fi
-    if [ "$start_h" = 1 ]; then fetch_hdfs; fi
+    if [ "$start_h$start_s" != 00 ]; then fetch_hdfs; fi
+    if [ "$start_s" = 1 ]; then fetch_secure_hdfs; fi
 
     # From here on a failure or Ctrl-C stops what this run started.
     # shellcheck disable=SC2064  # expand now: the flags are locals of this function
-    trap "cleanup_started $start_k $start_h" EXIT
+    trap "cleanup_started $start_k $start_h $start_s" EXIT
     trap 'exit 130' INT TERM
-    # Both JVMs boot in parallel; HDFS first, as it is the slower one.
+    # The JVMs boot in parallel; HDFS first, as it is the slower one.
     if [ "$start_h" = 1 ]; then start_hdfs; fi
+    if [ "$start_s" = 1 ]; then start_secure_hdfs; fi
     if [ "$start_k" = 1 ]; then start_kafka; fi
     if [ "$start_k" = 1 ]; then
         wait_until kafka "$kafka_pid" "$kafka_main" "$kafka_log" kafka_ready || die "start failed"
@@ -502,16 +634,20 @@ cmd_start() {
     if [ "$start_h" = 1 ]; then
         wait_until hdfs "$hdfs_pid" "$hdfs_main" "$hdfs_log" hdfs_ready || die "start failed"
     fi
+    if [ "$start_s" = 1 ]; then
+        wait_until hdfs-kerberos "$secure_pid" "$secure_main" "$secure_log" secure_ready || die "start failed"
+    fi
     trap - EXIT INT TERM
     cmd_status
 }
 
-# cleanup_started K H: on a failed start, stop the services this run launched (1 = launched).
+# cleanup_started K H S: on a failed start, stop the services this run launched (1 = launched).
 cleanup_started() {
     local rc=$?
     [ "$rc" -eq 0 ] && return 0
     if [ "$1" = 1 ]; then stop_one kafka "$kafka_pid" "$kafka_main"; fi
     if [ "$2" = 1 ]; then stop_one hdfs "$hdfs_pid" "$hdfs_main"; fi
+    if [ "$3" = 1 ]; then stop_one hdfs-kerberos "$secure_pid" "$secure_main"; fi
     return "$rc"
 }
 
@@ -530,10 +666,12 @@ cmd_restart_kafka() {
     cmd_status
 }
 
-case ${1:-} in
+command=${1:-}
+if [ "${2:-}" = --kerberos ] && { [ "$command" = start ] || [ "$command" = status ]; }; then INGEST_KERBEROS=1; fi
+case $command in
     start) cmd_start ;;
     stop) cmd_stop ;;
     status) cmd_status ;;
     restart-kafka) cmd_restart_kafka "${2:-0}" ;;
-    *) echo "usage: $0 start|stop|status|restart-kafka [SECONDS]" >&2; exit 2 ;;
+    *) echo "usage: $0 start|status [--kerberos] | stop | restart-kafka [SECONDS]" >&2; exit 2 ;;
 esac
