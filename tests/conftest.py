@@ -262,3 +262,31 @@ def secure_kafka(services):
     missing = [n for n in SECURE_KAFKA if n not in found]
     assert not missing, f"scripts/services.sh status gives no {missing}:\n{done.stderr[-2000:]}"
     return {n: found[n] for n in SECURE_KAFKA}
+
+
+KERBEROS_HDFS = (
+    "HDFS_KERBEROS_URL",
+    "HDFS_KERBEROS_CONF_DIR",
+    "KRB5_CONFIG",
+    "HDFS_KERBEROS_PRINCIPAL",
+    "HDFS_KERBEROS_KEYTAB",
+)
+
+
+@pytest.fixture(scope="session")
+def kerberos_hdfs():
+    """The Kerberos-secured HDFS of ``scripts/services.sh start --kerberos`` (its URL, its clients'
+    HADOOP_CONF_DIR, a krb5.conf naming its KDC, a client principal and its keytab), from the environment, else
+    from ``scripts/services.sh status --kerberos``; skipped when neither has it (CI starts it in ``.ci/run``)."""
+    if all(n in os.environ for n in KERBEROS_HDFS):
+        return {n: os.environ[n] for n in KERBEROS_HDFS}
+    done = subprocess.run(
+        [str(ROOT / "scripts" / "services.sh"), "status", "--kerberos"], capture_output=True, text=True
+    )
+    found = dict(line.split("=", 1) for line in done.stdout.split() if "=" in line)
+    if not all(n in found for n in KERBEROS_HDFS):
+        pytest.skip(
+            'no Kerberos-secured HDFS: run `eval "$(scripts/services.sh start --kerberos)"` and export its '
+            f"{', '.join(KERBEROS_HDFS)} (.ci/run does)"
+        )
+    return {n: found[n] for n in KERBEROS_HDFS}

@@ -24,7 +24,7 @@ def url_to_fs(url):
     url = str(url)
     if protocol_of(url) == "hdfs":
         cls = hdfs.filesystem_class()
-        return _hdfs_filesystem(cls, cls._get_kwargs_from_urls(url)), cls._strip_protocol(url)
+        return _hdfs_filesystem(cls, cls._get_kwargs_from_urls(url), url), cls._strip_protocol(url)
     try:
         return fsspec.core.url_to_fs(url)
     except ValueError:  # fsspec: "Protocol not known"
@@ -49,10 +49,14 @@ def url_to_fs(url):
 _HDFS_FILESYSTEMS: dict = {}
 
 
-def _hdfs_filesystem(cls, kwargs):
-    key = (os.getpid(), cls, repr(sorted(kwargs.items())))
+def _hdfs_filesystem(cls, kwargs, url):
+    credentials = hdfs.kerberos_credentials()
+    # A client keeps the Kerberos identity it logged in with: other credentials, or another ticket cache, are
+    # another client.
+    identity = (repr(sorted(credentials.items())), os.environ.get("KRB5CCNAME"))
+    key = (os.getpid(), cls, repr(sorted(kwargs.items())), identity)
     if key not in _HDFS_FILESYSTEMS:
-        _HDFS_FILESYSTEMS[key] = cls(skip_instance_cache=True, **kwargs)
+        _HDFS_FILESYSTEMS[key] = hdfs.connect(cls, kwargs, url, credentials)
     return _HDFS_FILESYSTEMS[key]
 
 

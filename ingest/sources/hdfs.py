@@ -9,12 +9,19 @@ A client's modules are imported when it is first used.  WebHDFS is the REST API 
 address: ``INGEST_WEBHDFS_URL`` when set, else ``dfs.namenode.http-address`` of
 ``$HADOOP_CONF_DIR/hdfs-site.xml``, else the NameNode's host on 9870.  ``check_reachable`` probes the
 address the client in use connects to before a path is read.
+
+Kerberos (hdfs-native only): with no settings, hdfs-native takes the ticket of the default credential cache
+(``KRB5CCNAME``, what ``kinit`` left); ``INGEST_HDFS_PRINCIPAL`` with ``INGEST_HDFS_KEYTAB`` has it log in from
+that keytab itself, into a private in-memory cache (hdfs-native's own keytab login).  ``KRB5_CONFIG`` names
+the KDC, as for any MIT Kerberos client.  ``connect`` asks the NameNode once when a client is made, so that a
+secured cluster without credentials is a ``SourceError`` saying what to do, not an error from inside a read.
 """
 
 import ctypes.util
 import functools
 import importlib.util
 import os
+import re
 import socket
 import urllib.parse
 import xml.etree.ElementTree as ElementTree
@@ -22,7 +29,16 @@ import xml.etree.ElementTree as ElementTree
 from ..errors import ConfigError, SourceError
 from ..optional import require
 
-__all__ = ["CLIENTS", "check_reachable", "filesystem_class", "hdfs_client", "use_hdfs_client", "webhdfs_address"]
+__all__ = [
+    "CLIENTS",
+    "check_reachable",
+    "connect",
+    "filesystem_class",
+    "hdfs_client",
+    "kerberos_credentials",
+    "use_hdfs_client",
+    "webhdfs_address",
+]
 
 CLIENTS = ("native", "pyarrow", "webhdfs")
 _WEBHDFS_PORT = 9870  # Hadoop 3's default NameNode HTTP port
@@ -171,3 +187,90 @@ def _webhdfs_as_hdfs():
             return name if name.startswith("hdfs://") else f"hdfs://{self.namenode}{name}"
 
     return WebHdfsAsHdfs
+
+
+PRINCIPAL_VAR = "INGEST_HDFS_PRINCIPAL"
+KEYTAB_VAR = "INGEST_HDFS_KEYTAB"
+
+
+def kerberos_credentials():
+    """hdfs-native's Kerberos keyword arguments from ``INGEST_HDFS_PRINCIPAL`` and ``INGEST_HDFS_KEYTAB``;
+    ``{}`` when neither is set (the default ticket cache).  A principal alone picks that identity from the
+    default cache; a keytab needs the principal to log in as."""
+    principal = os.environ.get(PRINCIPAL_VAR) or None
+    keytab = os.environ.get(KEYTAB_VAR) or None
+    if principal is None and keytab is None:
+        return {}
+    if principal is None:
+        raise ConfigError(f"{KEYTAB_VAR}={keytab}: set {PRINCIPAL_VAR} too, the principal of that keytab to log in as")
+    credentials = {"kerberos_principal": principal}
+    if keytab is not None:
+        if not os.path.isfile(keytab) or not os.access(keytab, os.R_OK):
+            raise ConfigError(f"{KEYTAB_VAR}={keytab}: expected a readable keytab file")
+        credentials["kerberos_keytab"] = os.path.abspath(keytab)
+    return credentials
+
+
+def connect(cls, kwargs, url, credentials):
+    """A filesystem of ``cls`` (``filesystem_class()``) for the NameNode of ``url`` (``kwargs``, from the URL).
+
+    With hdfs-native, its client logs in with ``credentials`` (``kerberos_credentials()``) and the NameNode is
+    asked for ``/`` once: a secured NameNode without a ticket, or refusing the one given, is a ``SourceError``
+    now, naming the NameNode and what to do, and an unreachable one is ``check_reachable``'s error.
+    """
+    native = hdfs_client() == "native"
+    if credentials and not native:
+        raise ConfigError(
+            f"{PRINCIPAL_VAR} / {KEYTAB_VAR}: Kerberos is supported with the hdfs-native client only, "
+            f"this process uses {hdfs_client()!r} (pip install 'ingest[hdfs]')"
+        )
+    fs = cls(skip_instance_cache=True, **kwargs)
+    if native:
+        if credentials:
+            fs.client = _native_client(fs, credentials)
+        check_reachable(url)  # hdfs-native retries a refused NameNode for minutes
+        _check_login(fs, url)
+    return fs
+
+
+def _native_client(fs, credentials):
+    """The hdfs-native client of ``fs`` (its URL and settings) logged in with ``credentials``: hdfs-native's
+    fsspec class passes no Kerberos arguments, so its client is replaced by one that has them."""
+    import inspect
+
+    from hdfs_native import Client
+
+    if "kerberos_keytab" not in inspect.signature(Client).parameters:
+        from importlib.metadata import version
+
+        raise ConfigError(
+            f"{PRINCIPAL_VAR} / {KEYTAB_VAR}: hdfs-native {version('hdfs-native')} takes no Kerberos credentials; "
+            "pip install -U hdfs-native, or run kinit and leave them unset"
+        )
+    url = f"hdfs://{fs.host or ''}{f':{fs.port}' if fs.host and fs.port else ''}"
+    config = {k: v for k, v in fs.storage_options.items() if k not in ("host", "port")}
+    try:
+        return Client(url, config, **credentials)
+    except (RuntimeError, ValueError) as exc:
+        raise ConfigError(f"{PRINCIPAL_VAR} / {KEYTAB_VAR}: hdfs-native refused them ({exc})") from exc
+
+
+# what hdfs-native's errors say when the SASL / Kerberos exchange with a NameNode failed
+_AUTH_FAILED = re.compile(r"GSSAPI|GSS_S_|SASL|Kerberos|AccessControlException|authenticat", re.IGNORECASE)
+
+
+def _check_login(fs, url):
+    namenode = f"{fs.host}:{fs.port or _HDFS_DEFAULT_PORT}" if fs.host else "of fs.defaultFS"
+    try:
+        fs.client.get_file_info("/")
+    except (OSError, RuntimeError) as exc:
+        text = str(exc)
+        if not _AUTH_FAILED.search(text):
+            raise SourceError(f"{url}: the HDFS NameNode {namenode} did not answer ({text})", source=url) from exc
+        cause = re.findall(r'"([^"]+)"', text)  # GSSAPIError(codes, minor, "the library's message")
+        raise SourceError(
+            f"{url}: the HDFS NameNode {namenode} wants Kerberos and this client could not log in "
+            f"({cause[-1] if cause else text}); run kinit (the ticket cache is KRB5CCNAME), or set "
+            f"{PRINCIPAL_VAR} and {KEYTAB_VAR} to log in from a keytab (KRB5_CONFIG names the KDC)",
+            source=url,
+        ) from exc
