@@ -244,7 +244,7 @@ def main(argv=None):
 
     pb_zst, parquet = OUT / f"{text.stem}.pb.zst", OUT / f"{text.stem}.parquet"
     for path in (pb_zst, parquet):
-        if not path.exists():
+        if path == pb_zst or not path.exists():  # pb.zst always: a kept one may be of an older zstd level
             print(f"writing {path} ...", file=sys.stderr, flush=True)
             partial = path.with_name("partial-" + path.name)  # its extension names the format
             convert([str(text)], str(partial), aux="auto" if path == pb_zst else None, log=lambda *_: None)

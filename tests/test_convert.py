@@ -122,6 +122,34 @@ def test_compressed_output_reads_back(tmp_path, suffix):
     assert sorted(map(key_of, _all_samples(out, "pb"))) == want
 
 
+def test_pb_zst_is_written_at_level_2_and_level_1_files_still_read(tmp_path, synthetic_file):
+    """convert writes .pb.zst at ZSTD_LEVEL (2: a 1 MiB window, where level 1 has 512 KiB) with the same samples as
+    the plain pb; files written at level 1 before, one frame or several, read back the same."""
+    import zstandard
+
+    from ingest.sources.compression import ZSTD_LEVEL
+
+    plain, packed = tmp_path / "s.pb", tmp_path / "s.pb.zst"
+    convert([str(synthetic_file)], str(plain), aux="auto", threads=2, **quiet)
+    convert([str(synthetic_file)], str(packed), aux="auto", threads=2, **quiet)
+    raw, data = plain.read_bytes(), packed.read_bytes()
+    assert ZSTD_LEVEL == 2
+    frame = zstandard.get_frame_parameters(data)
+    assert frame.window_size == 1 << 20
+    assert frame.content_size == zstandard.CONTENTSIZE_UNKNOWN  # streamed: the size is not known up front
+    assert zstandard.ZstdDecompressor().stream_reader(data, read_across_frames=True).read() == raw
+    level_1 = zstandard.ZstdCompressor(level=1).compress(raw)
+    assert zstandard.get_frame_parameters(level_1).window_size == 1 << 19
+    assert len(data) < 0.97 * len(level_1)  # about 6 % smaller on the synthetic samples
+    want = _all_samples(plain, "pb")
+    assert len(want) == 3000
+    assert _all_samples(packed, "pb") == want
+    old = tmp_path / "old.pb.zst"  # as convert wrote them before: level 1, here in two frames
+    one = zstandard.ZstdCompressor(level=1)
+    old.write_bytes(one.compress(raw[: len(raw) // 2]) + one.compress(raw[len(raw) // 2 :]))
+    assert _all_samples(old, "pb") == want
+
+
 def test_bad_text_input_fails_with_a_located_error_and_leaves_no_output(tmp_path):
     src = tmp_path / "bad.txt"
     src.write_text("a|g|item@1|d@1|1\nb|g|item@x2|d@1|1\n")
