@@ -79,7 +79,8 @@ class Batch:
         self.timestamps = timestamps
         self.sid_bytes = sid_bytes
         self.sid_offsets = sid_offsets
-        self._features = features
+        # a dict, or the builder's LaidOut: made into one when first asked for
+        self._made, self._laid = (features, None) if isinstance(features, dict) else (None, features)
         self.indicators = list(indicators)
         self._tables = tables or {}
         self.table_rows = list(table_rows) if table_rows is not None else [len(labels)]
@@ -88,11 +89,21 @@ class Batch:
         self.pieces = None  # with keep_sample or pause: the (block, first row, end row) it was cut from
         self.release_groups = _nothing  # with keep_sample / pause: hands its groups back, once
         self.unique_work = ()  # the builder's, from assemble() until add_unique() fills the unique ids
-        # the builder's: per table, (ids or None, values, offsets [F, R + 1], the features' names) or None
-        self.sparse_spans = None
 
     def __len__(self):
         return self.size
+
+    @property
+    def _features(self):
+        if self._made is None:
+            self._made = self._laid.features()
+        return self._made
+
+    @property
+    def sparse_spans(self):
+        """The builder's, per table: its features' ids (or None), values, offsets ``[F, R + 1]``, each one array,
+        and the features' names; None for a table without sparse features, or for a batch not built by a reader."""
+        return None if self._laid is None else self._laid.spans()
 
     def __getitem__(self, name):
         try:
@@ -196,7 +207,7 @@ class Batch:
         """Drop the batch's arrays so that their buffers return to the reader's pool (arrays taken from
         the batch before stay valid: a buffer is reused only when nothing refers to it)."""
         self.release_groups()
-        self._features = {}
+        self._made, self._laid = {}, None
         self.labels = self.timestamps = self.sid_bytes = self.sid_offsets = None
         self._sample_ids = None
         self.indicators = []

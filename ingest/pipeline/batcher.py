@@ -151,29 +151,10 @@ class BatchBuilder:
         for (_, r0, r1), (src, ranges, m) in zip(pieces, plans):
             copy_piece(src, r0, r1, ranges, m, places, at, out)
         pad_batch(at, rows, offsets, dense_out, self.dense_table, indicators_out, labels, timestamps)
-        kb, vb, c = key_base.tolist(), value_base.tolist(), counts.tolist()
-        features = {}
-        feats = [None] * len(c)  # the SparseFeatures in kernel order
-        for name, is_sparse, i, t, row, is_pair in self.layout:
-            if is_sparse:
-                ids = pairs[kb[i] : kb[i] + c[i]] if is_pair else keys[kb[i] : kb[i] + c[i]]
-                features[name] = feats[i] = SparseFeature(name, ids, values[vb[i] : vb[i] + c[i]], offsets[t][row])
-            else:
-                features[name] = dense[i]
+        laid = LaidOut(self, keys, pairs, values, offsets, dense, key_base, value_base, counts)
         batch = Batch(
-            n, labels, timestamps, sid_bytes, sid_offsets, features, indicators, tables=self.table_of, table_rows=r
+            n, labels, timestamps, sid_bytes, sid_offsets, laid, indicators, tables=self.table_of, table_rows=r
         )
-        batch.sparse_spans = [  # per table: its features' ids (or None), values and offsets, each one array; names
-            (
-                keys[kb[f0] : kb[f1 - 1] + c[f1 - 1]] if keys_only else None,
-                values[vb[f0] : vb[f1 - 1] + c[f1 - 1]],
-                offsets[t],
-                names,
-            )
-            if f1 > f0
-            else None
-            for (t, (f0, f1)), keys_only, names in zip(self.table_bounds, self.keys_only, self.sparse_names)
-        ]
         batch.marks = Marks({blk.unit: blk.position(r1) for blk, _, r1 in pieces} if self.track else {})
         if self.keep_pieces:
             batch.pieces = list(pieces)
@@ -181,7 +162,7 @@ class BatchBuilder:
             ids = BatchIds(
                 keys, pairs, self.pair, key_base, counts, offsets, self.sparse_table, self.sparse_row
             ).checked_when_debugging()
-            batch.unique_work = (feats, ids, UniqueOutputs(*unique_out).checked_when_debugging())
+            batch.unique_work = (laid, ids, UniqueOutputs(*unique_out).checked_when_debugging())
         if self.stats is not None:
             self.stats.stage("batch", t0, time.perf_counter(), size=n)
         return batch
@@ -198,7 +179,8 @@ class BatchBuilder:
         work, batch.unique_work = batch.unique_work, ()
         if work:
             t0 = time.perf_counter()
-            add_unique_ids(*work, self.scratch())
+            laid, ids, out = work
+            laid.unique = (out, unique_ids_into(ids, out, self.scratch()))
             if self.stats is not None:
                 self.stats.stage("unique", t0, time.perf_counter())
         return batch
@@ -230,7 +212,7 @@ def _piece_source(blk):
             blk.timestamps,
             blk.sid_bytes,
             blk.sid_offsets,
-        ).checked()
+        ).checked_when_debugging()  # every Block's arrays are ingest's own (formats, ops, DSL, Arrow)
     return blk.batch_args
 
 
@@ -256,21 +238,25 @@ class UniqueScratch:
         return self.slots, self.places, self.work_counts
 
 
-def add_unique_ids(feats, ids, out, scratch):
-    """Fill ``unique_ids``, ``inverse``, ``unique_rows`` and ``unique_row_offsets`` of the SparseFeatures
-    ``feats`` of a batch, whose ids are ``ids`` (a ``BatchIds``), into ``out`` (``UniqueOutputs`` of
-    ``unique_parts``; the batch builder leases them with the batch): one kernel call for them all (each call
-    into a kernel gives up the GIL, and the other pipeline threads hold it).
+def unique_ids_into(ids, out, scratch):
+    """Compute the unique ids of a batch's sparse features, whose ids are ``ids`` (a ``BatchIds``), into ``out``
+    (``UniqueOutputs`` of ``unique_parts``; the batch builder leases them with the batch): one kernel call for
+    them all (each call into a kernel gives up the GIL, and the other pipeline threads hold it).  Returns where
+    each feature's outputs lie (a list, for ``unique_views``).
 
     ``big`` holds, as int64, every feature's unique ids and then their row offsets, ``small``, as int32,
     every inverse and then every feature's unique rows.
     """
-    big, small, layout = out
-    pair = ids.pair
+    unique_ids_of_batch(ids, scratch.room(len(out.small) // 2), out)
+    return out.layout.tolist()
+
+
+def unique_views(feats, pair, out, where):
+    """Set ``unique_ids``, ``inverse``, ``unique_rows`` and ``unique_row_offsets`` of the SparseFeatures ``feats``
+    (in kernel order) to their views of ``out`` as ``unique_ids_into`` placed them (``where``)."""
+    big, small, _ = out
     nf = len(feats)
     total = len(small) // 2
-    unique_ids_of_batch(ids, scratch.room(total), out)
-    where = layout.tolist()
     at, words, nunique = where[: nf + 1], where[nf + 1 : 2 * nf + 2], where[2 * nf + 2 :]
     nwords = words[nf]
     for f, feat in enumerate(feats):
@@ -280,6 +266,58 @@ def add_unique_ids(feats, ids, out, scratch):
         feat.unique_ids = big[w : w + 2 * u].reshape(u, 2) if pair[f] else big[w : w + u]
         o = nwords + a + f
         feat.unique_row_offsets = big[o : o + u + 1]
+
+
+def add_unique_ids(feats, ids, out, scratch):
+    """``unique_ids_into`` and then ``unique_views`` of the SparseFeatures ``feats``."""
+    unique_views(feats, ids.pair, out, unique_ids_into(ids, out, scratch))
+
+
+class LaidOut:
+    """A built batch's features as the builder laid them out in its arrays: made into a dict of SparseFeature
+    views (and dense arrays) only when the batch is first asked for one, on the consumer's thread, so that a
+    parse worker spends no Python on them (``Batch._features``)."""
+
+    __slots__ = ("builder", "keys", "pairs", "values", "offsets", "dense", "key_base", "value_base", "counts", "unique")
+
+    def __init__(self, builder, keys, pairs, values, offsets, dense, key_base, value_base, counts):
+        self.builder = builder
+        self.keys, self.pairs, self.values, self.offsets, self.dense = keys, pairs, values, offsets, dense
+        self.key_base, self.value_base, self.counts = key_base, value_base, counts
+        self.unique = None  # (UniqueOutputs, where) once ``unique_ids_into`` has filled them
+
+    def features(self):
+        """The batch's features by name, in schema order."""
+        kb, vb, c = self.key_base.tolist(), self.value_base.tolist(), self.counts.tolist()
+        keys, pairs, values, offsets, dense = self.keys, self.pairs, self.values, self.offsets, self.dense
+        features = {}
+        feats = [None] * len(c)  # the SparseFeatures in kernel order
+        for name, is_sparse, i, t, row, is_pair in self.builder.layout:
+            if is_sparse:
+                ids = pairs[kb[i] : kb[i] + c[i]] if is_pair else keys[kb[i] : kb[i] + c[i]]
+                features[name] = feats[i] = SparseFeature(name, ids, values[vb[i] : vb[i] + c[i]], offsets[t][row])
+            else:
+                features[name] = dense[i]
+        if self.unique is not None:
+            unique_views(feats, self.builder.pair, *self.unique)
+        return features
+
+    def spans(self):
+        """Per table: its features' ids (or None unless they are all int64 keys), values and offsets, each one
+        array, and their names; None for a table without sparse features."""
+        kb, vb, c = self.key_base.tolist(), self.value_base.tolist(), self.counts.tolist()
+        b = self.builder
+        return [
+            (
+                self.keys[kb[f0] : kb[f1 - 1] + c[f1 - 1]] if keys_only else None,
+                self.values[vb[f0] : vb[f1 - 1] + c[f1 - 1]],
+                self.offsets[t],
+                names,
+            )
+            if f1 > f0
+            else None
+            for (t, (f0, f1)), keys_only, names in zip(b.table_bounds, b.keys_only, b.sparse_names)
+        ]
 
 
 def cut_batches(
