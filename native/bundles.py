@@ -10,8 +10,8 @@ dimension, ``"f4[:, :]"`` a float32 matrix, ``"(i8[:, :])"`` a tuple of such mat
 ``"int"``, ``"float"`` and ``"bool"`` scalars.  Every array must be C-contiguous: the kernels are compiled for that
 layout only.  Read-only arrays are accepted (numba compiles them once more, as it must).
 
-Bundles built once per reader or per block are checked where they are built (``checked()``).  Those built for every
-batch from the batch builder's own allocations are checked only when ``INGEST_CHECK_KERNEL_ARGS=1``
+Bundles built once per reader or per work unit are checked where they are built (``checked()``).  Those built for
+every chunk, block or batch from ingest's own arrays are checked only when ``INGEST_CHECK_KERNEL_ARGS=1``
 (``checked_when_debugging()``), which the test suite sets: a check costs about 0.25 µs an array, 7 µs a pb batch
 with unique ids.
 """

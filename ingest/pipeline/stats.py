@@ -10,13 +10,17 @@ KEEP_ERRORS = 100
 
 
 class Stats:
-    """Thread-safe counters of one reader; ``snapshot()`` is what ``reader.stats()`` returns."""
+    """Counters of one reader, safe to update from any thread; ``snapshot()`` is what ``reader.stats()`` returns.
+
+    Each thread counts into dicts of its own, summed by ``snapshot()``: the pipeline's threads update them several
+    times a batch, and one lock for all of them made those updates wait for each other.
+    """
 
     def __init__(self, timeline=None):
         self.timeline = timeline
         self._lock = threading.Lock()
-        self._counts = Counter()
-        self._times = Counter()
+        self._local = threading.local()
+        self._threads = []  # (counts, times) of every thread that counted
         self._skipped_by_kind = Counter()
         self._first_errors = []
         self._started = None
@@ -24,16 +28,25 @@ class Stats:
     def start_clock(self):
         self._started = time.perf_counter()
 
+    def _mine(self):
+        """This thread's (counts, times) dicts."""
+        try:
+            return self._local.mine
+        except AttributeError:
+            mine = self._local.mine = ({}, {})
+            with self._lock:
+                self._threads.append(mine)
+            return mine
+
     def add(self, **counts):
-        with self._lock:
-            mine = self._counts
-            for name, n in counts.items():  # Counter.update takes twice as long, under the GIL, every block
-                mine[name] += n
+        mine = self._mine()[0]
+        for name, n in counts.items():
+            mine[name] = mine.get(name, 0) + n
 
     def stage(self, stage, start, end, **args):
         """Count ``end - start`` seconds (``perf_counter``) to ``stage``, and record it on the timeline."""
-        with self._lock:
-            self._times[stage] += end - start
+        times = self._mine()[1]
+        times[stage] = times.get(stage, 0.0) + (end - start)
         if self.timeline is not None:
             self.timeline.span(stage, start, end, args)
 
@@ -45,22 +58,26 @@ class Stats:
 
     def skipped(self, error):
         """Count an error whose line, record or group was skipped under ``on_error("skip")``."""
+        self.add(errors_skipped=1)
         with self._lock:
-            self._counts["errors_skipped"] += 1
             self._skipped_by_kind[getattr(error, "kind", type(error).__name__)] += 1
             if len(self._first_errors) < KEEP_ERRORS:
                 self._first_errors.append(str(error))
 
     def snapshot(self):
         """A plain dict: counts, ``errors_skipped`` by kind with the first messages, seconds per stage."""
+        counts, times = Counter(), Counter()
         with self._lock:
+            for mine_counts, mine_times in self._threads:
+                counts.update(dict(mine_counts))  # dict(): one copy under the GIL while the owner goes on counting
+                times.update(dict(mine_times))
             out = {
-                k: self._counts.get(k, 0)
+                k: counts.get(k, 0)
                 for k in ("bytes", "samples", "groups", "blocks", "batches", "units", "errors_skipped")
             }
             out["errors_by_kind"] = dict(self._skipped_by_kind)
             out["first_errors"] = list(self._first_errors)
-            out["seconds"] = {k: round(v, 6) for k, v in self._times.items()}
+            out["seconds"] = {k: round(v, 6) for k, v in times.items()}
             if self._started is not None:
                 out["seconds"]["wall"] = round(time.perf_counter() - self._started, 6)
         return out
