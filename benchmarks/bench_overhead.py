@@ -1,14 +1,15 @@
 """Python per batch: the CPU time a reader spends outside numba kernels, per batch.
 
-Every numba kernel that Python code calls (the attributes of ingest's modules that are numba dispatchers) is
-wrapped in a timer for the timed runs, after an untimed run has compiled or loaded them all.  A run's user CPU
-time (``getrusage``: every thread of the process, file reads' system time left out) minus the time inside
-kernels is the time in Python and in the C code Python calls (numpy, zstd), the part that holds the GIL and
-that two parse threads serialize on.  A run reads the file once, then ``--epochs`` times: the difference between
-the two, divided by the batches it adds, is the time per batch without what a reader pays once (start-up,
-threads, opening the file), which the JSON reports apart (``once_ms``: a few ms, within the runs' noise).
-Each configuration runs ``--runs`` times on one parse thread; medians per batch of 1024 samples, with the
-kernel calls a batch makes.  Writes ``benchmarks/results/bench_overhead.json``.
+Every numba kernel that Python code calls (the attributes of ingest's modules that are numba dispatchers), and the
+function every file read goes through (``read_into``), is wrapped in a timer of the calling thread's CPU time
+(``time.thread_time``: a thread waiting for a core on a busy machine counts nothing) for the timed runs, after an
+untimed run has compiled or loaded them all. A run's CPU time (``getrusage``: every thread of the process) minus the
+time inside kernels and file reads is the time in Python and in the C code Python calls (numpy, zstd), the part that
+holds the GIL and that two parse threads serialize on. A run reads the file once, then ``--epochs`` times: the
+difference between the two, divided by the batches it adds, is the time per batch without what a reader pays once
+(start-up, threads, opening the file), which the JSON reports apart (``once_ms``: a few ms, within the runs' noise).
+Each configuration runs ``--runs`` times on one parse thread; medians per batch of 1024 samples, with the kernel
+calls a batch makes. Writes ``benchmarks/results/bench_overhead.json``.
 
     python benchmarks/bench_overhead.py [--samples 120000] [--runs 5] [--epochs 4]
 """
@@ -21,6 +22,8 @@ import time
 
 import numba.core.dispatcher
 
+from ingest.sources import read_into
+
 from _common import arguments, markdown_table, measured_on, save_report, synthetic_inputs
 from bench_peers import BATCH_SIZE, ingest_reader
 
@@ -28,7 +31,8 @@ CONFIGS = [("pb", True), ("pb", False), ("txt", False)]  # (format, unique ids)
 
 
 class KernelClock:
-    """Wraps every numba dispatcher that ingest's modules hold as an attribute, timing each call."""
+    """Wraps every numba dispatcher that ingest's modules hold as an attribute, and ``read_into``, timing each call
+    by the CPU time of the thread that makes it."""
 
     def __init__(self):
         self.seconds = 0.0
@@ -39,7 +43,7 @@ class KernelClock:
         wrappers = {}
         for module in [m for name, m in sys.modules.items() if name == "ingest" or name.startswith("ingest.")]:
             for attr, value in list(vars(module).items()):
-                if isinstance(value, numba.core.dispatcher.Dispatcher):
+                if isinstance(value, numba.core.dispatcher.Dispatcher) or value is read_into:
                     if id(value) not in wrappers:
                         wrappers[id(value)] = self._timed(value)
                     self._undo.append((module, attr, value))
@@ -50,32 +54,33 @@ class KernelClock:
         for module, attr, value in self._undo:
             setattr(module, attr, value)
 
-    def _timed(self, dispatcher):
-        name = dispatcher.py_func.__name__
+    def _timed(self, function):
+        name = getattr(function, "py_func", function).__name__
 
         def timed(*args, **kwargs):
-            t0 = time.perf_counter()
+            t0 = time.thread_time()
             try:
-                return dispatcher(*args, **kwargs)
+                return function(*args, **kwargs)
             finally:
-                self.seconds += time.perf_counter() - t0
+                self.seconds += time.thread_time() - t0  # += on a float attribute: whole under the GIL
                 self.calls[name] += 1
 
         return timed
 
 
-def user_seconds():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_utime
+def cpu_seconds():
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def timed_read(path, file_type, aux, unique, epochs):
-    """(batches, user CPU seconds, seconds in kernels, kernel calls) of one reader."""
+    """(batches, CPU seconds, CPU seconds in kernels and file reads, their calls) of one reader."""
     reader = ingest_reader(path, file_type, aux, threads=1, unique=unique, epochs=epochs)
     with KernelClock() as clock:
-        cpu0 = user_seconds()
+        cpu0 = cpu_seconds()
         reader.startup()
         batches = sum(1 for _ in reader)
-        cpu = user_seconds() - cpu0
+        cpu = cpu_seconds() - cpu0
     return batches, cpu, clock.seconds, clock.calls
 
 
@@ -88,7 +93,7 @@ def one_run(path, file_type, aux, unique, epochs):
     per_batch = 1e6 / added
     outside = per_batch * ((cpun - kn) - (cpu1 - k1))
     return {
-        "user_us_per_batch": per_batch * (cpun - cpu1),
+        "cpu_us_per_batch": per_batch * (cpun - cpu1),
         "kernel_us_per_batch": per_batch * (kn - k1),
         "outside_us_per_batch": outside,
         "once_ms": 1e3 * (cpu1 - k1) - outside * b1 / 1e3,
@@ -114,7 +119,7 @@ def main():
         name = f"{fmt}{', unique ids' if unique else ''}"
         results[name] = {
             key: statistics.median(r[key] for r in runs)
-            for key in ("user_us_per_batch", "kernel_us_per_batch", "outside_us_per_batch", "once_ms")
+            for key in ("cpu_us_per_batch", "kernel_us_per_batch", "outside_us_per_batch", "once_ms")
             + ("kernel_calls_per_batch",)
         }
         results[name]["calls"] = runs[-1]["calls"]
@@ -125,7 +130,7 @@ def main():
     rows = [
         [
             name,
-            f"{r['user_us_per_batch']:.0f}",
+            f"{r['cpu_us_per_batch']:.0f}",
             f"{r['kernel_us_per_batch']:.0f}",
             f"**{r['outside_us_per_batch']:.0f}**",
             f"{r['kernel_calls_per_batch']:.1f}",
@@ -133,7 +138,7 @@ def main():
         for name, r in results.items()
     ]
     print(f"\n{measured_on(report)}, 1 parse thread, medians of {args.runs} runs, per batch of {BATCH_SIZE}:")
-    print(markdown_table(["", "user CPU µs", "in kernels µs", "outside kernels µs", "kernel calls"], rows))
+    print(markdown_table(["", "CPU µs", "in kernels and reads µs", "outside µs", "kernel calls"], rows))
 
 
 if __name__ == "__main__":
