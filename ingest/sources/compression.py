@@ -21,9 +21,9 @@ __all__ = ["CODECS", "infer_compression", "check_codec", "strip_suffix", "compre
 # codec name -> file-name suffixes
 CODECS = {"gzip": (".gz", ".gzip"), "zstd": (".zst", ".zstd"), "zlib": (".zlib",), "lz4": (".lz4",)}
 
-# The zstd level of the files ``ingest convert`` writes (decisions.md, "pb.zst at zstd level 2"): 6 % smaller than
-# level 1 at the same decompression speed.  Levels 3-9 make pb files 9-21 % smaller but cost the reader
-# decompression time (5-10 % of a pb.zst read on a busy core) and conversion CPU.  Files of any level read alike.
+# The zstd level of the files ``ingest convert`` writes (decisions.md, "pb.zst is written at zstd level 2"): 6 %
+# smaller than level 1 at the same read speed.  Levels 3-9 make pb files 9-21 % smaller, but level 3 already costs
+# a pb.zst read 4-9 % (decompression time) and conversion 22 % more CPU.  Files of any level read alike.
 ZSTD_LEVEL = 2
 
 
