@@ -27,7 +27,8 @@ from ingest.sources import read_into
 from _common import arguments, markdown_table, measured_on, save_report, synthetic_inputs
 from bench_peers import BATCH_SIZE, ingest_reader
 
-CONFIGS = [("pb", True), ("pb", False), ("txt", False)]  # (format, unique ids)
+# (format, unique ids, parse threads): threads(0) reads in the consumer's thread, with no batch handed between threads
+CONFIGS = [("pb", True, 1), ("pb", True, 0), ("pb", False, 1), ("pb", False, 0), ("txt", False, 1)]
 
 
 class KernelClock:
@@ -73,9 +74,9 @@ def cpu_seconds():
     return usage.ru_utime + usage.ru_stime
 
 
-def timed_read(path, file_type, aux, unique, epochs):
+def timed_read(path, file_type, aux, unique, threads, epochs):
     """(batches, CPU seconds, CPU seconds in kernels and file reads, their calls) of one reader."""
-    reader = ingest_reader(path, file_type, aux, threads=1, unique=unique, epochs=epochs)
+    reader = ingest_reader(path, file_type, aux, threads=threads, unique=unique, epochs=epochs)
     with KernelClock() as clock:
         cpu0 = cpu_seconds()
         reader.startup()
@@ -84,11 +85,11 @@ def timed_read(path, file_type, aux, unique, epochs):
     return batches, cpu, clock.seconds, clock.calls
 
 
-def one_run(path, file_type, aux, unique, epochs):
+def one_run(path, file_type, aux, unique, threads, epochs):
     """Per batch: user CPU, in kernels, outside them and kernel calls, from a run of ``epochs`` less a run of one;
     and the time outside kernels a reader spends once."""
-    b1, cpu1, k1, calls1 = timed_read(path, file_type, aux, unique, 1)
-    bn, cpun, kn, callsn = timed_read(path, file_type, aux, unique, epochs)
+    b1, cpu1, k1, calls1 = timed_read(path, file_type, aux, unique, threads, 1)
+    bn, cpun, kn, callsn = timed_read(path, file_type, aux, unique, threads, epochs)
     added = bn - b1
     per_batch = 1e6 / added
     outside = per_batch * ((cpun - kn) - (cpu1 - k1))
@@ -109,14 +110,14 @@ def main():
     args = parser.parse_args()
     inputs = synthetic_inputs(args.samples)
     results = {}
-    for fmt, unique in CONFIGS:
+    for fmt, unique, threads in CONFIGS:
         path, file_type, aux = inputs["pb" if fmt == "pb" else "text"]
         warm = ingest_reader(path, file_type, aux, threads=1, unique=unique, epochs=1)
         warm.startup()
         for _ in warm:
             pass  # compiles or loads every kernel before any is wrapped
-        runs = [one_run(path, file_type, aux, unique, args.epochs) for _ in range(args.runs)]
-        name = f"{fmt}{', unique ids' if unique else ''}"
+        runs = [one_run(path, file_type, aux, unique, threads, args.epochs) for _ in range(args.runs)]
+        name = f"{fmt}{', unique ids' if unique else ''}, threads({threads})"
         results[name] = {
             key: statistics.median(r[key] for r in runs)
             for key in ("cpu_us_per_batch", "kernel_us_per_batch", "outside_us_per_batch", "once_ms")
@@ -137,7 +138,7 @@ def main():
         ]
         for name, r in results.items()
     ]
-    print(f"\n{measured_on(report)}, 1 parse thread, medians of {args.runs} runs, per batch of {BATCH_SIZE}:")
+    print(f"\n{measured_on(report)}, medians of {args.runs} runs, per batch of {BATCH_SIZE}:")
     print(markdown_table(["", "CPU µs", "in kernels and reads µs", "outside µs", "kernel calls"], rows))
 
 

@@ -31,11 +31,11 @@ def read_samples(reader, **read_args):
     Each read task reads a run of consecutive work units of the reader (files, byte ranges, Kafka partitions:
     ``SampleDatasource``) with its own copy of the reader, and yields its batches as Arrow tables.  ``read_args`` go to
     ``ray.data.read_datasource``: ``override_num_blocks`` (the most read tasks), ``concurrency``,
-    ``ray_remote_args``...; ``num_cpus`` (per read task) defaults to the reader's ``threads(n)``.
+    ``ray_remote_args``...; ``num_cpus`` (per read task) defaults to the reader's ``threads(n)`` (1 for ``threads(0)``).
     """
     source = SampleDatasource(reader)
     if "num_cpus" not in read_args and "num_cpus" not in (read_args.get("ray_remote_args") or {}):
-        read_args["num_cpus"] = reader._options.threads
+        read_args["num_cpus"] = max(1, reader._options.threads)
     return ray_data.read_datasource(source, **read_args)
 
 

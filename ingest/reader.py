@@ -152,8 +152,9 @@ class DataReader:
         return self._set(label_count=_positive_int("label_count", n, 0))
 
     def threads(self, n) -> "DataReader":
-        """Parallel parse workers (the parse kernels release the GIL)."""
-        return self._set(threads=_positive_int("threads", n))
+        """Parallel parse workers (the parse kernels release the GIL).  0: none, ``next()`` reads and parses in the
+        consumer's thread (for a process that is one of several workers: a ``DataLoader``'s, a Ray task's)."""
+        return self._set(threads=_positive_int("threads", n, 0))
 
     def feature(self, name, type, table=0, nvec=None, serialized=False, dsl=None, cutoff=0, mask=None) -> "DataReader":
         """Declare a feature to emit (docs/formats.md, reader options); undeclared features are skipped."""

@@ -150,14 +150,15 @@ def test_every_malformed_line_is_skipped_with_a_located_error():
         assert repr(text) in message
 
 
+@pytest.mark.parametrize("threads", [1, 0])
 @pytest.mark.parametrize("number,kind,field,column,offset,text", _expected_errors())
 def test_malformed_line_raises_its_error_after_the_samples_before_it(
-    tmp_path, number, kind, field, column, offset, text
+    tmp_path, number, kind, field, column, offset, text, threads
 ):
     lines = (SAMPLES / "malformed.txt").read_bytes().split(b"\n")
     path = tmp_path / "one_bad.txt"
     path.write_bytes(b"\n".join([lines[0]] + [lines[number - 1]] + [lines[14]]) + b"\n")
-    reader = make_reader([path], sparse=["s"], dense={"d": 2}, batch_size=4)
+    reader = make_reader([path], sparse=["s"], dense={"d": 2}, batch_size=4, threads=threads)
     reader.startup()
     batch = next(reader)
     assert batch.sample_ids.tolist() == [b"ok1"]  # what came before the bad line is delivered
@@ -318,6 +319,47 @@ def test_two_threads_give_the_same_samples_as_one(synthetic_file):
     assert Counter(key_of(s) for s in two) == Counter(key_of(s) for s in one)
     ordered = _synthetic_samples(synthetic_file, unit_bytes=200_000, threads=2, deterministic=True)
     assert ordered == one
+
+
+@pytest.mark.parametrize("fmt", ["txt", "pb"])
+def test_threads_0_reads_in_the_consumers_thread_what_one_thread_reads_in_order(synthetic_file, tmp_path, fmt):
+    """threads(0) starts no thread: each next() parses until a batch is complete, giving the batches of a
+    deterministic threads(1) read, arrays, unique ids and sample ids alike."""
+    path = synthetic_file
+    if fmt == "pb":
+        path = tmp_path / "s.pb"
+        ingest.convert(str(synthetic_file), str(path))
+
+    def batches(threads):
+        reader = _all_features(ingest.DataReader("s", paths=[str(path)], file_type=fmt)).unit_bytes(100_000)
+        reader.threads(threads).deterministic(True).unique_ids(True).batch_size(300).startup()
+        with reader:
+            running = threading.active_count()
+            got = [(b.arrays(), b.sample_ids.tolist()) for b in reader]
+        return got, running, reader.stats()
+
+    before = threading.active_count()
+    (got, running, stats), (want, _, _) = batches(0), batches(1)
+    assert running == before
+    assert stats["samples"] == 3000 and stats["units"] > 1
+    assert len(got) == len(want)
+    for (arrays, sids), (want_arrays, want_sids) in zip(got, want):
+        assert sids == want_sids
+        assert arrays.keys() == want_arrays.keys()
+        assert all(np.array_equal(arrays[k], want_arrays[k]) for k in arrays)
+
+
+@pytest.mark.parametrize(
+    "option,what",
+    [
+        (lambda r: r.add_op(lambda group: True).keep_sample(True), "keep_sample / pause"),
+        (lambda r: r.pause(100), "keep_sample / pause"),
+    ],
+)
+def test_threads_0_refuses_what_needs_parse_threads(synthetic_file, option, what):
+    reader = option(_all_features(ingest.DataReader("s", paths=[str(synthetic_file)])).threads(0))
+    with pytest.raises(ingest.ConfigError, match=rf"threads\(0\).*{what}.*threads\(1\)"):
+        reader.startup()
 
 
 def _batches_of_three_workers(path, **options):

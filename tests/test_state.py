@@ -72,6 +72,8 @@ CASES = [
     ("spb", 1, {}),
     ("txt", 2, {"deterministic": (True,)}),
     ("pb", 2, {"unique_ids": (True,), "dsl": "cartesian(cate, age)"}),
+    ("txt", 0, {"unit_bytes": (200_000,)}),
+    ("pb", 0, {"unique_ids": (True,), "epochs": (2,), "shuffle": (7,)}),
 ]
 
 

@@ -1,6 +1,6 @@
 """The runners of the pipeline: the threads and bounded queues that compose the stages of ``stages.py``.
 
-Workers turn work units into Blocks (the parse kernels release the GIL, so threads run in parallel).  Two
+Workers turn work units into Blocks (the parse kernels release the GIL, so threads run in parallel).  Three
 runners, one per topology (``runner_for`` picks):
 
 - ``WorkerBatches`` (the default): each parse worker also cuts its own Blocks into Batches and computes their
@@ -11,6 +11,8 @@ runners, one per topology (``runner_for`` picks):
   ``pause``, a group shuffle, a consumer group, live Kafka partitions) the workers queue their Blocks to one
   batcher thread instead; with unique ids, one more thread computes them, batch by batch, while the batcher
   builds the next.
+- ``InThread`` (``threads(0)``): no thread at all; the consumer's ``next()`` reads, parses and batches until a batch
+  is complete.
 
 The consumer takes Batches from a bounded prefetch queue.  Every blocking put or get wakes up regularly to
 check the stop flag, so ``close()`` never hangs, whatever the consumer does.
@@ -25,7 +27,7 @@ import time
 
 import numpy as np
 
-from ..errors import IngestError, ReaderClosedError
+from ..errors import ConfigError, IngestError, ReaderClosedError
 from ..ops.blocks import concat_blocks, take_rows
 from .batcher import FLUSH, cut_batches
 from .progress import Marks
@@ -44,7 +46,7 @@ from .stages import (
 from ..queues import BoundedQueue
 from ..sources.base import Delivery
 
-__all__ = ["Flow", "OneStream", "PipelineDelivery", "Stages", "WorkerBatches", "runner_for"]
+__all__ = ["Flow", "InThread", "OneStream", "PipelineDelivery", "Stages", "WorkerBatches", "runner_for"]
 
 _POLL = 0.05
 _ROUNDS_POLL = 0.005  # the batcher looks this often whether a round or pass has ended
@@ -125,7 +127,7 @@ class Stages:
 class Flow:
     """How the pipeline runs its stages.
 
-    threads : parse workers
+    threads : parse workers (0: none, the consumer's thread reads)
     epochs : passes over the units (0 = forever)
     deterministic : blocks reach the batcher in unit order (worker ``w`` parses units ``w, w+T, ...``);
         otherwise in arrival order, units handed to whichever worker is free
@@ -501,10 +503,22 @@ class OneStream(Runner):
 
 
 def runner_for(units, stages, flow, stats, progress=None, unit_source=None):
-    """The runner of ``stages`` as ``flow`` says: ``WorkerBatches`` unless the batches must follow one block
-    stream (the order of a one-thread read, a group shuffle, the groups the rounds count packed, the partial
-    batch a group member flushes, or live units, where each worker's batch would wait for its own partition's
-    messages)."""
+    """The runner of ``stages`` as ``flow`` says: ``InThread`` with no parse thread, else ``WorkerBatches``
+    unless the batches must follow one block stream (the order of a one-thread read, a group shuffle, the groups
+    the rounds count packed, the partial batch a group member flushes, or live units, where each worker's batch
+    would wait for its own partition's messages)."""
+    if flow.threads == 0:
+        needs = {
+            "keep_sample / pause": stages.rounds is not None,  # its gate waits for the consumer, the reading thread
+            "a Kafka consumer group": unit_source is not None,  # partitions come and go while the consumer reads
+            'until="forever"': flow.live,  # one partition would hold the only reader forever
+        }
+        for what, used in needs.items():
+            if used:
+                raise ConfigError(
+                    f"threads(0) reads in the consumer's thread, and {what} needs parse threads: threads(1)"
+                )
+        return InThread(units, stages, flow, stats, progress=progress)
     one_stream = (
         flow.deterministic
         or stages.group_shuffle is not None
@@ -514,6 +528,49 @@ def runner_for(units, stages, flow, stats, progress=None, unit_source=None):
     )
     runner = OneStream if one_stream else WorkerBatches
     return runner(units, stages, flow, stats, progress=progress, unit_source=unit_source)
+
+
+class InThread(Runner):
+    """No thread of its own (``threads(0)``): each ``next_batch`` reads, parses and batches in the consumer's thread
+    until a batch is complete, in input order.  Nothing is handed between threads: each hand-over wakes a sleeping
+    thread or waits for the GIL, which cost more CPU a batch than its own Python (``bench_overhead.py``), and a
+    process that is itself one of several workers (a ``DataLoader``'s, a Ray task's) has nothing to overlap."""
+
+    def start(self):
+        done = []
+        flow = self.flow
+        stream = noting_units(self._stream(0), done)
+        delivered = done
+        if self.stages.group_shuffle is not None:  # the shuffle's windows say which units their batches complete
+            stream, delivered = self.stages.group_shuffle(stream, done), []
+        batches = cut_batches(
+            stream,
+            self.builder,
+            split_group=flow.split_group,
+            drop_last=flow.drop_last,
+            on_skip=self.stages.on_skip,
+        )
+        self._items = self._ended(marked(batches, delivered, self.stats), done)
+
+    @staticmethod
+    def _ended(items, done):
+        yield from items
+        yield _End(Marks(done=list(done)))
+
+    def _get(self, q, rounds=None):
+        """The next item of the stream (the pipeline's error as an item, as the threads queue theirs)."""
+        if self.stop.is_set():
+            raise ReaderClosedError("the reader was shut down")
+        try:
+            return next(self._items)
+        except Exception as exc:
+            return exc
+
+    def close(self, timeout=10.0):
+        self.stop.set()  # a next_batch running in another thread stops at its next chunk
+        with contextlib.suppress(ValueError, AttributeError):  # running in that thread, or never started
+            self._items.close()
+        return super().close(timeout)
 
 
 class PipelineDelivery(Delivery):
