@@ -99,11 +99,11 @@ class Batch:
             self._made = self._laid.features()
         return self._made
 
-    @property
-    def sparse_spans(self):
-        """The builder's, per table: its features' ids (or None), values, offsets ``[F, R + 1]``, each one array,
-        and the features' names; None for a table without sparse features, or for a batch not built by a reader."""
-        return None if self._laid is None else self._laid.spans()
+    def sparse_span(self, table):
+        """The builder's layout of a table's sparse features: their ids (None unless all are int64 keys), values
+        and offsets ``[F, R + 1]``, each one array, and their names; None for a table without sparse features
+        or a batch not built by a reader."""
+        return None if self._laid is None else self._laid.span(table)
 
     def __getitem__(self, name):
         try:
@@ -297,7 +297,7 @@ def _kjt(batch, table, expand):
     """``Batch.to_kjt``."""
     torch = require("torch", "torch", "torch")
     kjt_class = require("torchrec.sparse.jagged_tensor", "torchrec", "torchrec").KeyedJaggedTensor
-    spans = None if expand or batch.sparse_spans is None else batch.sparse_spans[table]
+    spans = None if expand else batch.sparse_span(table)
     inverse = None
     if spans is not None and spans[0] is not None:  # laid out one after the other by the builder: no copy
         ids, weights, offsets, names = spans

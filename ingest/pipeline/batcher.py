@@ -302,22 +302,17 @@ class LaidOut:
             unique_views(feats, self.builder.pair, *self.unique)
         return features
 
-    def spans(self):
-        """Per table: its features' ids (or None unless they are all int64 keys), values and offsets, each one
-        array, and their names; None for a table without sparse features."""
-        kb, vb, c = self.key_base.tolist(), self.value_base.tolist(), self.counts.tolist()
+    def span(self, table):
+        """A table's features' ids (or None unless they are all int64 keys), values and offsets, each one array,
+        and their names; None for a table without sparse features."""
         b = self.builder
-        return [
-            (
-                self.keys[kb[f0] : kb[f1 - 1] + c[f1 - 1]] if keys_only else None,
-                self.values[vb[f0] : vb[f1 - 1] + c[f1 - 1]],
-                self.offsets[t],
-                names,
-            )
-            if f1 > f0
-            else None
-            for (t, (f0, f1)), keys_only, names in zip(b.table_bounds, b.keys_only, b.sparse_names)
-        ]
+        t, (f0, f1) = b.table_bounds[table]
+        if f1 == f0:
+            return None
+        kb, vb, c = self.key_base, self.value_base, self.counts
+        keys_end, values_end = int(kb[f1 - 1] + c[f1 - 1]), int(vb[f1 - 1] + c[f1 - 1])
+        keys = self.keys[int(kb[f0]) : keys_end] if b.keys_only[t] else None
+        return keys, self.values[int(vb[f0]) : values_end], self.offsets[t], b.sparse_names[t]
 
 
 def cut_batches(
