@@ -137,8 +137,10 @@ def gather(buf, starts, lens, i, within, out, n):
     while i < len(starts) and n < len(out):
         take = min(lens[i] - within, len(out) - n)
         src = starts[i] + within
-        for k in range(take):  # not a slice assignment: that compiles numpy's shape-mismatch error message
-            out[n + k] = buf[src + k]
+        # not a slice assignment, which compiles numpy's shape-mismatch error message; unsigned indices (no
+        # wraparound for negative ones) let LLVM make the loop a memcpy: 18 GB/s here, 0.7 with signed ones
+        for k in range(take):
+            out[_u(n + k)] = buf[_u(src + k)]
         n += take
         within += take
         if within == lens[i]:
