@@ -345,21 +345,21 @@ def copy_piece(src, r0, r1, ranges, m, places, at, out):
             at[tables + t] = packed
         f0 = f1
     # element loops, not slice assignments: a slice assignment compiles numpy's shape-mismatch error message,
-    # seconds of a cold start
+    # seconds of a cold start; unsigned indices, which need no wraparound check, let LLVM vectorise them
     k = r1 - r0
     for r in range(k):
         for c in range(labels.shape[1]):
-            labels[row0 + r, c] = src_labels[r0 + r, c]
-        timestamps[row0 + r] = src_timestamps[r0 + r]
+            labels[_u(row0 + r), _u(c)] = src_labels[_u(r0 + r), _u(c)]
+        timestamps[_u(row0 + r)] = src_timestamps[_u(r0 + r)]
     a = src_sid_offsets[r0]
     b = src_sid_offsets[r1]
     s = at[2 * tables]
     for i in range(b - a):
-        sid_bytes[s + i] = src_sid_bytes[a + i]
+        sid_bytes[_u(s + i)] = src_sid_bytes[_u(a + i)]
     if row0 == 0:
         sid_offsets[0] = 0
     for r in range(k):
-        sid_offsets[row0 + r + 1] = src_sid_offsets[r0 + r + 1] - a + s
+        sid_offsets[_u(row0 + r + 1)] = src_sid_offsets[_u(r0 + r + 1)] - a + s
     at[2 * tables] = s + b - a
 
 
