@@ -321,6 +321,24 @@ class Runner:
                 t.join(max(0.0, deadline - time.monotonic()))
         return all(not t.is_alive() for t in self._threads)
 
+    def _one_stream_batches(self, blocks, done, build=None):
+        """The Batches cut from one stream of Blocks (from ``marked``: each carries the units it completes, whose
+        keys the stream puts in the list ``done``), made by ``build`` (default: the builder's ``build``)."""
+        delivered = done
+        if self.stages.group_shuffle is not None:  # the shuffle's windows say which units their batches complete
+            blocks, delivered = self.stages.group_shuffle(blocks, done), []
+        flow = self.flow
+        batches = cut_batches(
+            blocks,
+            self.builder,
+            split_group=flow.split_group,
+            drop_last=flow.drop_last,
+            on_skip=self.stages.on_skip,
+            rounds=self.rounds,
+            build=build,
+        )
+        return marked(batches, delivered, self.stats)
+
     def _deliver(self, items, q):
         """Put ``items`` (from ``marked``) on ``q``; False once the reader stops."""
         for item in items:
@@ -461,23 +479,9 @@ class OneStream(Runner):
 
     def _batch_loop(self):
         done = []
-        flow = self.flow
-        group_shuffle = self.stages.group_shuffle
         try:
-            stream = self._blocks(done)
-            delivered = done
-            if group_shuffle is not None:  # the shuffle's windows say which units their batches complete
-                stream, delivered = group_shuffle(stream, done), []
-            batches = cut_batches(
-                stream,
-                self.builder,
-                split_group=flow.split_group,
-                drop_last=flow.drop_last,
-                on_skip=self.stages.on_skip,
-                rounds=self.rounds,
-                build=self.builder.assemble,
-            )
-            if self._deliver(marked(batches, delivered, self.stats), self.batched):
+            batches = self._one_stream_batches(self._blocks(done), done, build=self.builder.assemble)
+            if self._deliver(batches, self.batched):
                 self._put(self.batched, _End(Marks(done=list(done))))
         except ReaderClosedError:
             pass
@@ -538,19 +542,7 @@ class InThread(Runner):
 
     def start(self):
         done = []
-        flow = self.flow
-        stream = noting_units(self._stream(0), done)
-        delivered = done
-        if self.stages.group_shuffle is not None:  # the shuffle's windows say which units their batches complete
-            stream, delivered = self.stages.group_shuffle(stream, done), []
-        batches = cut_batches(
-            stream,
-            self.builder,
-            split_group=flow.split_group,
-            drop_last=flow.drop_last,
-            on_skip=self.stages.on_skip,
-        )
-        self._items = self._ended(marked(batches, delivered, self.stats), done)
+        self._items = self._ended(self._one_stream_batches(noting_units(self._stream(0), done), done), done)
 
     @staticmethod
     def _ended(items, done):
