@@ -99,6 +99,11 @@ class Batch:
             self._made = self._laid.features()
         return self._made
 
+    def __getstate__(self):  # the builder's layout stays behind (its pool and locks do not pickle): the features go
+        state = dict(self.__dict__)
+        state["_made"], state["_laid"] = self._features, None
+        return state
+
     def sparse_span(self, table):
         """The builder's layout of a table's sparse features: their ids (None unless all are int64 keys), values
         and offsets ``[F, R + 1]``, each one array, and their names; None for a table without sparse features

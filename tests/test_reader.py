@@ -1,6 +1,7 @@
 """DataReader end to end on real sample files: values, errors, batching rules, sharding, threads."""
 
 import gzip
+import pickle
 import threading
 import zlib
 from collections import Counter
@@ -347,6 +348,17 @@ def test_threads_0_reads_in_the_consumers_thread_what_one_thread_reads_in_order(
         assert sids == want_sids
         assert arrays.keys() == want_arrays.keys()
         assert all(np.array_equal(arrays[k], want_arrays[k]) for k in arrays)
+
+
+def test_a_batch_pickles_with_its_features(synthetic_file):
+    reader = _all_features(ingest.DataReader("s", paths=[str(synthetic_file)])).unique_ids(True).batch_size(100)
+    with reader.startup():
+        batch = next(reader)
+        copy = pickle.loads(pickle.dumps(batch))
+    arrays, want = copy.arrays(), batch.arrays()
+    assert arrays.keys() == want.keys() and "item.unique_ids" in arrays
+    assert all(np.array_equal(arrays[k], want[k]) for k in arrays)
+    assert copy.sample_ids.tolist() == batch.sample_ids.tolist() and len(copy) == 100
 
 
 @pytest.mark.parametrize(
