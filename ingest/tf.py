@@ -9,6 +9,7 @@ Importing ``ingest`` never imports this module; it needs ``pip install 'ingest[t
 
 import pickle
 
+from .batch import SparseFeature
 from .features import FeatureType
 from .optional import require
 
@@ -62,7 +63,7 @@ def _flat(batch):
     out = {"labels": batch.labels, "timestamps": batch.timestamps, "sample_ids": batch.sample_ids, "size": batch.size}
     for name in batch:
         feat = batch[name]
-        if name in batch.sparse_names:
+        if isinstance(feat, SparseFeature):
             out[name], out[f"{name}.values"], out[f"{name}.offsets"] = feat.ids, feat.values, feat.offsets
         else:
             out[name] = feat
