@@ -28,7 +28,10 @@ _log = logging.getLogger("ingest")
 # measured on the 2-core machine of benchmarks/README.md (bench_startup.py)
 KERNELS = {
     "text": (("text", ("parse_text_chunk",)), ("columns", ("count_rows", "fill_rows"))),
-    "pb": (("protobuf", ("decode_chunk",)), ("columns", ("region_offsets", "region_room", "region_decoded"))),
+    "pb": (
+        ("protobuf", ("decode_chunk", "trim_rows")),
+        ("columns", ("region_offsets", "region_room", "region_decoded")),
+    ),
     "scan-text": (("scan", ("scan_names",)),),
     "scan-pb": (("protobuf", ("scan_record_names",)),),
     "batch": (("batch", ("copy_piece", "measure_piece", "pad_batch", "feature_bases")),),

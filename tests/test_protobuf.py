@@ -315,6 +315,70 @@ def test_region_room_matches_twin(ids, data, filled, consumed):
     assert room.floor.tolist() == ([0] * n if consumed else floor.tolist())
 
 
+@given(
+    tab_rows=st.lists(st.integers(0, 9), min_size=1, max_size=3),
+    widths=st.lists(st.integers(1, 3), max_size=4),
+    labels=st.integers(1, 3),
+    groups=st.integers(0, 9),
+    start=st.integers(0, 1 << 40),
+    data=st.data(),
+)
+def test_trim_rows_matches_twin(tab_rows, widths, labels, groups, start, data):
+    """What a Block keeps of a chunk's decoded rows (``trim_rows``) against numpy slices of them, as the front end
+    took them before: dense features of any table and columns, refers, labels, timestamps, sample ids, groups."""
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    tables, cap = len(tab_rows), 12  # the scratch holds more rows than the chunk decoded
+    nrows = tab_rows[0]
+    width = sum(widths)
+    dense_cols, col = [], 0
+    for w in widths:
+        dense_cols.append((data.draw(st.integers(0, tables - 1)), col, w))
+        col += w
+    dense_cols.sort(key=lambda c: c[0])  # in table order, as the front end lists them
+    nsid = data.draw(st.integers(0, 30))
+    rows = pf.K.Rows(
+        np.zeros((cap, 1), np.int64),
+        rng.integers(-5, 5, (tables, cap)),
+        np.array(tab_rows, np.int64),
+        rng.random((tables, cap, max(width, 1)), np.float32),
+        rng.random((cap, labels), np.float32),
+        rng.integers(-(2**40), 2**40, cap),
+        rng.integers(0, 255, 40).astype(np.uint8),
+        np.sort(rng.integers(0, nsid + 1, cap + 1)),
+        rng.integers(0, 100, cap + 1),
+        rng.integers(0, 1000, cap + 1),
+        np.zeros((1, pf.K.ERROR_COLUMNS), np.int64),
+        np.zeros(pf.K.STATE_SLOTS, np.int64),
+    )
+    ngroups = min(groups, nrows)
+    dense_at = np.cumsum([0] + [tab_rows[t] * w for t, _, w in dense_cols])
+    refer_at = np.cumsum([0] + tab_rows[:-1])
+    parts = pf.K.BlockParts(
+        np.empty(dense_at[-1], np.float32),
+        dense_at.astype(np.int64),
+        np.empty(refer_at[-1], np.int64),
+        refer_at.astype(np.int64),
+        np.empty((nrows, labels), np.float32),
+        np.empty(nrows, np.int64),
+        np.empty(nsid, np.uint8),
+        np.empty(nrows + 1, np.int64),
+        np.empty(ngroups + 1, np.int64),
+        np.empty(ngroups, np.int64),
+    ).checked()
+    pf.K.trim_rows(rows, np.array(dense_cols, np.int64).reshape(-1, 3), start, parts)
+    for (t, b, w), a in zip(dense_cols, dense_at):
+        got = parts.dense[a : a + tab_rows[t] * w].reshape(tab_rows[t], w)
+        assert np.array_equal(got, rows.dense[t, : tab_rows[t], b : b + w])
+    for t in range(tables - 1):
+        assert parts.refer[refer_at[t] : refer_at[t + 1]].tolist() == rows.refer[t, : tab_rows[t]].tolist()
+    assert np.array_equal(parts.labels, rows.labels[:nrows])
+    assert parts.timestamps.tolist() == rows.timestamps[:nrows].tolist()
+    assert parts.sid_bytes.tolist() == rows.sid_bytes[:nsid].tolist()
+    assert parts.sid_offsets.tolist() == rows.sid_off[: nrows + 1].tolist()
+    assert parts.group_offsets.tolist() == rows.group_start[:ngroups].tolist() + [nrows]
+    assert parts.group_pos.tolist() == (rows.group_pos[:ngroups] + start).tolist()
+
+
 def test_columns_outgrown_mid_unit_cut_blocks_short_and_lose_nothing(tmp_path):
     """Each sparse feature gets a region of a chunk's columns sized from the ids seen so far in the unit: a
     feature that first shows up late, or grows, outgrows it.  The block is then cut before that record,

@@ -262,10 +262,16 @@ class ProtobufFormat(UnitFormat):
         dense = schema.dense
         self.layout = DenseLayout(dense)
         dn_feat = np.stack([self.layout.nvec, self.layout.first_elem], axis=1).reshape(len(dense), 2)
-        self.dense_by_table = [
-            [(int(self.layout.first_col[i]), s.width) for i, s in enumerate(dense) if s.table == t]
+        # per dense feature, in table order: its table, first column and width (trim_rows), and per table which of
+        # those are its own
+        by_table = [
+            [(t, int(self.layout.first_col[i]), s.width) for i, s in enumerate(dense) if s.table == t]
             for t in range(schema.tables)
         ]
+        self.dense_list = [c for cols in by_table for c in cols]
+        self.dense_cols = np.array(self.dense_list, np.int64).reshape(-1, 3)
+        ends = np.cumsum([0] + [len(cols) for cols in by_table]).tolist()
+        self.dense_of_table = [slice(a, b) for a, b in zip(ends, ends[1:])]
         # per table: its sparse features (indices among all sparse ones) and their cutoffs
         self.table_sparse = [
             np.array([sparse_pos[s.name] for s in schema.sparse_in(t)], np.int64) for t in range(schema.tables)
@@ -352,38 +358,54 @@ class ProtobufFormat(UnitFormat):
 
     def _block(self, s, cols, unit, start, end):
         keys, hkeys, values, first = cols.keys, cols.hkeys, cols.values, cols.first
-        schema = self.schema
         st = s.st
         nrows = int(st[K.S_NROWS])
         ngroups = int(st[K.S_NGROUPS])
         if not st[K.S_ANY_HKEY]:
             hkeys = hkeys[:0]
+        rows = s.tab_rows.tolist()
+        dense_at = [0]
+        for t, _, w in self.dense_list:
+            dense_at.append(dense_at[-1] + rows[t] * w)
+        refer_at = [0]
+        for n in rows[:-1]:
+            refer_at.append(refer_at[-1] + n)
+        parts = K.BlockParts(
+            np.empty(dense_at[-1], np.float32),
+            np.array(dense_at, np.int64),
+            np.empty(refer_at[-1], np.int64),
+            np.array(refer_at, np.int64),
+            np.empty((nrows, s.labels.shape[1]), np.float32),
+            np.empty(nrows, np.int64),
+            np.empty(int(st[K.S_NSID]), np.uint8),
+            np.empty(nrows + 1, np.int64),
+            np.empty(ngroups + 1, np.int64),
+            np.empty(ngroups, np.int64),
+        ).checked_when_debugging()
+        K.trim_rows(s.outputs, self.dense_cols, start, parts)
+        dense = [
+            parts.dense[a:b].reshape(rows[t], w) for (t, _, w), a, b in zip(self.dense_list, dense_at, dense_at[1:])
+        ]
         tables = []
-        for t in range(schema.tables):
-            rows_t = int(s.tab_rows[t])
+        for t, rows_t in enumerate(rows):
             offsets = np.empty((len(self.table_sparse[t]), rows_t + 1), np.int64)
             region_offsets(first, s.ends, self.table_sparse[t], rows_t, self.cutoff[t], keys, hkeys, values, offsets)
-            dense = tuple(s.dense[t, :rows_t, b : b + w].copy() for b, w in self.dense_by_table[t])
-            refer = s.refer[t, :rows_t].copy() if t < schema.tables - 1 else None
-            tables.append(Table(rows_t, offsets, dense, refer))
-        group_offsets = np.empty(ngroups + 1, np.int64)
-        group_offsets[:ngroups] = s.group_start[:ngroups]
-        group_offsets[ngroups] = nrows
-        nsid = int(st[K.S_NSID])
+            refer = parts.refer[refer_at[t] : refer_at[t + 1]] if t < len(rows) - 1 else None
+            tables.append(Table(rows_t, offsets, tuple(dense[self.dense_of_table[t]]), refer))
         return Block(
             tables=tuple(tables),
-            group_offsets=group_offsets,
+            group_offsets=parts.group_offsets,
             sp_keys=keys,
             sp_hkeys=hkeys if len(hkeys) else None,
             sp_values=values,
-            labels=s.labels[:nrows].copy(),
-            timestamps=s.timestamps[:nrows].copy(),
-            sid_bytes=s.sid_bytes[:nsid].copy(),
-            sid_offsets=s.sid_off[: nrows + 1].copy(),
+            labels=parts.labels,
+            timestamps=parts.timestamps,
+            sid_bytes=parts.sid_bytes,
+            sid_offsets=parts.sid_offsets,
             source=unit.url,
             start=start,
             end=end,
-            group_pos=s.group_pos[:ngroups] + start,
+            group_pos=parts.group_pos,
         )
 
     def _error(self, f, buf, filled, row, unit, base, records):
