@@ -262,7 +262,9 @@ def test_a_member_whose_session_expired_goes_on_where_it_stopped(services, tmp_p
         child.kill()
     delivered += out.splitlines(keepends=True)
     assert child.returncode == 0, err
-    assert "dropped this reader" in err  # the session did expire (a warning)
+    # the session did expire (a warning): kafka-python reports the partitions lost, or, on a loaded machine, the
+    # membership watchdog (12 s without settling) replaces the consumer first; either way the member goes on
+    assert "dropped this reader" in err or "the membership did not settle" in err
     expected = sorted(
         f"{sid.hex()} {hashlib.sha1(sample.encode()).hexdigest()}\n" for sid, sample in read_synthetic([str(text)])
     )
