@@ -217,7 +217,7 @@ def _piece_source(blk):
 
 
 class UniqueScratch:
-    """The hash table and work arrays of ``add_unique_ids``, kept per thread and grown when needed.
+    """The hash table and work arrays of ``unique_ids_into``, kept per thread and grown when needed.
 
     Slots, places and counts are 32-bit, as ``inverse`` is (a batch holds fewer than 2**31 ids): half the
     memory traffic of 64-bit ones, 0.96-0.97x the kernel's time."""
@@ -228,7 +228,7 @@ class UniqueScratch:
         self.work_counts = np.empty(0, np.int32)
 
     def room(self, n):
-        """The scratch arrays for features of at most ``n`` ids (``add_unique_ids`` passes all of a batch's)."""
+        """The scratch arrays for features of at most ``n`` ids (``unique_ids_into`` passes all of a batch's)."""
         size = table_size(n)
         if len(self.slots) < size:
             self.slots = np.empty(size, np.int32)
@@ -266,11 +266,6 @@ def unique_views(feats, pair, out, where):
         feat.unique_ids = big[w : w + 2 * u].reshape(u, 2) if pair[f] else big[w : w + u]
         o = nwords + a + f
         feat.unique_row_offsets = big[o : o + u + 1]
-
-
-def add_unique_ids(feats, ids, out, scratch):
-    """``unique_ids_into`` and then ``unique_views`` of the SparseFeatures ``feats``."""
-    unique_views(feats, ids.pair, out, unique_ids_into(ids, out, scratch))
 
 
 class LaidOut:
