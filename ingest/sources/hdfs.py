@@ -236,17 +236,8 @@ def connect(cls, kwargs, url, credentials):
 def _native_client(fs, credentials):
     """The hdfs-native client of ``fs`` (its URL and settings) logged in with ``credentials``: hdfs-native's
     fsspec class passes no Kerberos arguments, so its client is replaced by one that has them."""
-    import inspect
+    from hdfs_native import Client  # 0.14.5 and later take Kerberos credentials (pyproject.toml)
 
-    from hdfs_native import Client
-
-    if "kerberos_keytab" not in inspect.signature(Client).parameters:
-        from importlib.metadata import version
-
-        raise ConfigError(
-            f"{PRINCIPAL_VAR} / {KEYTAB_VAR}: hdfs-native {version('hdfs-native')} takes no Kerberos credentials; "
-            "pip install -U hdfs-native, or run kinit and leave them unset"
-        )
     url = f"hdfs://{fs.host or ''}{f':{fs.port}' if fs.host and fs.port else ''}"
     config = {k: v for k, v in fs.storage_options.items() if k not in ("host", "port")}
     try:
