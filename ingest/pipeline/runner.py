@@ -14,8 +14,9 @@ runners, one per topology (``runner_for`` picks):
 - ``InThread`` (``threads(0)``): no thread at all; the consumer's ``next()`` reads, parses and batches until a batch
   is complete.
 
-The consumer takes Batches from a bounded prefetch queue.  Every blocking put or get wakes up regularly to
-check the stop flag, so ``close()`` never hangs, whatever the consumer does.
+The consumer takes Batches from a bounded prefetch queue (``InThread``: straight from the stages).  Every
+blocking put or get wakes up regularly to check the stop flag, so ``close()`` never hangs, whatever the consumer
+does.
 """
 
 import contextlib
