@@ -300,8 +300,7 @@ def _joined(arrays, dtype):
 
 def _kjt(batch, table, expand):
     """``Batch.to_kjt``."""
-    torch = require("torch", "torch", "torch")
-    kjt_class = require("torchrec.sparse.jagged_tensor", "torchrec", "torchrec").KeyedJaggedTensor
+    torch, make = _kjt_maker()
     spans = None if expand else batch.sparse_span(table)
     inverse = None
     if spans is not None and spans[0] is not None:  # laid out one after the other by the builder: no copy
@@ -323,9 +322,62 @@ def _kjt(batch, table, expand):
     if table and not expand:
         inverse = (names, torch.from_numpy(_rows_of_table(batch, table, len(names))))
     stride = batch.rows if expand else batch.table_rows[table]
-    return kjt_class(
-        keys=names, values=values, lengths=lengths, weights=weights, stride=stride, inverse_indices=inverse
-    )
+    return make(names, values, lengths, weights, stride, inverse)
+
+
+_KJT_MAKER = None  # (torch, make) once torchrec is imported
+
+
+def _kjt_maker():
+    """``(torch, make)``: ``make(keys, values, lengths, weights, stride, inverse_indices)`` returns a
+    ``KeyedJaggedTensor``.  torchrec's constructor only stores its arguments, after checks for TorchScript, FX
+    and dynamo tracing that cost 3.5 us a call, more than the rest of ``to_kjt``, and cannot apply to the eager
+    tensors made here: ``make`` stores them as the constructor does, in a copy of the attributes it gives a probe
+    (the constructor itself when the probe shows attributes other than the arguments and their defaults)."""
+    global _KJT_MAKER
+    if _KJT_MAKER is None:
+        torch = require("torch", "torch", "torch")
+        kjt_class = require("torchrec.sparse.jagged_tensor", "torchrec", "torchrec").KeyedJaggedTensor
+        _KJT_MAKER = torch, _stored_kjt(torch, kjt_class) or _constructed_kjt(kjt_class)
+    return _KJT_MAKER
+
+
+def _constructed_kjt(kjt_class):
+    def make(keys, values, lengths, weights, stride, inverse):
+        return kjt_class(
+            keys=keys, values=values, lengths=lengths, weights=weights, stride=stride, inverse_indices=inverse
+        )
+
+    return make
+
+
+def _stored_kjt(torch, kjt_class):
+    """``make`` for ``_kjt_maker`` storing its arguments as torchrec's constructor does, or None when a probe
+    shows that the class does more than store them under their names with a ``_`` and set the rest to None."""
+    args = {
+        "keys": ["k"],
+        "values": torch.zeros(1, dtype=torch.int64),
+        "lengths": torch.ones(1, dtype=torch.int64),
+        "weights": torch.zeros(1),
+        "stride": 1,
+        "inverse_indices": (["k"], torch.zeros((1, 1), dtype=torch.int64)),
+    }
+    attrs = getattr(kjt_class(**args), "__dict__", {})
+    if kjt_class.__new__ is not object.__new__ or any(attrs.get("_" + name, attrs) is not value for name, value in args.items()):
+        return None
+    rest = {name: value for name, value in attrs.items() if name[1:] not in args}
+    if any(value is not None for value in rest.values()):
+        return None
+    new = object.__new__
+
+    def make(keys, values, lengths, weights, stride, inverse):
+        kjt = new(kjt_class)
+        kjt.__dict__.update(rest)
+        kjt._keys, kjt._values, kjt._lengths, kjt._weights = keys, values, lengths, weights
+        kjt._stride, kjt._inverse_indices = stride, inverse
+        return kjt
+
+    return make
 
 
 def _expanded(feat, picked):

@@ -199,6 +199,41 @@ def test_to_kjt_holds_the_batch_as_torchrec_reads_it(pb_files):
             assert flat[name].to_dense()[r].tolist() == [k for k, _ in pairs]
 
 
+def test_to_kjt_stores_what_torchrecs_constructor_stores(pb_files):
+    kjt_class = pytest.importorskip("torchrec.sparse.jagged_tensor").KeyedJaggedTensor
+    paths, _ = pb_files
+    batch = next(_reader(paths).startup())
+    for table in (0, 1):
+        made = batch.to_kjt(table=table)
+        built = kjt_class(
+            keys=made.keys(),
+            values=made.values(),
+            lengths=made.lengths(),
+            weights=made.weights(),
+            stride=made.stride(),
+            inverse_indices=made.inverse_indices_or_none(),
+        )
+        assert type(made) is kjt_class and made.__dict__.keys() == built.__dict__.keys()
+        for name, value in built.__dict__.items():
+            assert made.__dict__[name] is value or made.__dict__[name] == value, name
+
+
+def test_to_kjt_calls_the_constructor_when_it_does_more_than_store(pb_files, monkeypatch):
+    jagged = pytest.importorskip("torchrec.sparse.jagged_tensor")
+    import ingest.batch
+
+    class Checked(jagged.KeyedJaggedTensor):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.checked = True
+
+    monkeypatch.setattr(jagged, "KeyedJaggedTensor", Checked)
+    monkeypatch.setattr(ingest.batch, "_KJT_MAKER", None)
+    paths, _ = pb_files
+    made = next(_reader(paths).startup()).to_kjt()
+    assert type(made) is Checked and made.checked
+
+
 def test_to_dlpack_gives_arrays_numpy_torch_and_jax_take_without_a_copy():
     jax = pytest.importorskip("jax")
     reader = ingest.DataReader("t", [str(SAMPLES / "ads.txt")]).feature("item", "sparse", serialized=True)
