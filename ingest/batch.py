@@ -363,7 +363,9 @@ def _stored_kjt(torch, kjt_class):
         "inverse_indices": (["k"], torch.zeros((1, 1), dtype=torch.int64)),
     }
     attrs = getattr(kjt_class(**args), "__dict__", {})
-    if kjt_class.__new__ is not object.__new__ or any(attrs.get("_" + name, attrs) is not value for name, value in args.items()):
+    if kjt_class.__new__ is not object.__new__:
+        return None
+    if any(attrs.get("_" + name, attrs) is not value for name, value in args.items()):
         return None
     rest = {name: value for name, value in attrs.items() if name[1:] not in args}
     if any(value is not None for value in rest.values()):

@@ -9,6 +9,7 @@ computed per aux line) feed later plans and are dropped.
 """
 
 import dataclasses
+import threading
 
 import numpy as np
 
@@ -33,6 +34,13 @@ class _Result:
 _NONE_I = np.empty(0, np.int64)
 _NONE_F = np.empty(0, np.float64)
 _NONE_F32 = np.empty(0, np.float32)
+
+# where a leaf of a plan is read (DslStage._leaf_table)
+_DENSE, _PARSED, _RESULT = range(3)
+
+
+def _joined(arrays, empty):
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays) if arrays else empty
 
 
 class DslStage:
@@ -59,57 +67,79 @@ class DslStage:
         for t in range(raw.tables):
             self.parsed.update({s.name: (t, f) for f, s in enumerate(raw.sparse_in(t))})
             self.parsed.update({s.name: (t, d) for d, s in enumerate(raw.dense_in(t))})
+        self._leaves = {plan.name: self._leaf_table(plan) for plan in plans}
+        self._arenas = threading.local()  # each parse worker's arena, kept from block to block
+
+    def _leaf_table(self, plan):
+        """The columns of ``plan``'s leaf table that are the same for every block (all but ``L_BASE``), and per leaf
+        where it is read: ``(kind, name or index among its kind, table)``."""
+        leaves = np.zeros((len(plan.leaves), K.LEAF_COLUMNS), np.int64)
+        where = []
+        for i, (name, table, width) in enumerate(plan.leaves):
+            leaves[i, K.L_TABLE] = table
+            leaves[i, K.L_WIDTH] = width
+            if width:
+                where.append((_DENSE, self.parsed[name][1], table))
+            elif name in self.parsed:
+                where.append((_PARSED, self.parsed[name][1], table))
+            else:
+                leaves[i, K.L_POOL] = 1
+                where.append((_RESULT, name, table))
+        return leaves, where
 
     def __call__(self, blk):
         refer = [tab.refer for tab in blk.tables[:-1]]
         refer_base = np.cumsum([0] + [len(r) for r in refer])
-        refers = K.Refers(np.concatenate(refer) if refer else _NONE_I, refer_base, len(blk.tables)).checked()
+        refers = K.Refers(np.concatenate(refer) if refer else _NONE_I, refer_base, len(blk.tables))
+        refers = refers.checked_when_debugging()
         results = {}
         for plan in self.plans:
             results[plan.name] = self._run(plan, blk, results, refers)
         return self._block(blk, results)
 
     def _run(self, plan, blk, results, refers):
-        leaves = np.zeros((len(plan.leaves), K.LEAF_COLUMNS), np.int64)
+        static, where = self._leaves[plan.name]
+        leaves = static.copy()
         offs, dsl_keys, dsl_vals, dense = [], [], [], []
         n_off = n_dsl = n_dense = 0
-        for i, (name, table, width) in enumerate(plan.leaves):
-            leaves[i, K.L_TABLE] = table
-            leaves[i, K.L_WIDTH] = width
-            if width:  # a parsed dense feature
-                col = blk.tables[table].dense[self.parsed[name][1]]
+        tables = blk.tables
+        for i, (kind, at, table) in enumerate(where):
+            if kind == _DENSE:
+                col = tables[table].dense[at]
                 leaves[i, K.L_BASE] = n_dense
                 dense.append(col.ravel())
                 n_dense += col.size
                 continue
             leaves[i, K.L_BASE] = n_off
-            if name in results:  # an earlier plan's result
-                res = results[name]
-                leaves[i, K.L_POOL] = 1
+            if kind == _RESULT:
+                res = results[at]
                 offs.append(res.off + n_dsl)
                 dsl_keys.append(res.keys)
                 dsl_vals.append(res.vals)
                 n_dsl += len(res.keys)
-            else:  # a parsed sparse feature: offsets into the block's own arrays
-                offs.append(blk.tables[table].sp_offsets[self.parsed[name][1]])
+            else:
+                offs.append(tables[table].sp_offsets[at])
             n_off += len(offs[-1])
-        leaf_off = np.concatenate(offs) if offs else _NONE_I
-        nrows = blk.tables[plan.table].nrows
+        nrows = tables[plan.table].nrows
         out_off = np.empty(nrows + 1, np.int64)
         out_off[0] = 0
         out_keys = np.empty(max(64, 2 * nrows), np.int64)
-        output = K.Output(out_off, out_keys, np.empty(len(out_keys), np.float64)).checked()
-        arena = K.Arena(np.empty(1024, np.int64), np.empty(1024, np.float64)).checked()
+        output = K.Output(out_off, out_keys, np.empty(len(out_keys), np.float64)).checked_when_debugging()
+        arena = getattr(self._arenas, "arena", None)
+        if arena is None:
+            arena = self._arenas.arena = K.Arena(
+                np.empty(1024, np.int64), np.empty(1024, np.float64)
+            ).checked_when_debugging()
         inputs = K.Inputs(
             leaves,
-            leaf_off,
+            _joined(offs, _NONE_I),
             blk.sp_keys,
             _NONE_I if blk.sp_hkeys is None else blk.sp_hkeys,
             blk.sp_values,
-            np.concatenate(dsl_keys) if dsl_keys else _NONE_I,
-            np.concatenate(dsl_vals) if dsl_vals else _NONE_F,
+            _joined(dsl_keys, _NONE_I),
+            _joined(dsl_vals, _NONE_F),
             np.concatenate(dense).astype(np.float64) if dense else _NONE_F,
-        ).checked()
+        ).checked_when_debugging()
         row = out_n = 0
         while True:
             status, row, need, out_n = K.run_plan(
@@ -121,7 +151,9 @@ class DslStage:
                 raise self._too_many(plan, blk, row, need)
             size = max(2 * len(arena.akeys if status == K.GROW_ARENA else output.out_keys), need)
             if status == K.GROW_ARENA:
-                arena = K.Arena(np.empty(size, np.int64), np.empty(size, np.float64)).checked()
+                arena = self._arenas.arena = K.Arena(
+                    np.empty(size, np.int64), np.empty(size, np.float64)
+                ).checked_when_debugging()
             else:
                 output = output._replace(
                     out_keys=np.concatenate([output.out_keys[:out_n], np.empty(size - out_n, np.int64)]),
