@@ -68,6 +68,7 @@ class DslStage:
             self.parsed.update({s.name: (t, f) for f, s in enumerate(raw.sparse_in(t))})
             self.parsed.update({s.name: (t, d) for d, s in enumerate(raw.dense_in(t))})
         self._leaves = {plan.name: self._leaf_table(plan) for plan in plans}
+        self._tables = [self._table_layout(t) for t in range(schema.tables)]
         self._arenas = threading.local()  # each parse worker's arena, kept from block to block
 
     def _leaf_table(self, plan):
@@ -184,31 +185,45 @@ class DslStage:
         keys, vals = [], []
         n_pool = 0
         tables = []
-        for t, tab in enumerate(blk.tables):
-            rows = []
-            from_dsl = np.zeros(len(self.schema.sparse_in(t)), np.bool_)
-            for f, spec in enumerate(self.schema.sparse_in(t)):
-                if spec.name in self.parsed:
-                    rows.append(tab.sp_offsets[self.parsed[spec.name][1]])
-                    continue
-                res = results[spec.name]
-                rows.append(res.off + n_pool)
-                from_dsl[f] = True
-                keys.append(res.keys)
-                vals.append(res.vals)
-                n_pool += len(res.keys)
-            offsets = np.stack(rows) if rows else np.empty((0, tab.nrows + 1), np.int64)
-            dense = tuple(
-                tab.dense[self.parsed[s.name][1]] if s.name in self.parsed else results[s.name]
-                for s in self.schema.dense_in(t)
-            )
-            tables.append(Table(tab.nrows, offsets, dense, tab.refer, from_dsl if from_dsl.any() else None))
+        for tab, (sparse, dense, from_dsl) in zip(blk.tables, self._tables):
+            if sparse is None and dense is None:
+                tables.append(tab)
+                continue
+            offsets = tab.sp_offsets
+            if sparse is not None:
+                rows = []
+                for at in sparse:
+                    if isinstance(at, int):
+                        rows.append(tab.sp_offsets[at])
+                        continue
+                    res = results[at]
+                    rows.append(res.off + n_pool)
+                    keys.append(res.keys)
+                    vals.append(res.vals)
+                    n_pool += len(res.keys)
+                offsets = np.stack(rows)
+            if dense is not None:
+                dense = tuple(tab.dense[at] if isinstance(at, int) else results[at] for at in dense)
+            tables.append(Table(tab.nrows, offsets, tab.dense if dense is None else dense, tab.refer, from_dsl))
         return dataclasses.replace(
             blk,
             tables=tuple(tables),
             dsl_keys=np.concatenate(keys) if keys else _NONE_I,
             dsl_values=np.concatenate(vals).astype(np.float32) if vals else _NONE_F32,
         )
+
+    def _table_layout(self, t):
+        """Where ``_block`` takes table ``t``'s features from: ``(sparse, dense, from_dsl)``, per sparse and per
+        dense feature (schema order) its index among the parsed ones or the name of its DSL result, each None when
+        the table has no DSL feature of that kind (its parsed ones are then all of them, in order)."""
+
+        def sources(specs):
+            at = [self.parsed[s.name][1] if s.name in self.parsed else s.name for s in specs]
+            return at if any(isinstance(a, str) for a in at) else None
+
+        sparse, dense = sources(self.schema.sparse_in(t)), sources(self.schema.dense_in(t))
+        from_dsl = None if sparse is None else np.array([isinstance(a, str) for a in sparse], np.bool_)
+        return sparse, dense, from_dsl
 
 
 def dsl_stage(schema):
