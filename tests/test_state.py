@@ -314,3 +314,23 @@ def test_the_group_shuffle_refuses_what_it_cannot_follow(files):
     reader = _reader([files["txt"]]).shuffle(3, buffer=10).pause(100)
     with pytest.raises(ingest.ConfigError, match="keep_sample or pause"):
         reader.startup()
+
+
+@pytest.mark.parametrize("suffix, unit_bytes", [("", 1 << 20), ("", 1 << 30), (".gz", 1 << 20)])
+def test_an_error_after_a_restore_names_the_line_a_fresh_read_names(tmp_path, synthetic_file, suffix, unit_bytes):
+    """In byte ranges, in a whole file and in a compressed one (whole units resume by skipping to the position)."""
+    import gzip
+
+    lines = synthetic_file.read_bytes().splitlines(keepends=True)[:3000]
+    bad = lines[2900].replace(b"|", b"!", 1)  # its group id field made unreadable
+    data = b"".join(lines[:2900] + [bad] + lines[2901:])
+    path = tmp_path / f"bad.txt{suffix}"
+    path.write_bytes(gzip.compress(data) if suffix else data)
+
+    def error_of(stops):
+        with pytest.raises(ingest.DataError) as caught:
+            _split_run(lambda: _reader([path], enable_state=(True,), unit_bytes=(unit_bytes,)), stops)
+        return caught.value
+
+    fresh, resumed = error_of([]), error_of([5])
+    assert fresh.line == 2901 and (resumed.line, resumed.offset) == (fresh.line, fresh.offset)

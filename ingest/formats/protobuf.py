@@ -6,7 +6,6 @@ into the columns the Block keeps, a region per feature sized by ``_Room``.  Per 
 Python work is O(tables): a kernel call, the offsets of each table and a Block.
 """
 
-import dataclasses
 import functools
 import threading
 
@@ -129,7 +128,7 @@ class _Room:
 
 def count_records_before(unit, offset, max_record):
     """Records of the unit's stream before ``offset`` (for record numbers of errors after a restore)."""
-    with dataclasses.replace(unit, resume=None).open() as f:
+    with unit.rewound().open() as f:
         return int(np.searchsorted(record_starts(f, offset, max_record), offset))
 
 

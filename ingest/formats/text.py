@@ -206,7 +206,7 @@ def range_span(f, unit):
 def count_lines_before(unit, offset):
     """Number of newlines in the unit's file before ``offset`` (for line numbers of errors)."""
     n = 0
-    with unit.open() as f:
+    with unit.rewound().open() as f:
         left = offset
         while left > 0:
             data = f.read(min(left, 1 << 24))

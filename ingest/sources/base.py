@@ -1,6 +1,7 @@
 """What a source is to the rest of ingest: work units, the byte stream a unit opens as, and the ``Source`` that
 plans them for its URLs and answers for their reader-wide concerns (docs/architecture.md, adding a source)."""
 
+import dataclasses
 import io
 
 from ..errors import ConfigError
@@ -29,6 +30,11 @@ class Unit:
     def stream_start(self) -> int:
         """Stream position of the first byte ``open()`` returns."""
         return 0
+
+    def rewound(self) -> "Unit":
+        """The unit without ``resume``: its ``open()`` starts where the unit does, from which the lines or
+        records before a stream position are counted."""
+        return dataclasses.replace(self, resume=None)  # type: ignore[type-var]
 
     def ident(self) -> list:
         """What identifies the unit in a reader state's plan digest: equal between two runs over the same input."""
