@@ -2,6 +2,7 @@
 
 import gzip
 import pickle
+import re
 import threading
 import zlib
 from collections import Counter
@@ -11,6 +12,7 @@ import pytest
 import zstandard
 
 import ingest
+from ingest import synthetic
 from conftest import SAMPLES, as_plain, flatten, key_of, make_reader, read_samples, sample_file, xdl
 
 import naive
@@ -553,6 +555,55 @@ def test_corrupt_compressed_file_is_a_source_error_naming_it(tmp_path, suffix):
     with pytest.raises(ingest.SourceError) as err:
         read_samples(reader)
     assert str(path) in str(err.value)
+
+
+def _compressed(suffix, data):
+    import pyarrow as pa
+
+    if suffix != ".lz4":
+        return {".zst": zstandard.ZstdCompressor().compress, ".zlib": zlib.compress, ".gz": gzip.compress}[suffix](data)
+    sink = pa.BufferOutputStream()
+    with pa.CompressedOutputStream(sink, "lz4") as out:
+        out.write(data)
+    return sink.getvalue().to_pybytes()
+
+
+@pytest.mark.parametrize("suffix", [".zst", ".zlib", ".gz", ".lz4"])
+@pytest.mark.parametrize("damage", ["cut in a stream's header", "cut at a block's end", "bytes after its end"])
+def test_a_compressed_file_cut_short_or_with_bytes_after_its_end_is_a_source_error(tmp_path, suffix, damage):
+    """A file of two streams (frames), the first ending with a whole sample group.  zstandard's stream reader
+    and zlib's decompressobj end a truncated stream silently, as if the file ended there, where the groups
+    before parse as a whole file would: every codec's reader checks that the file ends where a stream does."""
+    lines = b"".join(synthetic.generate(3000, seed=5)).splitlines(keepends=True)
+    first, second = _compressed(suffix, b"".join(lines[:1000])), _compressed(suffix, b"".join(lines[1000:]))
+    damaged = {
+        "cut in a stream's header": first + second[:10],
+        "cut at a block's end": first + second[:-4],
+        "bytes after its end": first + second + b"\x00garbage",
+    }
+    path = tmp_path / f"cut.txt{suffix}"
+    path.write_bytes(damaged[damage])
+    with pytest.raises(ingest.SourceError) as err:
+        read_samples(make_reader([path], sparse=["item"]))
+    assert str(path) in str(err.value)
+
+
+def test_a_corrupt_compressed_file_names_the_decompressed_bytes_it_failed_in(tmp_path):
+    from ingest.sources.compression import decompressed
+
+    text = b"".join(synthetic.generate(8000, seed=4))  # about 10 MB: the read-ahead's third 4 MiB chunk fails
+    packed = zstandard.ZstdCompressor(level=1, write_checksum=True).compress(text)
+    at = len(packed) * 3 // 4
+    path = tmp_path / "bad.txt.zst"
+    path.write_bytes(packed[:at] + b"\x00garbage" * 50)
+    good = 0  # what decompresses before the damage
+    with decompressed(open(path, "rb"), "zstd") as f, pytest.raises(zstandard.ZstdError):
+        while chunk := f.read(1 << 16):
+            good += len(chunk)
+    with pytest.raises(ingest.SourceError, match=r"cannot read bytes (\d+)-(\d+) of the stream") as err:
+        read_samples(make_reader([path], sparse=["item"]))
+    first, end = map(int, re.search(r"bytes (\d+)-(\d+)", str(err.value)).groups())
+    assert str(path) in str(err.value) and 0 < first <= good < end
 
 
 def test_discovery_refuses_binary_input(tmp_path):

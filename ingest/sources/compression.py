@@ -28,11 +28,13 @@ ZSTD_LEVEL = 2
 
 
 class _ZlibReader(io.RawIOBase):
-    """Decompress a zlib stream (or several concatenated) read from ``fileobj``."""
+    """Decompress a zlib stream (or several concatenated) read from ``fileobj``; a stream the file ends inside
+    is an error."""
 
     def __init__(self, fileobj):
         self._f = fileobj
         self._d = zlib.decompressobj()
+        self._begun = False  # bytes went into the stream being decompressed
         self._pending = b""
         self._eof = False
 
@@ -44,15 +46,17 @@ class _ZlibReader(io.RawIOBase):
             raw = self._f.read(1 << 20)
             if not raw:
                 self._pending = self._d.flush()
-                if not self._d.eof and (self._pending or self._d.unconsumed_tail):
-                    raise zlib.error("truncated zlib stream")
+                if self._begun and not self._d.eof:
+                    raise zlib.error("truncated zlib stream: the file ends inside it")
                 self._eof = True
                 break
+            self._begun = True
             out = self._d.decompress(raw)
             while self._d.eof and self._d.unused_data:  # next concatenated stream
                 rest = self._d.unused_data
                 self._d = zlib.decompressobj()
                 out += self._d.decompress(rest)
+            self._begun = not self._d.eof
             self._pending = out
         n = min(len(b), len(self._pending))
         b[:n] = self._pending[:n]
@@ -64,20 +68,69 @@ class _ZlibReader(io.RawIOBase):
         super().close()
 
 
+class _ZstdReader(io.RawIOBase):
+    """Decompress the zstd frames read from ``fileobj`` one after the other (pzstd's files, files concatenated),
+    each checked to end: zstandard's stream reader ends a truncated frame silently, as if the file ended there, and
+    passes over bytes after the last frame."""
+
+    _INPUT = 1 << 18  # compressed bytes decompressed at a time (bounds what one step makes)
+
+    def __init__(self, fileobj):
+        self._f = fileobj
+        self._zstd = zstandard.ZstdDecompressor()  # its context serves one frame at a time: one per stream
+        self._frame = None  # the decompressobj of a frame begun and not ended
+        self._pending = b""
+        self._at = 0  # where the unread part of _pending starts
+        self._eof = False
+
+    def readable(self):
+        return True
+
+    def read(self, n=-1):
+        while self._at == len(self._pending) and not self._eof:
+            self._pending, self._at = self._decompress_more(), 0
+        if n < 0 or n >= len(self._pending) - self._at:
+            out = self._pending if self._at == 0 else self._pending[self._at :]
+            self._pending, self._at = b"", 0
+            return out
+        self._at += n
+        return self._pending[self._at - n : self._at]
+
+    def readinto(self, b):
+        data = self.read(len(b))
+        b[: len(data)] = data
+        return len(data)
+
+    def _decompress_more(self):
+        raw = self._f.read(self._INPUT)
+        if not raw:
+            self._eof = True
+            if self._frame is not None:
+                raise zstandard.ZstdError("truncated zstd frame: the file ends inside it")
+            return b""
+        out = []
+        while raw:
+            if self._frame is None:
+                self._frame = self._zstd.decompressobj()
+            out.append(self._frame.decompress(raw))
+            raw = b""
+            if self._frame.eof:
+                raw, self._frame = self._frame.unused_data, None
+        return out[0] if len(out) == 1 else b"".join(out)
+
+    def close(self):
+        self._f.close()
+        super().close()
+
+
 def _lz4_reader(fileobj):
     """An LZ4-frame stream decompressed by pyarrow (``readinto`` included)."""
     return pa.CompressedInputStream(pa.PythonFile(fileobj, mode="r"), "lz4")
 
 
-def _zstd_reader(fileobj):
-    # read_across_frames: a file of several frames (pzstd, or files concatenated) is read whole, not cut
-    # silently at the end of its first frame
-    return zstandard.ZstdDecompressor().stream_reader(fileobj, read_across_frames=True)
-
-
 _READERS = {
     "gzip": lambda f: gzip.GzipFile(fileobj=f, mode="rb"),
-    "zstd": _zstd_reader,
+    "zstd": _ZstdReader,
     "zlib": _ZlibReader,
     "lz4": _lz4_reader,
 }

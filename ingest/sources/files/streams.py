@@ -124,7 +124,8 @@ class ReadAhead(_Chunked):
     """A stream read ``depth`` chunks ahead by a background thread (``Ahead``).
 
     Errors of the underlying stream (a corrupt or truncated compressed file) reach the reader as a
-    ``SourceError`` naming the file, in stream order.  ``close()`` stops and joins the thread.
+    ``SourceError`` naming the file and the bytes of the stream the failed read was for, in stream order.
+    ``close()`` stops and joins the thread.
     """
 
     def __init__(self, f, url, chunk=4 << 20, depth=2, under=None):
@@ -133,13 +134,19 @@ class ReadAhead(_Chunked):
         self._under = under  # the compressed stream, closed too (a GzipFile leaves its file open)
         self._url = url
         self._chunk = chunk
+        self._done = 0  # bytes of the stream read so far
         self._ahead = Ahead(self._read_chunk, depth, "ingest-readahead")
 
     def _read_chunk(self, stop):
         try:
-            return self._f.read(self._chunk) or None
+            data = self._f.read(self._chunk)
         except Exception as exc:  # noqa: BLE001 - any failure of the underlying stream
-            raise SourceError(f"{self._url}: cannot read: {exc}", source=self._url) from exc
+            end = self._done + self._chunk
+            raise SourceError(
+                f"{self._url}: cannot read bytes {self._done}-{end} of the stream: {exc}", source=self._url
+            ) from exc
+        self._done += len(data)
+        return data or None
 
     def _next_chunk(self):
         return self._ahead.take()
