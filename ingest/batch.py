@@ -362,9 +362,9 @@ def _stored_kjt(torch, kjt_class):
         "stride": 1,
         "inverse_indices": (["k"], torch.zeros((1, 1), dtype=torch.int64)),
     }
-    attrs = getattr(kjt_class(**args), "__dict__", {})
     if kjt_class.__new__ is not object.__new__:
         return None
+    attrs = getattr(kjt_class(**args), "__dict__", {})
     if any(attrs.get("_" + name, attrs) is not value for name, value in args.items()):
         return None
     rest = {name: value for name, value in attrs.items() if name[1:] not in args}

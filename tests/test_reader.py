@@ -3,6 +3,7 @@
 import gzip
 import pickle
 import re
+import struct
 import threading
 import zlib
 from collections import Counter
@@ -442,10 +443,13 @@ def test_compressed_files_read_like_the_plain_file(tmp_path):
 
 
 def test_a_zstd_file_of_several_frames_is_read_whole(tmp_path):
-    """Files compressed in parts (pzstd, or .zst files concatenated) hold several frames: every one is read."""
+    """Files compressed in parts (pzstd, or .zst files concatenated) hold several frames, and pzstd's skippable
+    frames between them: every frame is read."""
     data = (SAMPLES / "edge_cases.txt").read_bytes()
     cut = data.index(b"\n", len(data) // 2) + 1
-    (tmp_path / "e.txt.zst").write_bytes(zstandard.compress(data[:cut]) + zstandard.compress(data[cut:]))
+    skippable = struct.pack("<II", 0x184D2A50, 4) + b"\x01\x02\x03\x04"
+    frames = [skippable, zstandard.compress(data[:cut]), skippable, zstandard.compress(data[cut:])]
+    (tmp_path / "e.txt.zst").write_bytes(b"".join(frames))
     want = read_samples(make_reader([SAMPLES / "edge_cases.txt"], sparse=["s", "t"]))
     assert read_samples(make_reader([tmp_path / "e.txt.zst"], sparse=["s", "t"])) == want
 

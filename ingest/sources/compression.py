@@ -70,8 +70,8 @@ class _ZlibReader(io.RawIOBase):
 
 class _ZstdReader(io.RawIOBase):
     """Decompress the zstd frames read from ``fileobj`` one after the other (pzstd's files, files concatenated),
-    each checked to end: zstandard's stream reader ends a truncated frame silently, as if the file ended there, and
-    passes over bytes after the last frame."""
+    each checked to end: zstandard's stream reader ends a frame the file cuts short silently, as if the file ended
+    there."""
 
     _INPUT = 1 << 18  # compressed bytes decompressed at a time (bounds what one step makes)
 
