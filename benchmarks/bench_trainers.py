@@ -2,7 +2,8 @@
 
 On the synthetic pb file (``--aux auto``: user features in table 1), batch_size 1024, every feature declared:
 the raw reader on 2 threads; ``ingest.torch.ReaderDataset`` through a ``DataLoader`` with 0 workers (the reader
-on 2 threads in the main process), 1 worker (2 threads) and 2 workers (1 thread each: the same two cores);
+on 2 threads in the main process), 1 worker (2 threads) and 2 workers (1 thread each: the same two cores), with
+``prefetch_factor=8`` as the README's loop has it, and the 2 workers with torch's default of 2;
 ``ingest.tf.dataset`` over the reader on 2 threads; the raw reader with ``shuffle(0, buffer=10000)`` (a shuffle
 of sample groups in windows of 10,000).  The control: the 2-worker loader with a transform that returns only
 the batch's size, so that no array crosses to the main process: the most any transport of batches can reach
@@ -39,6 +40,7 @@ from _common import (
 BATCH_SIZE = 1024
 EPOCHS = 40
 SHUFFLE_BUFFER = 10_000
+PREFETCH = 8  # the loaders' prefetch_factor, as the README's loop has it
 
 
 def reader(path, aux, threads, epochs=EPOCHS):
@@ -68,7 +70,7 @@ def size_only(batch):
     return {"size": batch.size}
 
 
-def loader(path, aux, workers, transform=ingest.torch.batch_tensors):
+def loader(path, aux, workers, transform=ingest.torch.batch_tensors, prefetch=PREFETCH):
     import torch
 
     threads = 2 if workers < 2 else 1
@@ -76,6 +78,7 @@ def loader(path, aux, workers, transform=ingest.torch.batch_tensors):
         ingest.torch.ReaderDataset(reader(path, aux, threads), transform=transform),
         batch_size=None,
         num_workers=workers,
+        prefetch_factor=prefetch if workers else None,
     )
     return timed(data, lambda item: item["size"])
 
@@ -112,6 +115,7 @@ def main(argv=None):
         "DataLoader, 0 workers": lambda: loader(path, aux, 0),
         "DataLoader, 1 worker": lambda: loader(path, aux, 1),
         "DataLoader, 2 workers": lambda: loader(path, aux, 2),
+        "DataLoader, 2 workers, torch's default prefetch_factor=2": lambda: loader(path, aux, 2, prefetch=2),
         "DataLoader, 2 workers, sizes only (control)": lambda: loader(path, aux, 2, size_only),
         "ingest.tf.dataset": lambda: tf_dataset(path, aux),
         f"reader + shuffle(buffer={SHUFFLE_BUFFER:,})": lambda: shuffled(path, aux),

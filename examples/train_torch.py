@@ -119,7 +119,10 @@ def main(argv=None):
     model = CTR()
     optimizer = torch.optim.Adagrad(model.parameters(), lr=0.05)
     loader = StatefulDataLoader(
-        ReaderDataset(make_reader(pb, args.epochs, args.batch_size)), batch_size=None, num_workers=args.workers
+        ReaderDataset(make_reader(pb, args.epochs, args.batch_size)),
+        batch_size=None,
+        num_workers=args.workers,
+        prefetch_factor=8 if args.workers else None,
     )
     step, samples, losses = 0, 0, []
     if args.resume:

@@ -4,7 +4,7 @@
 Importing ``ingest`` never imports this module; it needs ``pip install 'ingest[torch]'``::
 
     dataset = ingest.torch.ReaderDataset(reader)          # reader: configured, not started
-    loader = StatefulDataLoader(dataset, batch_size=None, num_workers=2, pin_memory=True)
+    loader = StatefulDataLoader(dataset, batch_size=None, num_workers=2, prefetch_factor=8, pin_memory=True)
     for step, batch in enumerate(ingest.torch.even_batches(loader)):
         ids, offsets = batch["item.ids"], batch["item.offsets"]
 """
