@@ -595,7 +595,7 @@ def test_a_compressed_file_cut_short_or_with_bytes_after_its_end_is_a_source_err
 def test_a_corrupt_compressed_file_names_the_decompressed_bytes_it_failed_in(tmp_path):
     from ingest.sources.compression import decompressed
 
-    text = b"".join(synthetic.generate(8000, seed=4))  # about 10 MB: the read-ahead's third 4 MiB chunk fails
+    text = b"".join(synthetic.generate(8000, seed=4))  # about 10 MB: a read-ahead chunk after the first fails
     packed = zstandard.ZstdCompressor(level=1, write_checksum=True).compress(text)
     at = len(packed) * 3 // 4
     path = tmp_path / "bad.txt.zst"

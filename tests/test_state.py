@@ -1,5 +1,6 @@
 """Exact resume: state() after some batches, restore() in a new reader, the rest; errors of restore."""
 
+import gzip
 import json
 from collections import Counter
 
@@ -319,8 +320,6 @@ def test_the_group_shuffle_refuses_what_it_cannot_follow(files):
 @pytest.mark.parametrize("suffix, unit_bytes", [("", 1 << 20), ("", 1 << 30), (".gz", 1 << 20)])
 def test_an_error_after_a_restore_names_the_line_a_fresh_read_names(tmp_path, synthetic_file, suffix, unit_bytes):
     """In byte ranges, in a whole file and in a compressed one (whole units resume by skipping to the position)."""
-    import gzip
-
     lines = synthetic_file.read_bytes().splitlines(keepends=True)[:3000]
     bad = lines[2900].replace(b"|", b"!", 1)  # its group id field made unreadable
     data = b"".join(lines[:2900] + [bad] + lines[2901:])
