@@ -443,12 +443,13 @@ def test_group_member_resumes_where_the_last_one_left(source):
 
 
 @pytest.mark.parametrize("assignor", ["cooperative-sticky", "range"])
-def test_group_members_share_partitions_across_rebalances(services, source, assignor):
+def test_group_members_share_partitions_across_rebalances(services, source, assignor, caplog):
     """Two members of a group read a topic while it is being written: the second one's arrival moves a partition
     (its stream cut at a message boundary, drained and committed before it moves; with the eager range assignor
     every partition is revoked and assigned again), and the first one has more partitions than threads (they
     take turns).  What they deliver, and then what a third member reads from their commits, is every sample
-    exactly once."""
+    exactly once; at least once where a member stalled on a loaded machine, was replaced and had its commit
+    refused (a warning: what it delivered since its last commit is delivered again, docs/state.md)."""
     from kafka.coordinator.assignors.range import RangePartitionAssignor
 
     strategy = {"range": {"partition_assignment_strategy": (RangePartitionAssignor,)}}.get(assignor, {})
@@ -508,8 +509,12 @@ def test_group_members_share_partitions_across_rebalances(services, source, assi
     assert not failed
     assert got["a"] and got["b"]
     rest = _member_take(member("c", 2), None)
-    assert len(rest) < 100
-    assert sorted(got["a"] + got["b"] + rest) == everything
+    delivered = got["a"] + got["b"] + rest
+    if any("may be delivered again" in record.getMessage() for record in caplog.records):
+        assert set(delivered) == set(everything)
+    else:
+        assert len(rest) < 100
+        assert sorted(delivered) == everything
 
 
 def test_until_forever_delivers_messages_as_they_arrive(services):
