@@ -39,10 +39,6 @@ _NONE_F32 = np.empty(0, np.float32)
 _DENSE, _PARSED, _RESULT = range(3)
 
 
-def _joined(arrays, empty):
-    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays) if arrays else empty
-
-
 class DslStage:
     """Applies ``plans`` (from ``compile_feature``, in dependency order) to Blocks of ``raw`` features.
 
@@ -133,12 +129,12 @@ class DslStage:
             ).checked_when_debugging()
         inputs = K.Inputs(
             leaves,
-            _joined(offs, _NONE_I),
+            np.concatenate(offs) if offs else _NONE_I,
             blk.sp_keys,
             _NONE_I if blk.sp_hkeys is None else blk.sp_hkeys,
             blk.sp_values,
-            _joined(dsl_keys, _NONE_I),
-            _joined(dsl_vals, _NONE_F),
+            np.concatenate(dsl_keys) if dsl_keys else _NONE_I,
+            np.concatenate(dsl_vals) if dsl_vals else _NONE_F,
             np.concatenate(dense).astype(np.float64) if dense else _NONE_F,
         ).checked_when_debugging()
         row = out_n = 0
