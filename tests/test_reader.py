@@ -1,6 +1,7 @@
 """DataReader end to end on real sample files: values, errors, batching rules, sharding, threads."""
 
 import gzip
+import io
 import pickle
 import re
 import struct
@@ -459,6 +460,16 @@ def test_xdl_zlib_stream_decompresses():
 
     with decompressed(open(xdl("zlib_test_data"), "rb"), "zlib") as f:
         assert f.read() == b"abcdefghijklmnopqrstuvwxyz1234567890" * 10
+
+
+@pytest.mark.parametrize("codec", ["zlib", "zstd"])
+def test_concatenated_streams_read_to_the_end_in_one_read(codec):
+    from ingest.sources.compression import decompressed
+
+    text = b"".join(synthetic.generate(3000, seed=4))  # several of the reader's input steps a stream
+    compress = {"zlib": zlib.compress, "zstd": zstandard.compress}[codec]
+    with decompressed(io.BytesIO(compress(text[:1000]) + compress(text[1000:])), codec) as f:
+        assert f.read() == text
 
 
 def test_directories_and_globs_expand_sorted(tmp_path):

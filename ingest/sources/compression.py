@@ -27,58 +27,19 @@ CODECS = {"gzip": (".gz", ".gzip"), "zstd": (".zst", ".zstd"), "zlib": (".zlib",
 ZSTD_LEVEL = 2
 
 
-class _ZlibReader(io.RawIOBase):
-    """Decompress a zlib stream (or several concatenated) read from ``fileobj``; a stream the file ends inside
-    is an error."""
-
-    def __init__(self, fileobj):
-        self._f = fileobj
-        self._d = zlib.decompressobj()
-        self._begun = False  # bytes went into the stream being decompressed
-        self._pending = b""
-        self._eof = False
-
-    def readable(self):
-        return True
-
-    def readinto(self, b):
-        while not self._pending and not self._eof:
-            raw = self._f.read(1 << 20)
-            if not raw:
-                self._pending = self._d.flush()
-                if self._begun and not self._d.eof:
-                    raise zlib.error("truncated zlib stream: the file ends inside it")
-                self._eof = True
-                break
-            self._begun = True
-            out = self._d.decompress(raw)
-            while self._d.eof and self._d.unused_data:  # next concatenated stream
-                rest = self._d.unused_data
-                self._d = zlib.decompressobj()
-                out += self._d.decompress(rest)
-            self._begun = not self._d.eof
-            self._pending = out
-        n = min(len(b), len(self._pending))
-        b[:n] = self._pending[:n]
-        self._pending = self._pending[n:]
-        return n
-
-    def close(self):
-        self._f.close()
-        super().close()
-
-
-class _ZstdReader(io.RawIOBase):
-    """Decompress the zstd frames read from ``fileobj`` one after the other (pzstd's files, files concatenated),
-    each checked to end: zstandard's stream reader ends a frame the file cuts short silently, as if the file ended
-    there."""
+class _Streams(io.RawIOBase):
+    """Decompress the streams read from ``fileobj`` one after the other (zstd frames: pzstd's files, files
+    concatenated; XDL's concatenated zlib streams), each checked to end: zstandard's stream reader and zlib's
+    ``decompressobj`` end a stream the file cuts short silently, as if the file ended there.  ``new_stream()``
+    makes the decompressor of one stream (``eof`` once it ended, the bytes after it in ``unused_data``);
+    ``error`` is the codec's exception, ``what`` names a stream in it."""
 
     _INPUT = 1 << 18  # compressed bytes decompressed at a time (bounds what one step makes)
 
-    def __init__(self, fileobj):
+    def __init__(self, fileobj, new_stream, error, what):
         self._f = fileobj
-        self._zstd = zstandard.ZstdDecompressor()  # its context serves one frame at a time: one per stream
-        self._frame = None  # the decompressobj of a frame begun and not ended
+        self._new_stream, self._error, self._what = new_stream, error, what
+        self._stream = None  # the decompressor of a stream begun and not ended
         self._pending = b""
         self._at = 0  # where the unread part of _pending starts
         self._eof = False
@@ -87,9 +48,11 @@ class _ZstdReader(io.RawIOBase):
         return True
 
     def read(self, n=-1):
+        if n is None or n < 0:  # to the end
+            return b"".join(iter(lambda: self.read(1 << 62), b""))
         while self._at == len(self._pending) and not self._eof:
             self._pending, self._at = self._decompress_more(), 0
-        if n < 0 or n >= len(self._pending) - self._at:
+        if n >= len(self._pending) - self._at:
             out = self._pending if self._at == 0 else self._pending[self._at :]
             self._pending, self._at = b"", 0
             return out
@@ -105,22 +68,27 @@ class _ZstdReader(io.RawIOBase):
         raw = self._f.read(self._INPUT)
         if not raw:
             self._eof = True
-            if self._frame is not None:
-                raise zstandard.ZstdError("truncated zstd frame: the file ends inside it")
+            if self._stream is not None:
+                raise self._error(f"truncated {self._what}: the file ends inside it")
             return b""
         out = []
         while raw:
-            if self._frame is None:
-                self._frame = self._zstd.decompressobj()
-            out.append(self._frame.decompress(raw))
+            if self._stream is None:
+                self._stream = self._new_stream()
+            out.append(self._stream.decompress(raw))
             raw = b""
-            if self._frame.eof:
-                raw, self._frame = self._frame.unused_data, None
+            if self._stream.eof:
+                raw, self._stream = self._stream.unused_data, None
         return out[0] if len(out) == 1 else b"".join(out)
 
     def close(self):
         self._f.close()
         super().close()
+
+
+def _zstd_reader(fileobj):
+    # a decompressor's context serves one frame at a time: one per file
+    return _Streams(fileobj, zstandard.ZstdDecompressor().decompressobj, zstandard.ZstdError, "zstd frame")
 
 
 def _lz4_reader(fileobj):
@@ -130,8 +98,8 @@ def _lz4_reader(fileobj):
 
 _READERS = {
     "gzip": lambda f: gzip.GzipFile(fileobj=f, mode="rb"),
-    "zstd": _ZstdReader,
-    "zlib": _ZlibReader,
+    "zstd": _zstd_reader,
+    "zlib": lambda f: _Streams(f, zlib.decompressobj, zlib.error, "zlib stream"),
     "lz4": _lz4_reader,
 }
 
