@@ -36,7 +36,7 @@ KERNELS = {
     "scan-pb": (("protobuf", ("scan_record_names",)),),
     "batch": (("batch", ("copy_piece", "measure_piece", "pad_batch", "feature_bases")),),
     "unique": (("unique", ("unique_ids_of_batch",)),),
-    "dsl": (("dsl", ("run_plan",)),),
+    "dsl": (("dsl", ("run_plans",)),),
     "write-pb": (("encode", ("encode_groups", "identical_features")),),
     "write-text": (("text_write", ("write_text_rows",)),),
 }

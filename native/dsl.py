@@ -1,11 +1,12 @@
-"""The feature-DSL interpreter (docs/formats.md, the DSL): a plan of opcodes run per row of a table.
+"""The feature-DSL interpreter (docs/formats.md, the DSL): the plans of opcodes a reader's DSL features compile to,
+run per row of a table.
 
 ``ingest.dsl`` compiles an expression into ``ops`` (one row per operation: opcode,
-destination register, operands) over numbered registers.  ``run_plan`` evaluates it for
-every row of one table of a block: a register holds a list of (key, value) pairs in a
+destination register, operands) over numbered registers.  ``run_plans`` evaluates every plan of a reader for
+every row of its table in a block, in one call: a register holds a list of (key, value) pairs in a
 per-row arena (int64 keys, float64 values), and the output register of each row is
-appended to one CSR feature.  Inputs (leaves) are declared features read through the
-``refer`` chain when they live in a deeper (aux) table.
+appended to one pool that holds every plan's result, CSR per plan.  Inputs (leaves) are declared features read
+through the ``refer`` chain when they live in a deeper (aux) table, or the results of earlier plans.
 """
 
 import numpy as np
@@ -32,8 +33,12 @@ MIN = 12
 COSINE = 13  # a, b: registers
 DOT = 14
 OP_COLUMNS = 5
+# what operands a and b of each opcode number: a register (R), a leaf (L), a constant (C), or nothing (-)
+OPERANDS = {LEAF_SPARSE: "L-", LEAF_DENSE: "L-", CARTESIAN: "RR", MATCH: "RR", HASH: "R-", BUCKETIZE: "RC"}
+OPERANDS.update({op: "R-" for op in (LOG, SUM, COUNT, AVG, MAX, MIN)})
+OPERANDS.update({op: "RR" for op in (COSINE, DOT)})
 
-# columns of the leaf table: table, base in leaf_off or dense_flat, dense width (0: sparse),
+# columns of the leaf table: table, base (see run_plans), dense width (0: sparse),
 # and for a sparse leaf its pool (0: the block's parsed columns, 1: results of earlier plans)
 L_TABLE = 0
 L_BASE = 1
@@ -44,8 +49,12 @@ LEAF_COLUMNS = 4
 # A compiled expression: its ops (rows of OP_COLUMNS), the constants they read, the register holding the
 # result and how many registers there are.
 Program = bundle("Program", ops="i8[:, :]", consts="f8[:]", out_reg="int", nregs="int")
-# What a plan's leaves read: the leaf table and leaf_off (see run_plan), the block's parsed sparse
-# columns (raw_*), the results of earlier plans (dsl_*), and its dense leaves end to end (float64).
+# Every plan of a reader, one after the other (``fuse``): plan p's ops are ``ops[op_start[p]:op_start[p + 1]]``,
+# over registers, leaves and constants numbered across all the plans; it runs over the rows of ``table[p]`` and
+# its result is register ``out_reg[p]``.
+Plans = bundle("Plans", ops="i8[:, :]", consts="f8[:]", op_start="i8[:]", out_reg="i8[:]", table="i8[:]", nregs="int")
+# What the plans read in one block: the leaf table and the parsed leaves' row offsets end to end (see run_plans),
+# the parsed columns, the dense leaves end to end (float64), and the rows of each table.
 Inputs = bundle(
     "Inputs",
     leaves="i8[:, :]",
@@ -53,21 +62,47 @@ Inputs = bundle(
     raw_keys="i8[:]",
     raw_hkeys="i8[:]",
     raw_vals="f4[:]",
-    dsl_keys="i8[:]",
-    dsl_vals="f8[:]",
     dense_flat="f8[:]",
+    table_rows="i8[:]",
 )
-# The refer chain of a block of ``ntables`` tables, the same for every plan run on it (see run_plan).
+# The refer chain of a block of ``ntables`` tables, the same for every plan run on it (see run_plans).
 Refers = bundle("Refers", refer_flat="i8[:]", refer_base="i8[:]", ntables="int")
 # Pairs of the registers of one row, reused from row to row; replaced by a bigger one on GROW_ARENA.
 Arena = bundle("Arena", akeys="i8[:]", avals="f8[:]")
-# The result, CSR over the rows of the plan's table; replaced by a bigger one on GROW_OUT.
-Output = bundle("Output", out_off="i8[:]", out_keys="i8[:]", out_vals="f8[:]")
+# Every plan's result in one pool, CSR per plan: row r of plan p is ``out_keys/out_vals[out_off[p, r]:
+# out_off[p, r + 1]]``; replaced by a bigger pool (the same ``out_off``) on GROW_OUT.
+Output = bundle("Output", out_off="i8[:, :]", out_keys="i8[:]", out_vals="f8[:]")
 
-# status of run_plan
+
+def fuse(programs, leaf_counts, tables):
+    """The ``Plans`` of ``programs`` (each a ``Program``, with ``leaf_counts`` leaves, run on ``tables``): their ops
+    renumbered so that plan p's registers, leaves and constants follow those of the plans before it."""
+    ops, consts, op_start, out_reg = [], [], [0], []
+    regs = leaves = 0
+    for program, nleaves in zip(programs, leaf_counts):
+        base = {"R": regs, "L": leaves, "C": len(consts), "-": 0}
+        for op, dst, a, b, c in program.ops.tolist():
+            kind_a, kind_b = OPERANDS[op]
+            ops.append((op, dst + regs, a + base[kind_a], b + base[kind_b], c))
+        consts += program.consts.tolist()
+        op_start.append(len(ops))
+        out_reg.append(program.out_reg + regs)
+        regs += program.nregs
+        leaves += nleaves
+    return Plans(
+        np.array(ops, np.int64).reshape(len(ops), OP_COLUMNS),
+        np.array(consts, np.float64),
+        np.array(op_start, np.int64),
+        np.array(out_reg, np.int64),
+        np.array(tables, np.int64),
+        regs,
+    ).checked()
+
+
+# status of run_plans
 DONE = 0
-GROW_ARENA = 1  # a row needs more arena: grow to at least `need`, call again from `row`
-GROW_OUT = 2  # the output is full: grow it to at least `need`, call again from `row`
+GROW_ARENA = 1  # a row needs more arena: grow to at least `need`, call again (it resumes at that row)
+GROW_OUT = 2  # the output is full: grow it to at least `need`, call again
 TOO_MANY = 3  # a row's result would exceed `limit` pairs
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -87,22 +122,23 @@ def cross64(a, b):
 
 
 @kernel
-def run_plan(program, inputs, refers, table, row, nrows, arena, output, out_n, limit):
-    """Evaluate the plan for rows ``row .. nrows - 1`` of ``table``; returns ``(status, row, need, out_n)``.
+def run_plans(plans, inputs, refers, at, arena, output, limit):
+    """Evaluate the plans from plan ``at[0]``, row ``at[1]``, with ``at[2]`` pairs already in the output; returns
+    ``(status, need)`` and leaves in ``at`` where to resume (on ``DONE``: past the last plan, and the pairs of
+    every result).
 
-    Row ``r``'s result is ``out_keys/out_vals[out_off[r]:out_off[r + 1]]``; ``out_off[row]``
-    must be set.  Sparse leaf ``i`` of row ``r`` (of its own table) holds the pairs
-    ``leaf_off[base + r] : leaf_off[base + r + 1]`` of its pool: the block's parsed columns
-    (``raw_*``; a key with a non-zero high word enters as ``cross64(hkey, key)``) or the
-    results of earlier plans (``dsl_*``).  Dense leaf ``i`` gives ``(j, v_j)`` for its
-    ``width`` elements at ``dense_flat[base + r * width + j]``.  A table-k row refers to
-    row ``refer_flat[refer_base[k] + r]`` of table k + 1.
+    Row ``r`` of plan ``p``'s result is ``out_keys/out_vals[out_off[p, r]:out_off[p, r + 1]]``.  Sparse leaf
+    ``i`` of row ``r`` (of its own table) holds the pairs ``leaf_off[base + r] : leaf_off[base + r + 1]`` of
+    the block's parsed columns (``raw_*``; a key with a non-zero high word enters as ``cross64(hkey, key)``),
+    ``base`` its ``L_BASE``, or (``L_POOL`` 1) row ``r`` of the result of plan ``L_BASE``, an earlier one.
+    Dense leaf ``i`` gives ``(j, v_j)`` for its ``width`` elements at ``dense_flat[base + r * width + j]``.
+    A table-k row refers to row ``refer_flat[refer_base[k] + r]`` of table k + 1.
 
     Every index is unsigned (``_u``), which spares each load numba's wraparound branch: the plans ran in two
     thirds of the time.
     """
-    ops, consts, out_reg, nregs = program
-    leaves, leaf_off, raw_keys, raw_hkeys, raw_vals, dsl_keys, dsl_vals, dense_flat = inputs
+    ops, consts, op_start, out_regs, plan_tables, nregs = plans
+    leaves, leaf_off, raw_keys, raw_hkeys, raw_vals, dense_flat, table_rows = inputs
     refer_flat, refer_base, ntables = refers
     akeys, avals = arena
     out_off, out_keys, out_vals = output
@@ -111,133 +147,157 @@ def run_plan(program, inputs, refers, table, row, nrows, arena, output, out_n, l
     rows = np.empty(ntables, np.int64)
     has_h = len(raw_hkeys) > 0
     cap = len(akeys)
-    while row < nrows:
-        rows[_u(table)] = row
-        for k in range(table, ntables - 1):
-            rows[_u(k + 1)] = refer_flat[_u(refer_base[_u(k)] + rows[_u(k)])]
-        top = 0
-        for i in range(ops.shape[0]):
-            op = ops[_u(i), 0]
-            dst = ops[_u(i), 1]
-            a = ops[_u(i), 2]
-            b = ops[_u(i), 3]
-            # pairs this op writes, checked against the arena before writing
-            if op == LEAF_SPARSE:
-                r = rows[_u(leaves[_u(a), L_TABLE])]
-                base = leaves[_u(a), L_BASE]
-                p0 = leaf_off[_u(base + r)]
-                need = leaf_off[_u(base + r + 1)] - p0
-            elif op == LEAF_DENSE:
-                need = leaves[_u(a), L_WIDTH]
-            elif op == CARTESIAN:
-                need = size[_u(a)] * size[_u(b)]
-            elif op == MATCH or op == HASH or op == BUCKETIZE or op == LOG:
-                need = size[_u(a)]
-            else:
-                need = 1
-            if need > limit:
-                return TOO_MANY, row, need, out_n
-            if top + need > cap:
-                return GROW_ARENA, row, top + need, out_n
-            s = top
-            n = 0
-            if op == LEAF_SPARSE:
-                if leaves[_u(a), L_POOL] == 0:
-                    for j in range(need):
-                        key = raw_keys[_u(p0 + j)]
-                        if has_h and raw_hkeys[_u(p0 + j)] != 0:
-                            key = _cross(raw_hkeys[_u(p0 + j)], key)
-                        akeys[_u(s + j)] = key
-                        avals[_u(s + j)] = raw_vals[_u(p0 + j)]
+    plan = at[0]
+    row = at[1]
+    out_n = at[2]
+    while plan < len(out_regs):
+        table = plan_tables[_u(plan)]
+        out_reg = out_regs[_u(plan)]
+        nrows = table_rows[_u(table)]
+        if row == 0:
+            out_off[_u(plan), 0] = out_n
+        while row < nrows:
+            rows[_u(table)] = row
+            for k in range(table, ntables - 1):
+                rows[_u(k + 1)] = refer_flat[_u(refer_base[_u(k)] + rows[_u(k)])]
+            top = 0
+            for i in range(op_start[_u(plan)], op_start[_u(plan + 1)]):
+                op = ops[_u(i), 0]
+                dst = ops[_u(i), 1]
+                a = ops[_u(i), 2]
+                b = ops[_u(i), 3]
+                # pairs this op writes, checked against the arena before writing
+                if op == LEAF_SPARSE:
+                    r = rows[_u(leaves[_u(a), L_TABLE])]
+                    base = leaves[_u(a), L_BASE]
+                    if leaves[_u(a), L_POOL] == 0:
+                        p0 = leaf_off[_u(base + r)]
+                        need = leaf_off[_u(base + r + 1)] - p0
+                    else:
+                        p0 = out_off[_u(base), _u(r)]
+                        need = out_off[_u(base), _u(r + 1)] - p0
+                elif op == LEAF_DENSE:
+                    need = leaves[_u(a), L_WIDTH]
+                elif op == CARTESIAN:
+                    need = size[_u(a)] * size[_u(b)]
+                elif op == MATCH or op == HASH or op == BUCKETIZE or op == LOG:
+                    need = size[_u(a)]
                 else:
-                    for j in range(need):
-                        akeys[_u(s + j)] = dsl_keys[_u(p0 + j)]
-                        avals[_u(s + j)] = dsl_vals[_u(p0 + j)]
-                n = need
-            elif op == LEAF_DENSE:
-                w = leaves[_u(a), L_WIDTH]
-                d0 = leaves[_u(a), L_BASE] + rows[_u(leaves[_u(a), L_TABLE])] * w
-                for j in range(w):
-                    akeys[_u(s + j)] = j
-                    avals[_u(s + j)] = dense_flat[_u(d0 + j)]
-                n = w
-            elif op == CARTESIAN:
-                for x in range(start[_u(a)], start[_u(a)] + size[_u(a)]):
-                    for y in range(start[_u(b)], start[_u(b)] + size[_u(b)]):
-                        akeys[_u(s + n)] = _cross(akeys[_u(x)], akeys[_u(y)])
-                        avals[_u(s + n)] = avals[_u(x)] * avals[_u(y)]
-                        n += 1
-            elif op == MATCH:
-                for x in range(start[_u(a)], start[_u(a)] + size[_u(a)]):
-                    for y in range(start[_u(b)], start[_u(b)] + size[_u(b)]):
-                        if akeys[_u(y)] == akeys[_u(x)]:  # the first occurrence in b
-                            akeys[_u(s + n)] = akeys[_u(x)]
+                    need = 1
+                if need > limit:
+                    return _paused(at, plan, row, out_n, TOO_MANY, need)
+                if top + need > cap:
+                    return _paused(at, plan, row, out_n, GROW_ARENA, top + need)
+                s = top
+                n = 0
+                if op == LEAF_SPARSE:
+                    if leaves[_u(a), L_POOL] == 0:
+                        for j in range(need):
+                            key = raw_keys[_u(p0 + j)]
+                            if has_h and raw_hkeys[_u(p0 + j)] != 0:
+                                key = _cross(raw_hkeys[_u(p0 + j)], key)
+                            akeys[_u(s + j)] = key
+                            avals[_u(s + j)] = raw_vals[_u(p0 + j)]
+                    else:
+                        for j in range(need):
+                            akeys[_u(s + j)] = out_keys[_u(p0 + j)]
+                            avals[_u(s + j)] = out_vals[_u(p0 + j)]
+                    n = need
+                elif op == LEAF_DENSE:
+                    w = leaves[_u(a), L_WIDTH]
+                    d0 = leaves[_u(a), L_BASE] + rows[_u(leaves[_u(a), L_TABLE])] * w
+                    for j in range(w):
+                        akeys[_u(s + j)] = j
+                        avals[_u(s + j)] = dense_flat[_u(d0 + j)]
+                    n = w
+                elif op == CARTESIAN:
+                    for x in range(start[_u(a)], start[_u(a)] + size[_u(a)]):
+                        for y in range(start[_u(b)], start[_u(b)] + size[_u(b)]):
+                            akeys[_u(s + n)] = _cross(akeys[_u(x)], akeys[_u(y)])
                             avals[_u(s + n)] = avals[_u(x)] * avals[_u(y)]
                             n += 1
-                            break
-            elif op == HASH:
-                for x in range(start[_u(a)], start[_u(a)] + size[_u(a)]):
-                    akeys[_u(s + n)] = _cross(akeys[_u(x)], 0) % b
-                    avals[_u(s + n)] = avals[_u(x)]
-                    n += 1
-            elif op == BUCKETIZE:
-                c = ops[_u(i), 4]
-                for x in range(start[_u(a)], start[_u(a)] + size[_u(a)]):
-                    v = avals[_u(x)]
-                    k = 0
-                    while k < c and consts[_u(b + k)] <= v:
-                        k += 1
-                    akeys[_u(s + n)] = k
-                    avals[_u(s + n)] = 1.0
-                    n += 1
-            elif op == LOG:
-                for x in range(start[_u(a)], start[_u(a)] + size[_u(a)]):
-                    akeys[_u(s + n)] = akeys[_u(x)]
-                    avals[_u(s + n)] = np.log(avals[_u(x)] + _LOG_EPS)
-                    n += 1
-            elif op == COSINE or op == DOT:
-                m = min(size[_u(a)], size[_u(b)])
-                dot = 0.0
-                na = 0.0
-                nb = 0.0
-                for j in range(m):
-                    va = avals[_u(start[_u(a)] + j)]
-                    vb = avals[_u(start[_u(b)] + j)]
-                    dot += va * vb
-                    na += va * va
-                    nb += vb * vb
-                akeys[_u(s)] = 0
-                avals[_u(s)] = dot if op == DOT else dot / (np.sqrt(na) * np.sqrt(nb) + _LOG_EPS)
-                n = 1
-            else:  # aggregates: one pair
-                key = np.int64(0)
-                acc = 0.0
-                for j in range(size[_u(a)]):
-                    v = avals[_u(start[_u(a)] + j)]
-                    if op == SUM or op == AVG:
-                        acc += v
-                    elif op == MAX or op == MIN:
-                        if j == 0 or (v > acc if op == MAX else v < acc):
-                            acc = v
-                            key = akeys[_u(start[_u(a)] + j)]
-                if op == COUNT:
-                    acc = float(size[_u(a)])
-                elif op == AVG and size[_u(a)] > 0:
-                    acc /= size[_u(a)]
-                akeys[_u(s)] = key
-                avals[_u(s)] = acc
-                n = 1
-            start[_u(dst)] = s
-            size[_u(dst)] = n
-            top = s + n
-        n = size[_u(out_reg)]
-        if out_n + n > len(out_keys):
-            return GROW_OUT, row, out_n + n, out_n
-        s = start[_u(out_reg)]
-        for j in range(n):
-            out_keys[_u(out_n + j)] = akeys[_u(s + j)]
-            out_vals[_u(out_n + j)] = avals[_u(s + j)]
-        out_n += n
-        out_off[_u(row + 1)] = out_n
-        row += 1
-    return DONE, row, 0, out_n
+                elif op == MATCH:
+                    for x in range(start[_u(a)], start[_u(a)] + size[_u(a)]):
+                        for y in range(start[_u(b)], start[_u(b)] + size[_u(b)]):
+                            if akeys[_u(y)] == akeys[_u(x)]:  # the first occurrence in b
+                                akeys[_u(s + n)] = akeys[_u(x)]
+                                avals[_u(s + n)] = avals[_u(x)] * avals[_u(y)]
+                                n += 1
+                                break
+                elif op == HASH:
+                    for x in range(start[_u(a)], start[_u(a)] + size[_u(a)]):
+                        akeys[_u(s + n)] = _cross(akeys[_u(x)], 0) % b
+                        avals[_u(s + n)] = avals[_u(x)]
+                        n += 1
+                elif op == BUCKETIZE:
+                    c = ops[_u(i), 4]
+                    for x in range(start[_u(a)], start[_u(a)] + size[_u(a)]):
+                        v = avals[_u(x)]
+                        k = 0
+                        while k < c and consts[_u(b + k)] <= v:
+                            k += 1
+                        akeys[_u(s + n)] = k
+                        avals[_u(s + n)] = 1.0
+                        n += 1
+                elif op == LOG:
+                    for x in range(start[_u(a)], start[_u(a)] + size[_u(a)]):
+                        akeys[_u(s + n)] = akeys[_u(x)]
+                        avals[_u(s + n)] = np.log(avals[_u(x)] + _LOG_EPS)
+                        n += 1
+                elif op == COSINE or op == DOT:
+                    m = min(size[_u(a)], size[_u(b)])
+                    dot = 0.0
+                    na = 0.0
+                    nb = 0.0
+                    for j in range(m):
+                        va = avals[_u(start[_u(a)] + j)]
+                        vb = avals[_u(start[_u(b)] + j)]
+                        dot += va * vb
+                        na += va * va
+                        nb += vb * vb
+                    akeys[_u(s)] = 0
+                    avals[_u(s)] = dot if op == DOT else dot / (np.sqrt(na) * np.sqrt(nb) + _LOG_EPS)
+                    n = 1
+                else:  # aggregates: one pair
+                    key = np.int64(0)
+                    acc = 0.0
+                    for j in range(size[_u(a)]):
+                        v = avals[_u(start[_u(a)] + j)]
+                        if op == SUM or op == AVG:
+                            acc += v
+                        elif op == MAX or op == MIN:
+                            if j == 0 or (v > acc if op == MAX else v < acc):
+                                acc = v
+                                key = akeys[_u(start[_u(a)] + j)]
+                    if op == COUNT:
+                        acc = float(size[_u(a)])
+                    elif op == AVG and size[_u(a)] > 0:
+                        acc /= size[_u(a)]
+                    akeys[_u(s)] = key
+                    avals[_u(s)] = acc
+                    n = 1
+                start[_u(dst)] = s
+                size[_u(dst)] = n
+                top = s + n
+            n = size[_u(out_reg)]
+            if out_n + n > len(out_keys):
+                return _paused(at, plan, row, out_n, GROW_OUT, out_n + n)
+            s = start[_u(out_reg)]
+            for j in range(n):
+                out_keys[_u(out_n + j)] = akeys[_u(s + j)]
+                out_vals[_u(out_n + j)] = avals[_u(s + j)]
+            out_n += n
+            out_off[_u(plan), _u(row + 1)] = out_n
+            row += 1
+        plan += 1
+        row = 0
+    return _paused(at, plan, 0, out_n, DONE, 0)
+
+
+@inline
+def _paused(at, plan, row, out_n, status, need):
+    """``(status, need)``, with where ``run_plans`` resumes in ``at``."""
+    at[0] = plan
+    at[1] = row
+    at[2] = out_n
+    return status, need

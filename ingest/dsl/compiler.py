@@ -3,7 +3,7 @@
 An expression is parsed once with lark (LALR, ``grammar.lark``), checked against the
 features declared before it (every problem a ``DslError`` with a caret under the
 offending column), and compiled into ``Plan``s: arrays of opcodes that
-``ingest._native.dsl.run_plan`` interprets per row.  A part of an expression that reads
+``ingest._native.dsl.run_plans`` interprets per row.  A part of an expression that reads
 only aux-table features is computed once per aux line: it becomes a hidden plan on that
 table, and the expression reads its result like a feature.
 """
@@ -184,7 +184,7 @@ class Plan:
     """One compiled expression, run per row of ``table``.
 
     ``leaves`` name the features (or hidden plans) it reads, each ``(name, table, dense
-    width or 0)``; ``program`` is what ``run_plan`` interprets (ops, constants, output
+    width or 0)``; ``program`` is what ``run_plans`` interprets (ops, constants, output
     register, register count).  ``hidden`` plans are parts computed on a deeper table and
     not emitted.
     """

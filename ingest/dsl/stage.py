@@ -1,14 +1,15 @@
 """The DSL op stage: runs the compiled plans over each Block a parse worker produced.
 
-Per block and plan the Python work is O(leaves): ``run_plan`` reads parsed features in
-place from the block's arrays (and earlier results from their own), computes the feature
-over every row of its table, and the result joins the block in a pool of DSL results
-(``Block.dsl_keys``, ``Table.from_dsl``), so the parsed ids are never copied.  The block
-handed on holds the features of the full schema, in schema order; hidden plans (parts
-computed per aux line) feed later plans and are dropped.
+The plans of every DSL feature are fused once (``K.fuse``) and run over a block in one kernel call
+(``run_plans``), which reads parsed features in place from the block's arrays and earlier plans' results from
+the pool it writes every result into.  That pool becomes the block's pool of DSL results (``Block.dsl_keys``,
+``Table.from_dsl``), so the parsed ids are never copied.  Per block the Python work is O(leaves).  The block
+handed on holds the features of the full schema, in schema order; hidden plans (parts computed per aux line)
+feed later plans and no feature points at their results.
 """
 
 import dataclasses
+import itertools
 import threading
 
 import numpy as np
@@ -23,20 +24,8 @@ __all__ = ["DslStage", "MAX_PAIRS_PER_ROW", "dsl_stage"]
 # the most pairs one row of any expression may hold (a cartesian of big inputs grows as their product)
 MAX_PAIRS_PER_ROW = 1 << 22
 
-
-class _Result:
-    """A sparse DSL result over the rows of one table: row ``r`` is ``keys/vals[off[r]:off[r + 1]]``."""
-
-    def __init__(self, off, keys, vals):
-        self.off, self.keys, self.vals = off, keys, vals
-
-
 _NONE_I = np.empty(0, np.int64)
 _NONE_F = np.empty(0, np.float64)
-_NONE_F32 = np.empty(0, np.float32)
-
-# where a leaf of a plan is read (DslStage._leaf_table)
-_DENSE, _PARSED, _RESULT = range(3)
 
 
 class DslStage:
@@ -63,102 +52,93 @@ class DslStage:
         for t in range(raw.tables):
             self.parsed.update({s.name: (t, f) for f, s in enumerate(raw.sparse_in(t))})
             self.parsed.update({s.name: (t, d) for d, s in enumerate(raw.dense_in(t))})
-        self._leaves = {plan.name: self._leaf_table(plan) for plan in plans}
+        self._plan_of = {plan.name: p for p, plan in enumerate(plans)}
+        self._fused = K.fuse(
+            [plan.program for plan in plans], [len(plan.leaves) for plan in plans], [plan.table for plan in plans]
+        )
+        self._leaves, self._parsed_leaves, self._dense_leaves = self._leaf_table()
         self._tables = [self._table_layout(t) for t in range(schema.tables)]
         self._arenas = threading.local()  # each parse worker's arena, kept from block to block
 
-    def _leaf_table(self, plan):
-        """The columns of ``plan``'s leaf table that are the same for every block (all but ``L_BASE``), and per leaf
-        where it is read: ``(kind, name or index among its kind, table)``."""
-        leaves = np.zeros((len(plan.leaves), K.LEAF_COLUMNS), np.int64)
-        where = []
-        for i, (name, table, width) in enumerate(plan.leaves):
+    def _leaf_table(self):
+        """The leaf table of the fused plans with the columns that are the same for every block (all but the bases
+        of parsed and dense leaves); the parsed sparse features the leaves read, each once, as ``(table, index
+        among its sparse features, the leaves reading it)``; and the dense leaves, ``(leaf, table, index among
+        its dense features)``."""
+        leaf_rows = [leaf for plan in self.plans for leaf in plan.leaves]
+        leaves = np.zeros((len(leaf_rows), K.LEAF_COLUMNS), np.int64)
+        parsed, dense = {}, []
+        for i, (name, table, width) in enumerate(leaf_rows):
             leaves[i, K.L_TABLE] = table
             leaves[i, K.L_WIDTH] = width
             if width:
-                where.append((_DENSE, self.parsed[name][1], table))
+                dense.append((i, table, self.parsed[name][1]))
             elif name in self.parsed:
-                where.append((_PARSED, self.parsed[name][1], table))
+                parsed.setdefault((table, self.parsed[name][1]), []).append(i)
             else:
                 leaves[i, K.L_POOL] = 1
-                where.append((_RESULT, name, table))
-        return leaves, where
+                leaves[i, K.L_BASE] = self._plan_of[name]
+        return leaves, [(t, at, np.array(readers, np.int64)) for (t, at), readers in parsed.items()], dense
 
     def __call__(self, blk):
-        refer = [tab.refer for tab in blk.tables[:-1]]
-        refer_base = np.cumsum([0] + [len(r) for r in refer])
-        refers = K.Refers(np.concatenate(refer) if refer else _NONE_I, refer_base, len(blk.tables))
-        refers = refers.checked_when_debugging()
-        results = {}
-        for plan in self.plans:
-            results[plan.name] = self._run(plan, blk, results, refers)
-        return self._block(blk, results)
-
-    def _run(self, plan, blk, results, refers):
-        static, where = self._leaves[plan.name]
-        leaves = static.copy()
-        offs, dsl_keys, dsl_vals, dense = [], [], [], []
-        n_off = n_dsl = n_dense = 0
         tables = blk.tables
-        for i, (kind, at, table) in enumerate(where):
-            if kind == _DENSE:
-                col = tables[table].dense[at]
-                leaves[i, K.L_BASE] = n_dense
-                dense.append(col.ravel())
-                n_dense += col.size
-                continue
-            leaves[i, K.L_BASE] = n_off
-            if kind == _RESULT:
-                res = results[at]
-                offs.append(res.off + n_dsl)
-                dsl_keys.append(res.keys)
-                dsl_vals.append(res.vals)
-                n_dsl += len(res.keys)
-            else:
-                offs.append(tables[table].sp_offsets[at])
-            n_off += len(offs[-1])
-        nrows = tables[plan.table].nrows
-        out_off = np.empty(nrows + 1, np.int64)
-        out_off[0] = 0
-        out_keys = np.empty(max(64, 2 * nrows), np.int64)
-        output = K.Output(out_off, out_keys, np.empty(len(out_keys), np.float64)).checked_when_debugging()
-        arena = getattr(self._arenas, "arena", None)
-        if arena is None:
-            arena = self._arenas.arena = K.Arena(
-                np.empty(1024, np.int64), np.empty(1024, np.float64)
-            ).checked_when_debugging()
+        refer = [tab.refer for tab in tables[:-1]]
+        refer_base = np.array([0] + list(itertools.accumulate(len(r) for r in refer)), np.int64)
+        refer_flat = refer[0] if len(refer) == 1 else np.concatenate(refer) if refer else _NONE_I
+        refers = K.Refers(refer_flat, refer_base, len(tables)).checked_when_debugging()
+        leaves = self._leaves.copy()
+        offs, dense = [], []
+        n_off = n_dense = 0
+        for table, at, readers in self._parsed_leaves:
+            leaves[readers, K.L_BASE] = n_off
+            offs.append(tables[table].sp_offsets[at])
+            n_off += tables[table].nrows + 1
+        for i, table, at in self._dense_leaves:
+            col = tables[table].dense[at]
+            leaves[i, K.L_BASE] = n_dense
+            dense.append(col.ravel())
+            n_dense += col.size
+        nrows = [tab.nrows for tab in tables]
+        table_rows = np.array(nrows, np.int64)
         inputs = K.Inputs(
             leaves,
             np.concatenate(offs) if offs else _NONE_I,
             blk.sp_keys,
             _NONE_I if blk.sp_hkeys is None else blk.sp_hkeys,
             blk.sp_values,
-            np.concatenate(dsl_keys) if dsl_keys else _NONE_I,
-            np.concatenate(dsl_vals) if dsl_vals else _NONE_F,
             np.concatenate(dense).astype(np.float64) if dense else _NONE_F,
+            table_rows,
         ).checked_when_debugging()
-        row = out_n = 0
+        size = 64 + 2 * sum(nrows[plan.table] for plan in self.plans)  # two pairs a row before it grows
+        output = K.Output(
+            np.empty((len(self.plans), max(nrows) + 1), np.int64),
+            np.empty(size, np.int64),
+            np.empty(size, np.float64),
+        ).checked_when_debugging()
+        arena = getattr(self._arenas, "arena", None)
+        if arena is None:
+            arena = self._arenas.arena = K.Arena(
+                np.empty(1024, np.int64), np.empty(1024, np.float64)
+            ).checked_when_debugging()
+        at = np.zeros(3, np.int64)  # plan, row, pairs written: where run_plans resumes
         while True:
-            status, row, need, out_n = K.run_plan(
-                plan.program, inputs, refers, plan.table, row, nrows, arena, output, out_n, self.limit
-            )
+            status, need = K.run_plans(self._fused, inputs, refers, at, arena, output, self.limit)
             if status == K.DONE:
                 break
             if status == K.TOO_MANY:
-                raise self._too_many(plan, blk, row, need)
-            size = max(2 * len(arena.akeys if status == K.GROW_ARENA else output.out_keys), need)
+                raise self._too_many(self.plans[at[0]], blk, int(at[1]), need)
             if status == K.GROW_ARENA:
+                size = max(2 * len(arena.akeys), need)
                 arena = self._arenas.arena = K.Arena(
                     np.empty(size, np.int64), np.empty(size, np.float64)
                 ).checked_when_debugging()
             else:
+                size, out_n = max(2 * len(output.out_keys), need), int(at[2])
                 output = output._replace(
                     out_keys=np.concatenate([output.out_keys[:out_n], np.empty(size - out_n, np.int64)]),
                     out_vals=np.concatenate([output.out_vals[:out_n], np.empty(size - out_n, np.float64)]),
                 )
-        if plan.dense:  # single-valued: exactly one pair per row
-            return output.out_vals[:nrows].astype(np.float32).reshape(nrows, 1)
-        return _Result(out_off, output.out_keys[:out_n], output.out_vals[:out_n])
+        return self._block(blk, output, int(at[2]))
 
     def _too_many(self, plan, blk, row, need):
         if plan.table == 0:
@@ -176,10 +156,11 @@ class DslStage:
             expected=f"at most {self.limit:,} pairs per row (a cartesian of big inputs?)",
         )
 
-    def _block(self, blk, results):
-        """The block with every feature of the schema: parsed columns in place, DSL ones in the DSL pool."""
-        keys, vals = [], []
-        n_pool = 0
+    def _block(self, blk, output, out_n):
+        """The block with every feature of the schema: parsed columns in place, DSL ones in the pool of results
+        (``output``, its first ``out_n`` pairs)."""
+        out_off = output.out_off
+        values = output.out_vals[:out_n].astype(np.float32)
         tables = []
         for tab, (sparse, dense, from_dsl) in zip(blk.tables, self._tables):
             if sparse is None and dense is None:
@@ -187,26 +168,21 @@ class DslStage:
                 continue
             offsets = tab.sp_offsets
             if sparse is not None:
-                rows = []
-                for at in sparse:
-                    if isinstance(at, int):
-                        rows.append(tab.sp_offsets[at])
-                        continue
-                    res = results[at]
-                    rows.append(res.off + n_pool)
-                    keys.append(res.keys)
-                    vals.append(res.vals)
-                    n_pool += len(res.keys)
-                offsets = np.stack(rows)
-            if dense is not None:
-                dense = tuple(tab.dense[at] if isinstance(at, int) else results[at] for at in dense)
+                offsets = np.stack(
+                    [
+                        tab.sp_offsets[at] if isinstance(at, int) else out_off[self._plan_of[at], : tab.nrows + 1]
+                        for at in sparse
+                    ]
+                )
+            if dense is not None:  # a dense DSL feature has one value a row
+                dense = tuple(
+                    tab.dense[at]
+                    if isinstance(at, int)
+                    else values[out_off[self._plan_of[at], 0] :][: tab.nrows].reshape(tab.nrows, 1)
+                    for at in dense
+                )
             tables.append(Table(tab.nrows, offsets, tab.dense if dense is None else dense, tab.refer, from_dsl))
-        return dataclasses.replace(
-            blk,
-            tables=tuple(tables),
-            dsl_keys=np.concatenate(keys) if keys else _NONE_I,
-            dsl_values=np.concatenate(vals).astype(np.float32) if vals else _NONE_F32,
-        )
+        return dataclasses.replace(blk, tables=tuple(tables), dsl_keys=output.out_keys[:out_n], dsl_values=values)
 
     def _table_layout(self, t):
         """Where ``_block`` takes table ``t``'s features from: ``(sparse, dense, from_dsl)``, per sparse and per
