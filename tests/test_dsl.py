@@ -195,6 +195,22 @@ def test_cartesian_of_three_nests_left_to_right(tmp_path):
     assert batch["abc"].values.tolist() == [v for _, v in want]
 
 
+def test_plans_run_together_keep_their_own_registers_constants_and_results(tmp_path):
+    """Every plan of a reader runs in one kernel call over one register file, constant table and result pool:
+    each plan's constants, registers and results stay its own, and a feature reads an earlier one's result."""
+    reader = _text_reader(tmp_path, "s|g|a@1:0.5,2:1.5,3:2.5;b@4:3.0,5:-1.0||1", "a", "b")
+    reader.feature("ba", "sparse", serialized=True, dsl="bucketize(a, 1, 2)")
+    reader.feature("bb", "sparse", serialized=True, dsl="bucketize(b, 0, 2.5, 10)")
+    reader.feature("sb", "sparse", serialized=True, dsl="sum(bb)")
+    reader.feature("x", "sparse", serialized=True, dsl="cartesian(ba, b)")
+    [batch] = reader.startup().read_all()
+    assert batch["ba"].ids.tolist() == [0, 1, 2] and batch["ba"].values.tolist() == [1.0, 1.0, 1.0]
+    assert batch["bb"].ids.tolist() == [2, 0]
+    assert batch["sb"].ids.tolist() == [0] and batch["sb"].values.tolist() == [2.0]
+    assert batch["x"].ids.tolist() == [twin_cross64(ka, kb) for ka in (0, 1, 2) for kb in (4, 5)]
+    assert batch["x"].values.tolist() == [3.0, -1.0] * 3
+
+
 def test_high_words_enter_as_crossed_keys(tmp_path):
     g = pb.SampleGroup()
     g.labels.add().values.append(1)
