@@ -10,8 +10,9 @@ the same file read without and with four DSL features (issue 4's bar: two ``cart
     clk_logsum  = logsum(clk_hist)          # clk_hist is in aux table 1 in the pb file
 
 The pb file is the text converted with ``--aux auto`` (the user features in table 1), so the
-aggregation runs once per aux line; in the text file every feature is in table 0.  One
-warm-up run each, then ``--runs`` rounds alternating plain and DSL readers; medians, and the
+aggregation runs once per aux line; in the text file every feature is in table 0.  A run reads the
+file several times over (``EPOCHS`` of ``bench_peers.py``: 3 for text, 8 for pb), so that it lasts about a
+second.  One warm-up run each, then ``--runs`` rounds alternating plain and DSL readers; medians, and the
 median of the per-round ratios.  Writes ``benchmarks/results/bench_dsl.json``.
 
     python benchmarks/bench_dsl.py [--samples 120000] [--runs 5]
@@ -19,6 +20,7 @@ median of the per-round ratios.  Writes ``benchmarks/results/bench_dsl.json``.
 
 from _common import RESULTS, alternated_runs, arguments, markdown_table, measured_on, save_report, synthetic_inputs
 from bench_pb import reader_for
+from bench_peers import EPOCHS
 
 CROSSES = {
     "ad_x_gender": "cartesian(cate, gender)",
@@ -41,16 +43,21 @@ def main(argv=None):
     aux = inputs["pb"][2]
     results = {}
     for name, spec in inputs.items():
+        epochs = EPOCHS[spec[1]]
         results[name] = alternated_runs(
-            {"plain": lambda s=spec: reader_for(*s), "dsl": lambda s=spec: with_crosses(reader_for(*s))},
-            args.samples,
+            {
+                "plain": lambda s=spec, e=epochs: reader_for(*s).epochs(e),
+                "dsl": lambda s=spec, e=epochs: with_crosses(reader_for(*s)).epochs(e),
+            },
+            args.samples * epochs,
             args.runs,
         )
     report = save_report(
-        "bench_dsl", samples=args.samples, runs=args.runs, crosses=CROSSES, aux=sorted(aux), read=results
+        "bench_dsl", samples=args.samples, runs=args.runs, epochs=EPOCHS, crosses=CROSSES, aux=sorted(aux), read=results
     )
     print(
-        f"{args.samples:,} samples, 1 parse thread, batch_size 1024, median of {args.runs} rounds; "
+        f"{args.samples:,} samples (read {EPOCHS['txt']} times over in text, {EPOCHS['pb']} in pb), 1 parse thread, "
+        f"batch_size 1024, median of {args.runs} rounds; "
         f"{measured_on(report)}\n"
     )
     rows = []

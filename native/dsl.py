@@ -38,10 +38,10 @@ OPERANDS = {LEAF_SPARSE: "L-", LEAF_DENSE: "L-", CARTESIAN: "RR", MATCH: "RR", H
 OPERANDS.update({op: "R-" for op in (LOG, SUM, COUNT, AVG, MAX, MIN)})
 OPERANDS.update({op: "RR" for op in (COSINE, DOT)})
 
-# columns of the leaf table: table, base (see run_plans), dense width (0: sparse),
+# columns of the leaf table: table, where it is read (see run_plans), dense width (0: sparse),
 # and for a sparse leaf its pool (0: the block's parsed columns, 1: results of earlier plans)
 L_TABLE = 0
-L_BASE = 1
+L_AT = 1
 L_WIDTH = 2
 L_POOL = 3
 LEAF_COLUMNS = 4
@@ -53,12 +53,14 @@ Program = bundle("Program", ops="i8[:, :]", consts="f8[:]", out_reg="int", nregs
 # over registers, leaves and constants numbered across all the plans; it runs over the rows of ``table[p]`` and
 # its result is register ``out_reg[p]``.
 Plans = bundle("Plans", ops="i8[:, :]", consts="f8[:]", op_start="i8[:]", out_reg="i8[:]", table="i8[:]", nregs="int")
-# What the plans read in one block: the leaf table and the parsed leaves' row offsets end to end (see run_plans),
-# the parsed columns, the dense leaves end to end (float64), and the rows of each table.
+# What the plans read in one block: the leaf table, the row offsets of the parsed features they read end to end
+# and where each starts there (see run_plans), the parsed columns, the dense leaves end to end (float64), and the
+# rows of each table.
 Inputs = bundle(
     "Inputs",
     leaves="i8[:, :]",
     leaf_off="i8[:]",
+    bases="i8[:]",
     raw_keys="i8[:]",
     raw_hkeys="i8[:]",
     raw_vals="f4[:]",
@@ -130,7 +132,7 @@ def run_plans(plans, inputs, refers, at, arena, output, limit):
     Row ``r`` of plan ``p``'s result is ``out_keys/out_vals[out_off[p, r]:out_off[p, r + 1]]``.  Sparse leaf
     ``i`` of row ``r`` (of its own table) holds the pairs ``leaf_off[base + r] : leaf_off[base + r + 1]`` of
     the block's parsed columns (``raw_*``; a key with a non-zero high word enters as ``cross64(hkey, key)``),
-    ``base`` its ``L_BASE``, or (``L_POOL`` 1) row ``r`` of the result of plan ``L_BASE``, an earlier one.
+    ``base`` being ``bases[L_AT]``, or (``L_POOL`` 1) row ``r`` of the result of plan ``L_AT``, an earlier one.
     Dense leaf ``i`` gives ``(j, v_j)`` for its ``width`` elements at ``dense_flat[base + r * width + j]``.
     A table-k row refers to row ``refer_flat[refer_base[k] + r]`` of table k + 1.
 
@@ -138,7 +140,7 @@ def run_plans(plans, inputs, refers, at, arena, output, limit):
     thirds of the time.
     """
     ops, consts, op_start, out_regs, plan_tables, nregs = plans
-    leaves, leaf_off, raw_keys, raw_hkeys, raw_vals, dense_flat, table_rows = inputs
+    leaves, leaf_off, bases, raw_keys, raw_hkeys, raw_vals, dense_flat, table_rows = inputs
     refer_flat, refer_base, ntables = refers
     akeys, avals = arena
     out_off, out_keys, out_vals = output
@@ -169,13 +171,14 @@ def run_plans(plans, inputs, refers, at, arena, output, limit):
                 # pairs this op writes, checked against the arena before writing
                 if op == LEAF_SPARSE:
                     r = rows[_u(leaves[_u(a), L_TABLE])]
-                    base = leaves[_u(a), L_BASE]
+                    where = leaves[_u(a), L_AT]
                     if leaves[_u(a), L_POOL] == 0:
+                        base = bases[_u(where)]
                         p0 = leaf_off[_u(base + r)]
                         need = leaf_off[_u(base + r + 1)] - p0
                     else:
-                        p0 = out_off[_u(base), _u(r)]
-                        need = out_off[_u(base), _u(r + 1)] - p0
+                        p0 = out_off[_u(where), _u(r)]
+                        need = out_off[_u(where), _u(r + 1)] - p0
                 elif op == LEAF_DENSE:
                     need = leaves[_u(a), L_WIDTH]
                 elif op == CARTESIAN:
@@ -205,7 +208,7 @@ def run_plans(plans, inputs, refers, at, arena, output, limit):
                     n = need
                 elif op == LEAF_DENSE:
                     w = leaves[_u(a), L_WIDTH]
-                    d0 = leaves[_u(a), L_BASE] + rows[_u(leaves[_u(a), L_TABLE])] * w
+                    d0 = bases[_u(leaves[_u(a), L_AT])] + rows[_u(leaves[_u(a), L_TABLE])] * w
                     for j in range(w):
                         akeys[_u(s + j)] = j
                         avals[_u(s + j)] = dense_flat[_u(d0 + j)]

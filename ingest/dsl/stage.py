@@ -56,29 +56,28 @@ class DslStage:
         self._fused = K.fuse(
             [plan.program for plan in plans], [len(plan.leaves) for plan in plans], [plan.table for plan in plans]
         )
-        self._leaves, self._parsed_leaves, self._dense_leaves = self._leaf_table()
+        self._leaves, self._parsed_read, self._dense_read = self._leaf_table()
         self._tables = [self._table_layout(t) for t in range(schema.tables)]
         self._arenas = threading.local()  # each parse worker's arena, kept from block to block
 
     def _leaf_table(self):
-        """The leaf table of the fused plans with the columns that are the same for every block (all but the bases
-        of parsed and dense leaves); the parsed sparse features the leaves read, each once, as ``(table, index
-        among its sparse features, the leaves reading it)``; and the dense leaves, ``(leaf, table, index among
-        its dense features)``."""
+        """The leaf table of the fused plans, and the features the leaves read in a block: ``(table, index
+        among the table's sparse features)`` of each parsed sparse one, then ``(table, index among its dense
+        ones)`` of each dense one, each once and in the order of ``Inputs.bases``."""
         leaf_rows = [leaf for plan in self.plans for leaf in plan.leaves]
         leaves = np.zeros((len(leaf_rows), K.LEAF_COLUMNS), np.int64)
-        parsed, dense = {}, []
+        sparse, dense = {}, {}
         for i, (name, table, width) in enumerate(leaf_rows):
             leaves[i, K.L_TABLE] = table
             leaves[i, K.L_WIDTH] = width
-            if width:
-                dense.append((i, table, self.parsed[name][1]))
-            elif name in self.parsed:
-                parsed.setdefault((table, self.parsed[name][1]), []).append(i)
-            else:
+            if name not in self.parsed:
                 leaves[i, K.L_POOL] = 1
-                leaves[i, K.L_BASE] = self._plan_of[name]
-        return leaves, [(t, at, np.array(readers, np.int64)) for (t, at), readers in parsed.items()], dense
+                leaves[i, K.L_AT] = self._plan_of[name]
+            else:
+                read = dense if width else sparse
+                leaves[i, K.L_AT] = read.setdefault((table, self.parsed[name][1]), len(read))
+        leaves[leaves[:, K.L_WIDTH] > 0, K.L_AT] += len(sparse)
+        return leaves, list(sparse), list(dense)
 
     def __call__(self, blk):
         tables = blk.tables
@@ -86,23 +85,24 @@ class DslStage:
         refer_base = np.array([0] + list(itertools.accumulate(len(r) for r in refer)), np.int64)
         refer_flat = refer[0] if len(refer) == 1 else np.concatenate(refer) if refer else _NONE_I
         refers = K.Refers(refer_flat, refer_base, len(tables)).checked_when_debugging()
-        leaves = self._leaves.copy()
-        offs, dense = [], []
-        n_off = n_dense = 0
-        for table, at, readers in self._parsed_leaves:
-            leaves[readers, K.L_BASE] = n_off
-            offs.append(tables[table].sp_offsets[at])
-            n_off += tables[table].nrows + 1
-        for i, table, at in self._dense_leaves:
-            col = tables[table].dense[at]
-            leaves[i, K.L_BASE] = n_dense
-            dense.append(col.ravel())
-            n_dense += col.size
         nrows = [tab.nrows for tab in tables]
+        bases, offs, dense = [], [], []
+        n = 0
+        for table, at in self._parsed_read:
+            bases.append(n)
+            offs.append(tables[table].sp_offsets[at])
+            n += nrows[table] + 1
+        n = 0
+        for table, at in self._dense_read:
+            col = tables[table].dense[at]
+            bases.append(n)
+            dense.append(col.ravel())
+            n += col.size
         table_rows = np.array(nrows, np.int64)
         inputs = K.Inputs(
-            leaves,
+            self._leaves,
             np.concatenate(offs) if offs else _NONE_I,
+            np.array(bases, np.int64),
             blk.sp_keys,
             _NONE_I if blk.sp_hkeys is None else blk.sp_hkeys,
             blk.sp_values,
