@@ -167,13 +167,12 @@ class DslStage:
                 tables.append(tab)
                 continue
             offsets = tab.sp_offsets
-            if sparse is not None:
-                offsets = np.stack(
-                    [
-                        tab.sp_offsets[at] if isinstance(at, int) else out_off[self._plan_of[at], : tab.nrows + 1]
-                        for at in sparse
-                    ]
-                )
+            if sparse is not None:  # joined flat and reshaped: np.stack takes twice the time
+                rows = [
+                    tab.sp_offsets[at] if isinstance(at, int) else out_off[self._plan_of[at], : tab.nrows + 1]
+                    for at in sparse
+                ]
+                offsets = np.concatenate(rows).reshape(len(rows), tab.nrows + 1)
             if dense is not None:  # a dense DSL feature has one value a row
                 dense = tuple(
                     tab.dense[at]
