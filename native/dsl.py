@@ -147,6 +147,11 @@ def run_plans(plans, inputs, refers, at, arena, output, limit):
     start = np.empty(nregs, np.int64)
     size = np.empty(nregs, np.int64)
     rows = np.empty(ntables, np.int64)
+    # per leaf op: the row it last read and where it put the pairs in the arena.  When both match, the pairs are
+    # still there (in a row the ops before it write below it and those after it above), and are not copied
+    # again: an aux line's leaves are read once for the samples of its group.
+    leaf_row = np.full(len(ops), -1, np.int64)
+    leaf_at = np.empty(len(ops), np.int64)
     has_h = len(raw_hkeys) > 0
     cap = len(akeys)
     plan = at[0]
@@ -194,24 +199,31 @@ def run_plans(plans, inputs, refers, at, arena, output, limit):
                 s = top
                 n = 0
                 if op == LEAF_SPARSE:
-                    if leaves[_u(a), L_POOL] == 0:
-                        for j in range(need):
-                            key = raw_keys[_u(p0 + j)]
-                            if has_h and raw_hkeys[_u(p0 + j)] != 0:
-                                key = _cross(raw_hkeys[_u(p0 + j)], key)
-                            akeys[_u(s + j)] = key
-                            avals[_u(s + j)] = raw_vals[_u(p0 + j)]
-                    else:
-                        for j in range(need):
-                            akeys[_u(s + j)] = out_keys[_u(p0 + j)]
-                            avals[_u(s + j)] = out_vals[_u(p0 + j)]
+                    if leaf_row[_u(i)] != r or leaf_at[_u(i)] != s:
+                        if leaves[_u(a), L_POOL] == 0:
+                            for j in range(need):
+                                key = raw_keys[_u(p0 + j)]
+                                if has_h and raw_hkeys[_u(p0 + j)] != 0:
+                                    key = _cross(raw_hkeys[_u(p0 + j)], key)
+                                akeys[_u(s + j)] = key
+                                avals[_u(s + j)] = raw_vals[_u(p0 + j)]
+                        else:
+                            for j in range(need):
+                                akeys[_u(s + j)] = out_keys[_u(p0 + j)]
+                                avals[_u(s + j)] = out_vals[_u(p0 + j)]
+                        leaf_row[_u(i)] = r
+                        leaf_at[_u(i)] = s
                     n = need
                 elif op == LEAF_DENSE:
                     w = leaves[_u(a), L_WIDTH]
-                    d0 = bases[_u(leaves[_u(a), L_AT])] + rows[_u(leaves[_u(a), L_TABLE])] * w
-                    for j in range(w):
-                        akeys[_u(s + j)] = j
-                        avals[_u(s + j)] = dense_flat[_u(d0 + j)]
+                    r = rows[_u(leaves[_u(a), L_TABLE])]
+                    if leaf_row[_u(i)] != r or leaf_at[_u(i)] != s:
+                        d0 = bases[_u(leaves[_u(a), L_AT])] + r * w
+                        for j in range(w):
+                            akeys[_u(s + j)] = j
+                            avals[_u(s + j)] = dense_flat[_u(d0 + j)]
+                        leaf_row[_u(i)] = r
+                        leaf_at[_u(i)] = s
                     n = w
                 elif op == CARTESIAN:
                     for x in range(start[_u(a)], start[_u(a)] + size[_u(a)]):
