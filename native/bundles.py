@@ -14,10 +14,6 @@ Bundles built once per reader or per work unit are checked where they are built 
 every chunk, block or batch from ingest's own arrays are checked only when ``INGEST_CHECK_KERNEL_ARGS=1``
 (``checked_when_debugging()``), which the test suite sets: a check costs about 0.25 µs an array, 7 µs a pb batch
 with unique ids.
-
-Kernels that unpack their bundles by position and run for every batch or block (the batch builder's, unique ids,
-the text parser, the DSL) are handed plain tuples (``tuple(bundle)``): numba types a namedtuple argument at every
-call, about 0.1 µs an array more than a tuple, 5 of the 16 µs a pb batch with unique ids spends in dispatch.
 """
 
 import collections

@@ -122,9 +122,7 @@ class DslStage:
             ).checked_when_debugging()
         at = np.zeros(3, np.int64)  # plan, row, pairs written: where run_plans resumes
         while True:
-            status, need = K.run_plans(
-                tuple(self._fused), tuple(inputs), tuple(refers), at, tuple(arena), tuple(output), self.limit
-            )
+            status, need = K.run_plans(self._fused, inputs, refers, at, arena, output, self.limit)
             if status == K.DONE:
                 break
             if status == K.TOO_MANY:

@@ -283,15 +283,7 @@ class TextFormat(UnitFormat):
                 return
             final = whole_so_far(f, eof)
             status, consumed, lines, nrows, ngroups, ntok, nsid, nerr = K.parse_text_chunk(
-                buf,
-                0,
-                filled,
-                final,
-                tuple(options),
-                tuple(self.sp_table),
-                tuple(self.dn_table),
-                tuple(self.dense_columns),
-                tuple(scratch.outputs),
+                buf, 0, filled, final, options, self.sp_table, self.dn_table, self.dense_columns, scratch.outputs
             )
             errors = []
             if nerr:

@@ -149,7 +149,7 @@ class BatchBuilder:
             offsets, keys, pairs, values, dense_out, indicators_out, labels, timestamps, sid_bytes, sid_offsets
         ).checked_when_debugging()
         for (_, r0, r1), (src, ranges, m) in zip(pieces, plans):
-            copy_piece(tuple(src), r0, r1, ranges, m, tuple(places), at, tuple(out))
+            copy_piece(src, r0, r1, ranges, m, places, at, out)
         pad_batch(at, rows, offsets, dense_out, self.dense_table, indicators_out, labels, timestamps)
         laid = LaidOut(self, keys, pairs, values, offsets, dense, key_base, value_base, counts)
         batch = Batch(
@@ -247,7 +247,7 @@ def unique_ids_into(ids, out, scratch):
     ``big`` holds, as int64, every feature's unique ids and then their row offsets, ``small``, as int32,
     every inverse and then every feature's unique rows.
     """
-    unique_ids_of_batch(tuple(ids), scratch.room(len(out.small) // 2), tuple(out))
+    unique_ids_of_batch(ids, scratch.room(len(out.small) // 2), out)
     return out.layout.tolist()
 
 
