@@ -9,7 +9,6 @@ feed later plans and no feature points at their results.
 """
 
 import dataclasses
-import itertools
 import threading
 
 import numpy as np
@@ -82,9 +81,8 @@ class DslStage:
     def __call__(self, blk):
         tables = blk.tables
         refer = [tab.refer for tab in tables[:-1]]
-        refer_base = np.array([0] + list(itertools.accumulate(len(r) for r in refer)), np.int64)
-        refer_flat = refer[0] if len(refer) == 1 else np.concatenate(refer) if refer else _NONE_I
-        refers = K.Refers(refer_flat, refer_base, len(tables)).checked_when_debugging()
+        refer_base = np.cumsum([0] + [len(r) for r in refer])
+        refers = K.Refers(np.concatenate(refer) if refer else _NONE_I, refer_base, len(tables)).checked_when_debugging()
         nrows = [tab.nrows for tab in tables]
         bases, offs, dense = [], [], []
         n = 0
