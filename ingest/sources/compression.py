@@ -79,7 +79,7 @@ class _Streams(io.RawIOBase):
             raw = b""
             if self._stream.eof:
                 raw, self._stream = self._stream.unused_data, None
-        return out[0] if len(out) == 1 else b"".join(out)
+        return b"".join(out)
 
     def close(self):
         self._f.close()
@@ -113,13 +113,30 @@ class _Lz4Writer:
     """LZ4 frames written by pyarrow to a Python file object (left open on ``close()``)."""
 
     def __init__(self, raw):
-        self._stream = pa.CompressedOutputStream(pa.PythonFile(raw, mode="w"), "lz4")
+        self._stream = pa.CompressedOutputStream(pa.PythonFile(_LeftOpen(raw), mode="w"), "lz4")
 
     def write(self, data):
         self._stream.write(data)
 
     def close(self):
         self._stream.close()
+
+
+class _LeftOpen:
+    """``raw`` as pyarrow's ``PythonFile`` writes to it, without its ``close()``, which would close ``raw``."""
+
+    def __init__(self, raw):
+        self._raw = raw
+        self.closed = False
+
+    def write(self, data):
+        return self._raw.write(data)
+
+    def flush(self):
+        self._raw.flush()
+
+    def close(self):
+        self.closed = True
 
 
 def compressed_writer(raw, codec):
