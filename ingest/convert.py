@@ -482,7 +482,7 @@ def _convert_part(part, *, src, dst, aux, features, threads, sample_mb=None, pro
         counts["samples"] += blk.nrows
         counts["groups"] += len(blk.group_offsets) - 1
 
-    writer = AtomicWriter(part.url)
+    writer = AtomicWriter(part.url, groups=dst in (FileType.pb, FileType.spb))  # each write: whole records
     try:
         if dst is Parquet.parquet:  # Parquet holds one sample per row, no groups
             counts["samples"] = counts["groups"] = write_parquet(

@@ -120,7 +120,7 @@ def _scan_unit(unit, limit):
         return cut
 
     span = None
-    if not unit.whole:
+    if not unit.aligned:
         with unit.open() as f:
             span = range_span(f, unit)
     _scan_file(unit, limit, scan, span)

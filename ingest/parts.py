@@ -27,9 +27,9 @@ SCHEDULER_TIMEOUT = 8  # seconds to wait for a Dask scheduler to answer
 
 class AtomicWriter:
     """A file written under a temporary name in the same directory (``temporary_name``), renamed on
-    ``commit()``."""
+    ``commit()``.  ``groups``: every ``write()`` holds whole sample groups (``compressed_writer``)."""
 
-    def __init__(self, url):
+    def __init__(self, url, groups=False):
         self.url = url
         self.fs, self.path = url_to_fs(url)
         parent, name = os.path.split(self.path)
@@ -38,7 +38,7 @@ class AtomicWriter:
             self.fs.makedirs(parent, exist_ok=True)
         self.raw = self.fs.open(self.tmp, "wb")
         try:
-            self.f = compressed_writer(self.raw, infer_compression(url))
+            self.f = compressed_writer(self.raw, infer_compression(url), groups)
         except ConfigError as exc:
             self.abort()
             raise ConfigError(f"{url}: {exc}") from None

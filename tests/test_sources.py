@@ -37,7 +37,7 @@ def test_partition_spans_identify_by_url_only():
     """A partition's end offset moves between runs: a state still resumes the same plan."""
     a = PartitionSpan(3, "kafka://b:9092/t:1", ("b:9092",), "t", 1, 0, 10, "direct", ())
     b = PartitionSpan(3, "kafka://b:9092/t:1", ("b:9092",), "t", 1, 0, 99, "direct", ())
-    assert a.ident() == b.ident() == [3, "kafka://b:9092/t:1"] and a.whole and a.stream_start == 0
+    assert a.ident() == b.ident() == [3, "kafka://b:9092/t:1"] and a.aligned and a.stream_start == 0
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ import pytest
 import ingest
 from ingest import synthetic
 from ingest.convert import convert
+from ingest.sources import seekable
 from conftest import flatten, key_of, make_reader
 
 
@@ -50,11 +51,15 @@ def files(tmp_path_factory, synthetic_file):
     quiet = {"log": lambda *a: None}
     aux = convert([str(synthetic_file)], str(out / "ads.pb"), aux="auto", **quiet)["aux"]
     convert([str(synthetic_file)], str(out / "ads.pb.zst"), aux=aux, **quiet)
+    with pytest.MonkeyPatch.context() as patch:  # frames of about 300 KB of pb: units of one frame each
+        patch.setattr(seekable, "FRAME_BYTES", 64 << 10)
+        convert([str(synthetic_file)], str(out / "framed.pb.zst"), aux=aux, **quiet)
     convert([str(synthetic_file)], str(out / "ads.spb"), **quiet)
     return {
         "txt": synthetic_file,
         "pb": out / "ads.pb",
         "pb.zst": out / "ads.pb.zst",
+        "pb.zst-frames": out / "framed.pb.zst",
         "spb": out / "ads.spb",
         "aux": aux,
     }
@@ -70,6 +75,8 @@ CASES = [
     ("pb", 1, {}),
     ("pb", 2, {"unit_bytes": (100_000,)}),
     ("pb.zst", 2, {}),
+    ("pb.zst-frames", 2, {"unit_bytes": (30_000,)}),
+    ("pb.zst-frames", 1, {"unit_bytes": (30_000,), "epochs": (2,), "shuffle": (7,)}),
     ("spb", 1, {}),
     ("txt", 2, {"deterministic": (True,)}),
     ("pb", 2, {"unique_ids": (True,), "dsl": "cartesian(cate, age)"}),

@@ -18,7 +18,7 @@ from ..errors import DataError
 from ..features import DenseLayout
 from ..blocks import Block, Table
 from ..sources.files.streams import skip
-from .base import UnitFormat, grown, refill, whole_so_far
+from .base import Kept, UnitFormat, grown, refill, whole_so_far
 
 __all__ = [
     "ProtobufFormat",
@@ -245,6 +245,7 @@ class ProtobufFormat(UnitFormat):
         self.max_record_bytes = max_record_bytes
         self.message = "SampleSimple" if simple else "SampleGroup"
         self._records = _RecordStarts()
+        self._kept = Kept()
         specs = schema.specs
         self.names = build_name_table([s.name for s in specs])
         sparse_pos = {s.name: i for i, s in enumerate(schema.sparse)}
@@ -292,10 +293,10 @@ class ProtobufFormat(UnitFormat):
         )
 
     def read_stream(self, f, unit, stop, clock=None):
-        base = unit.stream_start  # source offset of buf[0]; unit.open() positioned a whole unit there
+        base = unit.stream_start  # source offset of buf[0]; unit.open() positioned an aligned unit there
         records = 0 if base == 0 else None  # records of the file before buf[0], counted on the first error
         limit = None  # bytes of the source from base that belong to this unit
-        if not unit.whole:  # a byte range: the records that start in it
+        if not unit.aligned:  # a byte range: the records that start in it
             starts = self._records.starts(f, unit.url, unit.size, self.max_record_bytes)
             first = unit.start if unit.resume is None else unit.resume[0]
             records = int(np.searchsorted(starts, first))
@@ -305,55 +306,60 @@ class ProtobufFormat(UnitFormat):
             base = int(starts[records])
             limit = (unit.size if last == len(starts) else int(starts[last])) - base
             f.seek(base)
-        scratch = self._new_scratch()
         options = K.DecodeOptions(
             bool(self.simple), int(self.max_record_bytes), self.on_skip is None, int(self.schema.label_count)
         ).checked()
-        room = _Room(len(self.schema.sparse))
-        buf = np.empty(self.chunk_bytes, np.uint8)
-        filled = 0
-        eof = False
-        while True:
-            if not eof:
-                filled, eof = refill(f, buf, filled, limit, clock)
-            if filled == 0:
-                return
-            final = whole_so_far(f, eof)
-            cols = room.columns(filled)
-            status, consumed, nrec, nerr = K.decode_chunk(
-                buf, filled, final, options, self.names, self.features, cols, scratch.outputs
-            )
-            room.decoded(consumed)
-            if nerr and records is None:
-                records = count_records_before(unit, base, self.max_record_bytes)
-            errors = [self._error(f, buf, filled, scratch.errors[k], unit, base, records) for k in range(nerr)]
-            if scratch.st[K.S_NROWS]:
-                yield self._block(scratch, cols, unit, base, base + consumed)
-            if status == K.STOPPED_AT_ERROR or (status == K.UNFRAMED and self.on_skip is None):
-                raise errors[-1]
-            for err in errors:
-                self.on_skip(err)
-            if status == K.UNFRAMED:
-                return  # no length prefix to trust: the rest of the unit is lost (reported above)
-            if consumed == 0:
-                if status == K.FULL and scratch.st[K.S_FULL_FEATURE] >= 0:
-                    room.too_small(int(scratch.st[K.S_FULL_FEATURE]), filled)
-                elif status == K.FULL:
-                    scratch = scratch.grown()
-                else:  # one record larger than the buffer
-                    buf = grown(buf, filled, int(np.frombuffer(buf[:4].tobytes(), "<u4")[0]) + 4)
-                continue
-            buf[: filled - consumed] = buf[consumed:filled]
-            filled -= consumed
-            base += consumed
-            if records is not None:
-                records += nrec
-            if limit is not None:
-                limit -= consumed
-            if eof and filled == 0:
-                return
-            if stop is not None and stop.is_set():
-                return
+        scratch, room, buf = self._kept.take() or (
+            self._new_scratch(),
+            _Room(len(self.schema.sparse)),
+            np.empty(self.chunk_bytes, np.uint8),
+        )
+        try:
+            filled = 0
+            eof = False
+            while True:
+                if not eof:
+                    filled, eof = refill(f, buf, filled, limit, clock)
+                if filled == 0:
+                    return
+                final = whole_so_far(f, eof)
+                cols = room.columns(filled)
+                status, consumed, nrec, nerr = K.decode_chunk(
+                    buf, filled, final, options, self.names, self.features, cols, scratch.outputs
+                )
+                room.decoded(consumed)
+                if nerr and records is None:
+                    records = count_records_before(unit, base, self.max_record_bytes)
+                errors = [self._error(f, buf, filled, scratch.errors[k], unit, base, records) for k in range(nerr)]
+                if scratch.st[K.S_NROWS]:
+                    yield self._block(scratch, cols, unit, base, base + consumed)
+                if status == K.STOPPED_AT_ERROR or (status == K.UNFRAMED and self.on_skip is None):
+                    raise errors[-1]
+                for err in errors:
+                    self.on_skip(err)
+                if status == K.UNFRAMED:
+                    return  # no length prefix to trust: the rest of the unit is lost (reported above)
+                if consumed == 0:
+                    if status == K.FULL and scratch.st[K.S_FULL_FEATURE] >= 0:
+                        room.too_small(int(scratch.st[K.S_FULL_FEATURE]), filled)
+                    elif status == K.FULL:
+                        scratch = scratch.grown()
+                    else:  # one record larger than the buffer
+                        buf = grown(buf, filled, int(np.frombuffer(buf[:4].tobytes(), "<u4")[0]) + 4)
+                    continue
+                buf[: filled - consumed] = buf[consumed:filled]
+                filled -= consumed
+                base += consumed
+                if records is not None:
+                    records += nrec
+                if limit is not None:
+                    limit -= consumed
+                if eof and filled == 0:
+                    return
+                if stop is not None and stop.is_set():
+                    return
+        finally:
+            self._kept.keep((scratch, room, buf))
 
     def _block(self, s, cols, unit, start, end):
         keys, hkeys, values, first = cols.keys, cols.hkeys, cols.values, cols.first

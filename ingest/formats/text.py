@@ -13,7 +13,7 @@ from .._native.names import build_name_table
 from ..errors import TextParseError
 from ..features import DenseLayout
 from ..blocks import Block, Table, empty_aux_tables
-from .base import UnitFormat, grown, refill, whole_so_far
+from .base import Kept, UnitFormat, grown, refill, whole_so_far
 
 __all__ = ["TextFormat", "group_start_at_or_after", "range_span", "count_lines_before"]
 
@@ -237,6 +237,7 @@ class TextFormat(UnitFormat):
         self.max_group_size = max_group_size
         self.on_skip = on_skip
         self.chunk_bytes = chunk_bytes
+        self._kept = Kept()
         # text carries table 0 only: features of aux tables stay empty
         self.sparse = list(schema.sparse_in(0))
         self.feat_map = np.arange(len(self.sparse), dtype=np.int64)
@@ -260,59 +261,61 @@ class TextFormat(UnitFormat):
         )
 
     def read_stream(self, f, unit, stop, clock=None):
-        start = unit.stream_start  # unit.open() positioned a whole unit there
+        start = unit.stream_start  # unit.open() positioned an aligned unit there
         end = None
-        if not unit.whole:
+        if not unit.aligned:
             aligned, end = range_span(f, unit)
             start = aligned if unit.resume is None else start
             if start >= end:
                 return
             f.seek(start)
-        scratch = self._new_scratch()
         options = K.TextOptions(self.on_skip is None, int(self.schema.label_count), int(self.max_group_size)).checked()
-        buf = np.empty(self.chunk_bytes, np.uint8)
-        filled = 0
-        base = start  # source offset of buf[0]
-        line_base = None  # newlines before `start`, counted on the first error
-        lines_done = 0  # lines of this unit before buf[0]
-        eof = False
-        while True:
-            if not eof:
-                filled, eof = refill(f, buf, filled, None if end is None else end - base, clock)
-            if filled == 0:
-                return
-            final = whole_so_far(f, eof)
-            status, consumed, lines, nrows, ngroups, ntok, nsid, nerr = K.parse_text_chunk(
-                buf, 0, filled, final, options, self.sp_table, self.dn_table, self.dense_columns, scratch.outputs
-            )
-            errors = []
-            if nerr:
-                if line_base is None:
-                    line_base = count_lines_before(unit, start) if start else 0
-                errors = [
-                    self._error(f, buf, filled, scratch.errors[k], unit, base, line_base + lines_done)
-                    for k in range(nerr)
-                ]
-            if nrows:
-                yield self._block(scratch, nrows, ngroups, ntok, nsid, unit, base, base + consumed)
-            if status == K.STOPPED_AT_ERROR:
-                raise errors[-1]
-            for err in errors:
-                self.on_skip(err)
-            if consumed == 0 and not (eof and status == K.DONE):
-                if status == K.FULL:
-                    scratch = scratch.grown()
-                else:  # one group larger than the buffer
-                    buf = grown(buf, filled)
-                continue
-            buf[: filled - consumed] = buf[consumed:filled]
-            filled -= consumed
-            base += consumed
-            lines_done += lines
-            if eof and filled == 0:
-                return
-            if stop is not None and stop.is_set():
-                return
+        scratch, buf = self._kept.take() or (self._new_scratch(), np.empty(self.chunk_bytes, np.uint8))
+        try:
+            filled = 0
+            base = start  # source offset of buf[0]
+            line_base = None  # newlines before `start`, counted on the first error
+            lines_done = 0  # lines of this unit before buf[0]
+            eof = False
+            while True:
+                if not eof:
+                    filled, eof = refill(f, buf, filled, None if end is None else end - base, clock)
+                if filled == 0:
+                    return
+                final = whole_so_far(f, eof)
+                status, consumed, lines, nrows, ngroups, ntok, nsid, nerr = K.parse_text_chunk(
+                    buf, 0, filled, final, options, self.sp_table, self.dn_table, self.dense_columns, scratch.outputs
+                )
+                errors = []
+                if nerr:
+                    if line_base is None:
+                        line_base = count_lines_before(unit, start) if start else 0
+                    errors = [
+                        self._error(f, buf, filled, scratch.errors[k], unit, base, line_base + lines_done)
+                        for k in range(nerr)
+                    ]
+                if nrows:
+                    yield self._block(scratch, nrows, ngroups, ntok, nsid, unit, base, base + consumed)
+                if status == K.STOPPED_AT_ERROR:
+                    raise errors[-1]
+                for err in errors:
+                    self.on_skip(err)
+                if consumed == 0 and not (eof and status == K.DONE):
+                    if status == K.FULL:
+                        scratch = scratch.grown()
+                    else:  # one group larger than the buffer
+                        buf = grown(buf, filled)
+                    continue
+                buf[: filled - consumed] = buf[consumed:filled]
+                filled -= consumed
+                base += consumed
+                lines_done += lines
+                if eof and filled == 0:
+                    return
+                if stop is not None and stop.is_set():
+                    return
+        finally:
+            self._kept.keep((scratch, buf))
 
     def _block(self, s, nrows, ngroups, ntok, nsid, unit, start, end):
         offsets = np.zeros((len(self.sparse), nrows + 1), np.int64)

@@ -10,6 +10,7 @@ units it completes) and ``with_unique_ids``.
 
 import contextlib
 import dataclasses
+import threading
 import time
 
 import numpy as np
@@ -58,25 +59,102 @@ class Delivered:
     marks: Marks
 
 
-def read_units(units, fmt, stop, stats):
+def read_units(units, fmt, stop, stats, ahead=False):
     """The Blocks of ``units`` (``(epoch, unit)`` pairs) as ``fmt`` reads and parses them, each unit's between
-    its ``UnitStart`` and ``UnitDone``; the time spent in ``fmt`` goes to ``stats`` as read and parse."""
-    for epoch, unit in units:
-        if stop.is_set():
-            return
-        key = (epoch, unit.index)
-        yield UnitStart(key, unit.resume[1] if unit.resume is not None else 0)
-        clock = ReadClock()
-        with contextlib.closing(fmt.read_unit(unit, stop, clock)) as blocks:
-            t0 = time.perf_counter()
-            for blk in blocks:  # the format reads and parses in next()
-                blk.unit = key
-                _read_parse(stats, t0, unit, blk.nbytes, blk.nrows, clock)
-                yield blk
-                t0 = time.perf_counter()  # what the later stages did with the block is not parsing
-            _read_parse(stats, t0, unit, 0, 0, clock)
-        stats.add(units=1)
-        yield UnitDone(key)
+    its ``UnitStart`` and ``UnitDone``; the time spent in ``fmt`` goes to ``stats`` as read and parse.  With
+    ``ahead`` (``units`` never waits for the next), a unit whose stream works ahead of its reader
+    (``Unit.opens_ahead``) is opened when the unit before it starts."""
+    for epoch, unit, opened in _opened_ahead(units) if ahead else ((e, u, None) for e, u in units):
+        try:
+            if stop.is_set():
+                return
+            key = (epoch, unit.index)
+            yield UnitStart(key, unit.resume[1] if unit.resume is not None else 0)
+            clock = ReadClock()
+            with contextlib.closing(fmt.read_unit(unit, stop, clock, opened)) as blocks:
+                t0 = time.perf_counter()
+                for blk in blocks:  # the format reads and parses in next()
+                    blk.unit = key
+                    _read_parse(stats, t0, unit, blk.nbytes, blk.nrows, clock)
+                    yield blk
+                    t0 = time.perf_counter()  # what the later stages did with the block is not parsing
+                _read_parse(stats, t0, unit, 0, 0, clock)
+            stats.add(units=1)
+            yield UnitDone(key)
+        finally:
+            if opened is not None:
+                opened.close()
+
+
+class Opened:
+    """A unit's stream opened before its turn (``open()``, from any thread, once), or the error opening it raised
+    (raised at its turn)."""
+
+    def __init__(self, unit):
+        self._unit = unit
+        self._lock = threading.Lock()
+        self._done = False
+        self._stream = self._error = None
+
+    def open(self):
+        with self._lock:
+            if self._done:
+                return
+            self._done = True
+            try:
+                self._stream = self._unit.open()
+            except Exception as exc:  # noqa: BLE001 - the unit's own error, raised when it is read
+                self._error = exc
+
+    def stream(self):
+        self.open()
+        if self._error is not None:
+            raise self._error
+        return self._stream
+
+    def when_read(self, callback):
+        """``callback()`` once the opened stream's work ahead is done (``UnitStream.when_read``)."""
+        self.open()
+        if self._stream is None:
+            callback()
+        else:
+            self._stream.when_read(callback)
+
+    def close(self):
+        with self._lock:
+            self._done = True
+            stream = self._stream
+        if stream is not None:
+            stream.close()
+
+
+def _opened_ahead(units):
+    """``(epoch, unit, opened)``: ``opened`` is the unit's ``Opened`` when it opens ahead (else None), opened as
+    soon as the unit before it has read ahead to its end."""
+    units = iter(units)
+    nxt = next(units, None)
+    opened = _open_ahead(nxt)
+    if opened is not None:
+        opened.open()
+    try:
+        while nxt is not None:
+            (epoch, unit), its = nxt, opened
+            nxt = opened = None  # handed out: read_units closes it
+            nxt = next(units, None)
+            opened = _open_ahead(nxt)
+            if opened is not None:
+                if its is not None:
+                    its.when_read(opened.open)
+                else:
+                    opened.open()
+            yield epoch, unit, its
+    finally:
+        if opened is not None:
+            opened.close()
+
+
+def _open_ahead(pair):
+    return Opened(pair[1]) if pair is not None and pair[1].opens_ahead else None
 
 
 def _read_parse(stats, t0, unit, nbytes, rows, clock):

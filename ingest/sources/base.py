@@ -22,9 +22,15 @@ class Unit:
     """
 
     @property
-    def whole(self) -> bool:
-        """A unit read from its start, as opposed to a byte range cut out of a larger input."""
+    def aligned(self) -> bool:
+        """Whether the unit's stream begins and ends at sample groups (a whole file, a partition), as opposed to
+        a nominal byte range of a larger input, which the format aligns to its groups or records."""
         return True
+
+    #: whether ``open()`` starts work ahead of the reader (decompression on a thread): the pipeline then opens the
+    #: unit as soon as the stream of the unit before it is done with such work (``UnitStream.when_read``), so that
+    #: its first bytes are ready when it comes
+    opens_ahead = False
 
     @property
     def stream_start(self) -> int:
@@ -32,8 +38,8 @@ class Unit:
         return 0
 
     def rewound(self) -> "Unit":
-        """The unit without ``resume``: its ``open()`` starts where the unit does, from which the lines or
-        records before a stream position are counted."""
+        """The unit without ``resume``: its ``open()`` starts where its stream positions count from, so that the
+        lines or records before a position can be counted."""
         return dataclasses.replace(self, resume=None)  # type: ignore[type-var]
 
     def ident(self) -> list:
@@ -67,6 +73,11 @@ class UnitStream(io.RawIOBase):
     def describe(self, pos) -> str:
         """Where stream position ``pos`` is, for an error message: the URL and what else helps to find it."""
         return self.url
+
+    def when_read(self, callback) -> None:
+        """Call ``callback()`` once the stream's work ahead of its reader is done (a read-ahead thread reached the
+        end), from whichever thread did it; at once when it does none, or is done."""
+        callback()
 
     def positions(self, start, end):
         """What a Block of stream positions ``[start, end)`` carries to map its positions to the source's own

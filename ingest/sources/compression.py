@@ -15,6 +15,7 @@ import pyarrow as pa
 import zstandard
 
 from ..errors import ConfigError
+from .seekable import FramedZstdWriter
 
 __all__ = ["CODECS", "infer_compression", "check_codec", "strip_suffix", "compressed_writer", "decompressed"]
 
@@ -36,9 +37,10 @@ class _Streams(io.RawIOBase):
 
     _INPUT = 1 << 18  # compressed bytes decompressed at a time (bounds what one step makes)
 
-    def __init__(self, fileobj, new_stream, error, what):
+    def __init__(self, fileobj, new_stream, error, what, on_close=None):
         self._f = fileobj
         self._new_stream, self._error, self._what = new_stream, error, what
+        self._on_close = on_close
         self._stream = None  # the decompressor of a stream begun and not ended
         self._pending = b""
         self._at = 0  # where the unread part of _pending starts
@@ -82,13 +84,26 @@ class _Streams(io.RawIOBase):
         return b"".join(out)
 
     def close(self):
+        if not self.closed and self._on_close is not None:
+            self._on_close()
         self._f.close()
         super().close()
 
 
+# zstd decompressors of closed files, for the next: a fresh one spends 1-2 ms on the first touch of its buffers,
+# once per work unit of a file cut into frames (list.append and pop are atomic)
+_IDLE_ZSTD: list[zstandard.ZstdDecompressor] = []
+
+
 def _zstd_reader(fileobj):
-    # a decompressor's context serves one frame at a time: one per file
-    return _Streams(fileobj, zstandard.ZstdDecompressor().decompressobj, zstandard.ZstdError, "zstd frame")
+    # a decompressor's context serves one frame at a time: one per open file
+    try:
+        context = _IDLE_ZSTD.pop()
+    except IndexError:
+        context = zstandard.ZstdDecompressor()
+    return _Streams(
+        fileobj, context.decompressobj, zstandard.ZstdError, "zstd frame", lambda: _IDLE_ZSTD.append(context)
+    )
 
 
 def _lz4_reader(fileobj):
@@ -139,17 +154,21 @@ class _LeftOpen:
         self.closed = True
 
 
-def compressed_writer(raw, codec):
+def compressed_writer(raw, codec, groups=False):
     """A writer compressing into the binary file ``raw`` with ``codec`` (None: ``raw`` itself).
 
     ``close()`` of the writer finishes the stream; ``raw`` stays open for the caller.
     zstd uses level 2 (``ZSTD_LEVEL``, a 1 MiB window) and gzip level 6: conversion should not be bound by
-    compression, nor reading by decompression.
+    compression, nor reading by decompression.  With ``groups`` (every ``write()`` holds whole sample groups),
+    zstd is written as frames that begin at groups, with a seek table (``seekable.py``): readers cut such a file
+    into work units.
     """
     if codec is None:
         return raw
     if codec == "gzip":
         return gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6)
+    if codec == "zstd" and groups:
+        return FramedZstdWriter(raw, ZSTD_LEVEL)
     if codec == "zstd":
         return zstandard.ZstdCompressor(level=ZSTD_LEVEL).stream_writer(raw, closefd=False)
     if codec == "lz4":

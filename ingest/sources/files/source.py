@@ -9,8 +9,9 @@ from ...errors import ConfigError, SourceError
 from ..base import Source, Unit
 from ..compression import decompressed, infer_compression
 from ..filesystems import url_to_fs
+from ..seekable import group_frames
 from ..hdfs import check_reachable
-from .streams import FileStream, RangeStream, ReadAhead, skip
+from .streams import FileStream, RangeStream, ReadAhead, Window, skip
 
 __all__ = ["FileRange", "FileSource", "MANIFEST", "expand_paths", "plan_units", "open_file"]
 
@@ -21,9 +22,10 @@ MIB = 1 << 20
 
 @dataclass(frozen=True)
 class FileRange(Unit):
-    """A file, or a nominal byte range ``[start, end)`` of one uncompressed file (``end`` None: to the end of the
-    file; the format aligns a range to its records or groups).  A resume position is a byte offset of the
-    (decompressed) stream."""
+    """A file, or a byte range ``[start, end)`` of one (``end`` None: to the end of the file).  A range of an
+    uncompressed file is nominal: the format aligns it to its records or groups.  A range of a compressed file is
+    a run of zstd frames that begin at sample groups (``seekable.py``), whose decompressed bytes start at
+    ``origin`` of the whole file's.  A resume position is a byte offset of the (decompressed) file."""
 
     index: int
     url: str
@@ -32,14 +34,25 @@ class FileRange(Unit):
     size: int | None
     compression: str | None
     resume: object = None
+    origin: int = 0
 
     @property
-    def whole(self):
-        return self.start == 0 and self.end is None
+    def aligned(self):
+        return (self.start == 0 and self.end is None) or self.compression is not None
+
+    @property
+    def opens_ahead(self):
+        return self.compression is not None
 
     @property
     def stream_start(self):
-        return 0 if self.resume is None else self.resume[0]
+        return self.origin if self.resume is None else self.resume[0]
+
+    def rewound(self):
+        """The whole file, from whose start positions count (a range of frames counts them in the whole file)."""
+        if self.compression is None:
+            return dataclasses.replace(self, resume=None)
+        return dataclasses.replace(self, start=0, end=None, origin=0, resume=None)
 
     def ident(self):
         return [self.index, self.url, self.start, self.end, self.size, self.compression]
@@ -124,10 +137,10 @@ def expand_paths(paths):
 def plan_units(files, *, compression=None, splittable=True, task_num=1, unit_bytes=None):
     """Cut files into work units.
 
-    Uncompressed files of a splittable format are cut into byte ranges of about
-    ``unit_bytes`` (default: total / (8 * task_num), within 1..64 MiB), so that every
-    shard has several units.  The plan depends only on the files and ``task_num``, so
-    every worker of a job computes the same one.
+    Uncompressed files of a splittable format are cut into byte ranges of about ``unit_bytes`` (default: total /
+    (8 * task_num), within 1..64 MiB), so that every shard has several units; zstd files whose frames begin at
+    sample groups (``seekable.group_frames``) into runs of frames of about that many compressed bytes.  The plan
+    depends only on the files and ``task_num``, so every worker of a job computes the same one.
     """
     total = sum(size or 0 for _, size in files)
     if unit_bytes is None:
@@ -135,27 +148,47 @@ def plan_units(files, *, compression=None, splittable=True, task_num=1, unit_byt
     units = []
     for url, size in files:
         codec = compression if compression is not None else infer_compression(url)
-        if codec is None and splittable and size and size > unit_bytes:
+        cut = splittable and size and size > unit_bytes
+        if codec is None and cut:
             n = -(-size // unit_bytes)
             step = -(-size // n)
             for k in range(n):
                 end = None if k == n - 1 else (k + 1) * step
                 units.append(FileRange(len(units), url, k * step, end, size, None))
-        else:
+            continue
+        frames = _group_frames(url, size) if codec == "zstd" and cut else None
+        if frames is None or len(frames) <= 2:  # one frame (and its end): nothing to cut
             units.append(FileRange(len(units), url, 0, None, size, codec))
+            continue
+        first = 0
+        for k in range(1, len(frames)):
+            if frames[k][0] - frames[first][0] >= unit_bytes or k == len(frames) - 1:
+                (start, origin), (end, _) = frames[first], frames[k]
+                units.append(FileRange(len(units), url, start, end, size, codec, origin=origin))
+                first = k
     return units
+
+
+def _group_frames(url, size):
+    """``seekable.group_frames`` of a file, read from its end."""
+    try:
+        fs, path = url_to_fs(url)
+        with fs.open(path, "rb") as f:
+            return group_frames(f, size)
+    except OSError as exc:
+        raise SourceError(f"{url}: cannot read its seek table: {exc}", source=url) from exc
 
 
 def open_file(unit):
     """The unit's file opened for binary reading, decompressed, as a ``FileStream``.  Errors become
     ``SourceError``.
 
-    A compressed unit is decompressed a few chunks ahead on a thread of its own
-    (``ReadAhead``), so that decompression overlaps with parsing.  A whole unit that resumes
-    is positioned at ``unit.stream_start`` (a compressed file by decompressing up to there).
-    An hdfs-native file is read through ranged streams (``RangeStream``).  It gets no read-ahead
-    thread when uncompressed: the stream already fetches ahead, and the extra thread halved the
-    throughput of the parse workers.
+    A compressed unit is decompressed a few chunks ahead on a thread of its own (``ReadAhead``), so that
+    decompression overlaps with parsing; a range of frames is read from its first frame to its end only.  An
+    aligned unit that resumes is positioned at ``unit.stream_start`` (a compressed one by decompressing up to
+    there).  An hdfs-native file is read through ranged streams (``RangeStream``).  It gets no read-ahead thread
+    when uncompressed: the stream already fetches ahead, and the extra thread halved the throughput of the parse
+    workers.
     """
     try:
         fs, path = url_to_fs(unit.url)
@@ -163,9 +196,13 @@ def open_file(unit):
         if hasattr(f, "read_range_stream"):
             f = RangeStream(f, unit.url, unit.end)
         if unit.compression:
-            f = ReadAhead(decompressed(f, unit.compression), unit.url, under=f)
+            raw = f
+            if unit.end is not None:
+                raw.seek(unit.start)
+                f = Window(raw, unit.end - unit.start)
+            f = ReadAhead(decompressed(f, unit.compression), unit.url, under=raw, done=unit.origin)
     except (OSError, ValueError) as exc:
         raise SourceError(f"{unit.url}: cannot open: {exc}", source=unit.url) from exc
-    if unit.whole and unit.stream_start:
-        skip(f, unit.stream_start, unit.url)
+    if unit.aligned and unit.stream_start > unit.origin:
+        skip(f, unit.stream_start - unit.origin, unit.url)
     return FileStream(f, unit.url, decompressed=unit.compression is not None)

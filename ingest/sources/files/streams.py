@@ -2,12 +2,13 @@
 opens as."""
 
 import io
+import threading
 
 from ...errors import SourceError
 from ..ahead import Ahead
 from ..base import UnitStream, read_into
 
-__all__ = ["FileStream", "RangeStream", "ReadAhead", "skip"]
+__all__ = ["FileStream", "RangeStream", "ReadAhead", "Window", "skip"]
 
 
 def skip(f, n, url):
@@ -120,21 +121,48 @@ class RangeStream(_Chunked):
         super().close()
 
 
+class Window(io.RawIOBase):
+    """The next ``length`` bytes of the binary file ``f``, then the end (a run of zstd frames of a file).
+    ``close()`` leaves ``f`` to its owner."""
+
+    def __init__(self, f, length):
+        super().__init__()
+        self._f = f
+        self._left = length
+
+    def readable(self):
+        return True
+
+    def read(self, n=-1):
+        n = self._left if n is None or n < 0 else min(n, self._left)
+        data = self._f.read(n) if n else b""
+        self._left -= len(data)
+        return data
+
+    def readinto(self, b):
+        data = self.read(len(b))
+        b[: len(data)] = data
+        return len(data)
+
+
 class ReadAhead(_Chunked):
     """A stream read ``depth`` chunks ahead by a background thread (``Ahead``).
 
     Errors of the underlying stream (a corrupt or truncated compressed file) reach the reader as a
-    ``SourceError`` naming the file and the bytes of the stream the failed read was for, in stream order.
-    ``close()`` stops and joins the thread.
+    ``SourceError`` naming the file and the bytes of the stream the failed read was for, in stream order
+    (``done``: the stream position ``f`` starts at).  ``close()`` stops and joins the thread.
     """
 
-    def __init__(self, f, url, chunk=4 << 20, depth=2, under=None):
+    def __init__(self, f, url, chunk=4 << 20, depth=2, under=None, done=0):
         super().__init__()
         self._f = f
         self._under = under  # the compressed stream, closed too (a GzipFile leaves its file open)
         self._url = url
         self._chunk = chunk
-        self._done = 0  # bytes of the stream read so far
+        self._done = done  # stream position of the next chunk
+        self._lock = threading.Lock()
+        self._ended = False  # the thread read the last chunk
+        self._then = []  # callbacks for then
         self._ahead = Ahead(self._read_chunk, depth, "ingest-readahead")
 
     def _read_chunk(self, stop):
@@ -146,7 +174,23 @@ class ReadAhead(_Chunked):
                 f"{self._url}: cannot read bytes {self._done}-{end} of the stream: {exc}", source=self._url
             ) from exc
         self._done += len(data)
+        if not data:
+            self._end()
         return data or None
+
+    def _end(self):
+        with self._lock:
+            self._ended, callbacks, self._then = True, self._then, []
+        for callback in callbacks:
+            callback()
+
+    def when_read(self, callback):
+        """``callback()`` once the thread read the last chunk (at once if it did)."""
+        with self._lock:
+            if not self._ended:
+                self._then.append(callback)
+                return
+        callback()
 
     def _next_chunk(self):
         return self._ahead.take()
@@ -186,6 +230,12 @@ class FileStream(UnitStream):
 
     def describe(self, pos):
         return f"{self.url} (decompressed)" if self._decompressed else self.url
+
+    def when_read(self, callback):
+        if isinstance(self._f, ReadAhead):
+            self._f.when_read(callback)
+        else:
+            callback()
 
     def close(self):
         if not self.closed:

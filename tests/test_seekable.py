@@ -1,0 +1,176 @@
+"""zstd files of frames that begin at sample groups: written by convert, cut into work units by the reader."""
+
+import io
+import re
+import struct
+import threading
+from collections import Counter
+
+import pytest
+import zstandard
+
+import ingest
+from ingest import synthetic
+from ingest.convert import convert
+from ingest.formats.protobuf import ProtobufFormat
+from ingest.pipeline.stages import UnitDone, UnitStart, read_units
+from ingest.pipeline.stats import Stats
+from ingest.sources import FileRange, expand_paths, plan_units, seekable
+from ingest.sources.seekable import FramedZstdWriter, group_frames
+from conftest import flatten, make_reader, read_synthetic
+
+QUIET = {"log": lambda *a: None}
+FRAME = 64 << 10  # frames of the tests' files: convert writes ~300 KB of pb at a time, so a frame holds one write
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory, synthetic_file):
+    out = tmp_path_factory.mktemp("seekable")
+    aux = convert([str(synthetic_file)], str(out / "ads.pb"), aux="auto", **QUIET)["aux"]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(seekable, "FRAME_BYTES", FRAME)
+        convert([str(synthetic_file)], str(out / "ads.pb.zst"), aux=aux, **QUIET)
+        convert([str(out / "ads.pb")], str(out / "back.txt.zst"), **QUIET)
+    return {"pb": out / "ads.pb", "zst": out / "ads.pb.zst", "txt.zst": out / "back.txt.zst", "aux": aux}
+
+
+def _framed(writes, frame_bytes):
+    out = io.BytesIO()
+    writer = FramedZstdWriter(out, 2, frame_bytes)
+    for data in writes:
+        writer.write(data)
+    writer.close()
+    return out.getvalue()
+
+
+def test_frames_begin_at_writes_and_the_seek_table_finds_them():
+    writes = [bytes([k]) * (100 + 37 * k) for k in range(60)]
+    data = _framed(writes, 1000)
+    whole = b"".join(writes)
+    # any zstd decoder reads the file: the mark and the seek table are skippable frames
+    assert zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data), read_across_frames=True).read() == whole
+    frames = group_frames(io.BytesIO(data), len(data))
+    boundaries = {0}
+    for w in writes:
+        boundaries.add(max(boundaries) + len(w))
+    assert len(frames) > 5 and frames[0] == (0, 0) and frames[-1][1] == len(whole)
+    assert all(d in boundaries for _, d in frames)  # a frame begins where a write did
+    for (c0, d0), (c1, d1) in zip(frames, frames[1:]):  # each frame decompresses alone to its bytes
+        assert zstandard.ZstdDecompressor().decompressobj().decompress(data[c0:c1]) == whole[d0:d1]
+    # the seek table is zstd's Seekable Format: frame count, descriptor, magic at the end
+    count, descriptor, magic = struct.unpack("<IBI", data[-9:])
+    assert (count, descriptor, magic) == (len(frames), 0, 0x8F92EAB1)  # the data frames and the mark
+
+
+def test_files_without_the_mark_or_a_table_that_adds_up_are_not_cut():
+    data = _framed([b"x" * 5000] * 10, 1000)
+    assert group_frames(io.BytesIO(data), len(data)) is not None
+    plain = zstandard.ZstdCompressor().compress(b"x" * 50000)
+    assert group_frames(io.BytesIO(plain), len(plain)) is None
+    table_at = len(data) - (8 + 8 * struct.unpack("<I", data[-9:-5])[0] + 9)
+    mark = len(seekable.MARK) + 8
+    # another tool's seekable file: the same frames and a table, no mark
+    other = data[: table_at - mark] + _table_without_mark(data, table_at, mark)
+    assert zstandard.ZstdDecompressor().stream_reader(io.BytesIO(other), read_across_frames=True).read() == b"x" * 50000
+    assert group_frames(io.BytesIO(other), len(other)) is None
+    for damaged in (data + b"\0", b"\0" + data, data[:-1], data[:5]):
+        assert group_frames(io.BytesIO(damaged), len(damaged)) is None
+
+
+def _table_without_mark(data, table_at, mark):
+    count = struct.unpack("<I", data[-9:-5])[0]
+    entries = data[table_at + 8 : table_at + 8 + 8 * (count - 1)]
+    body = entries + struct.pack("<IBI", count - 1, 0, 0x8F92EAB1)
+    return struct.pack("<II", 0x184D2A5E, len(body)) + body
+
+
+def test_convert_cuts_pb_zst_into_units_of_frames_that_read_like_the_plain_pb(files):
+    units = plan_units(expand_paths([str(files["zst"])]), unit_bytes=30_000)
+    assert len(units) >= 4 and all(u.compression == "zstd" and u.aligned for u in units)
+    assert units[0].start == 0 and all(a.end == b.start for a, b in zip(units, units[1:]))
+    assert [u.origin for u in units] == sorted({u.origin for u in units})
+    aux = files["aux"]
+    want = read_synthetic([files["pb"]], "pb", aux)
+    assert read_synthetic([files["zst"]], "pb", aux, unit_bytes=(30_000,), threads=(2,)) == want
+    assert read_synthetic([files["zst"]], "pb", aux, unit_bytes=(30_000,), threads=(0,)) == want
+
+    def ordered(path, **options):
+        reader = synthetic.declare(make_reader([path], file_type="pb", batch_size=(256,), **options), aux=aux)
+        return [(s["sid"], str(s)) for b in reader.startup() for s in flatten(b)]
+
+    plain = ordered(files["pb"])
+    assert ordered(files["zst"], unit_bytes=(30_000,), threads=(2,), deterministic=(True,)) == plain
+    reader = synthetic.declare(make_reader([files["zst"]], file_type="pb", unit_bytes=(30_000,)), aux=aux)
+    list(reader.startup())
+    assert reader.stats()["units"] == len(units)
+
+
+def test_text_written_by_convert_stays_one_unit(files):
+    """Its writes end inside groups: text outputs are one frame, read as one unit."""
+    [unit] = plan_units(expand_paths([str(files["txt.zst"])]), unit_bytes=10_000)
+    assert unit.end is None and unit.start == 0
+
+
+def test_shards_of_one_framed_file_cover_it_exactly_once(files):
+    aux = files["aux"]
+    whole = Counter(read_synthetic([files["pb"]], "pb", aux))
+    parts = [read_synthetic([files["zst"]], "pb", aux, shard=(i, 3), unit_bytes=(30_000,)) for i in range(3)]
+    assert all(len(p) > 500 for p in parts)
+    assert Counter(s for p in parts for s in p) == whole
+
+
+def _damaged(files, tmp_path, at, data):
+    """The framed file with ``data`` written over its bytes from ``at`` on, and the unit that holds them."""
+    packed = bytearray(files["zst"].read_bytes())
+    units = plan_units([(str(files["zst"]), len(packed))], unit_bytes=30_000)
+    hit = units[len(units) // 2]
+    at = at(hit)
+    packed[at : at + len(data)] = data
+    path = tmp_path / "bad.pb.zst"
+    path.write_bytes(bytes(packed))
+    return path, units, hit
+
+
+def _error_of(path, aux, exc, **options):
+    reader = synthetic.declare(make_reader([path], file_type="pb", **options), aux=aux)
+    with pytest.raises(exc) as err:
+        list(reader.startup())
+    return err.value
+
+
+def test_a_corrupt_frame_names_the_decompressed_bytes_of_the_whole_file(files, tmp_path):
+    path, units, hit = _damaged(files, tmp_path, lambda u: u.start, b"\0\0\0\0")  # the frame's magic number
+    err = _error_of(path, files["aux"], ingest.SourceError, unit_bytes=(30_000,))
+    first = int(re.search(r"cannot read bytes (\d+)-\d+ of the stream", str(err)).group(1))
+    assert str(path) in str(err) and first == hit.origin > 0
+
+
+def test_a_record_a_corrupt_frame_garbles_is_named_as_a_read_of_the_whole_file_names_it(files, tmp_path):
+    """Record numbers count from the file's start, whichever unit meets the record."""
+    path, _, hit = _damaged(files, tmp_path, lambda u: (u.start + u.end) // 2, b"\x55" * 40)
+    cut = _error_of(path, files["aux"], ingest.DataError, unit_bytes=(30_000,))
+    whole = _error_of(path, files["aux"], ingest.DataError)
+    assert cut.offset > hit.origin and str(cut) == str(whole) and "record" in str(cut)
+
+
+def test_a_reader_stopped_early_leaves_no_unit_opened_ahead(files):
+    """The next unit of a framed file opens while the current one is read; shutdown closes both (the autouse
+    fixture checks that no read-ahead thread is left)."""
+    reader = synthetic.declare(
+        make_reader([files["zst"]], file_type="pb", unit_bytes=(30_000,), batch_size=(64,)), aux=files["aux"]
+    )
+    next(iter(reader.startup()))
+    reader.shutdown()
+
+
+def test_a_unit_opened_ahead_raises_its_error_in_its_turn(files, tmp_path):
+    """The second unit cannot open: the first one's blocks all come, then its error."""
+    schema = synthetic.declare(make_reader([files["pb"]], file_type="pb"), aux=files["aux"]).schema
+    [good] = plan_units(expand_paths([str(files["zst"])]))
+    missing = FileRange(1, str(tmp_path / "gone.pb.zst"), 0, None, 10, "zstd")
+    items = []
+    with pytest.raises(ingest.SourceError, match="gone.pb.zst"):
+        for item in read_units([(0, good), (0, missing)], ProtobufFormat(schema), threading.Event(), Stats(), True):
+            items.append(item)
+    assert isinstance(items[0], UnitStart) and isinstance(items[-2], UnitDone) and items[-1] == UnitStart((0, 1), 0)
+    assert sum(item.nrows for item in items[1:-2]) == 3000
