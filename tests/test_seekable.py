@@ -170,7 +170,31 @@ def test_a_unit_opened_ahead_raises_its_error_in_its_turn(files, tmp_path):
     missing = FileRange(1, str(tmp_path / "gone.pb.zst"), 0, None, 10, "zstd")
     items = []
     with pytest.raises(ingest.SourceError, match="gone.pb.zst"):
-        for item in read_units([(0, good), (0, missing)], ProtobufFormat(schema), threading.Event(), Stats(), True):
+        for item in read_units([(0, good), (0, missing)], ProtobufFormat(schema), threading.Event(), Stats()):
             items.append(item)
     assert isinstance(items[0], UnitStart) and isinstance(items[-2], UnitDone) and items[-1] == UnitStart((0, 1), 0)
     assert sum(item.nrows for item in items[1:-2]) == 3000
+
+
+def test_only_a_unit_that_opens_ahead_takes_the_next_with_it(files):
+    """A Kafka partition never ends: taking the unit after it early would keep that unit from every other
+    worker.  A compressed file's unit ends, and takes the next with it."""
+    from ingest.pipeline.stages import _opened_ahead
+
+    plain = FileRange(0, str(files["pb"]), 0, None, None, None)
+    [framed] = plan_units(expand_paths([str(files["zst"])]))
+    taken = []
+
+    def units():
+        for k, unit in enumerate([plain, plain, framed, plain]):
+            taken.append(k)
+            yield 0, unit
+
+    pairs = _opened_ahead(units())
+    assert next(pairs)[2] is None and taken == [0]
+    assert next(pairs)[2] is None and taken == [0, 1]
+    _, unit, opened = next(pairs)
+    assert unit is framed and taken == [0, 1, 2, 3]
+    opened.close()
+    assert next(pairs)[1] is plain
+    pairs.close()

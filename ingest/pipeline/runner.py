@@ -261,7 +261,7 @@ class Runner:
     def _stream(self, w, q=None):
         """Worker ``w``'s Blocks through the ops and the DSL, each unit's followed by ``UnitDone``.  ``q`` is the
         queue that recirculated blocks go to straight while the gate of ``pause`` is closed."""
-        items = read_units(self._units_for(w), self.stages.fmt, self.stop, self.stats, self.unit_source is None)
+        items = read_units(self._units_for(w), self.stages.fmt, self.stop, self.stats)
         if self.rounds is None:
             return prepared(items, self.prepare)
         items = admitted(items, self.rounds, self.stop, lambda used: self._put(q, self.prepare(used)[0]))

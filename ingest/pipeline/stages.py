@@ -59,12 +59,11 @@ class Delivered:
     marks: Marks
 
 
-def read_units(units, fmt, stop, stats, ahead=False):
+def read_units(units, fmt, stop, stats):
     """The Blocks of ``units`` (``(epoch, unit)`` pairs) as ``fmt`` reads and parses them, each unit's between
-    its ``UnitStart`` and ``UnitDone``; the time spent in ``fmt`` goes to ``stats`` as read and parse.  With
-    ``ahead`` (``units`` never waits for the next), a unit whose stream works ahead of its reader
-    (``Unit.opens_ahead``) is opened when the unit before it starts."""
-    for epoch, unit, opened in _opened_ahead(units) if ahead else ((e, u, None) for e, u in units):
+    its ``UnitStart`` and ``UnitDone``; the time spent in ``fmt`` goes to ``stats`` as read and parse.  Units whose
+    streams work ahead of their reader (``Unit.opens_ahead``) are opened early (``_opened_ahead``)."""
+    for epoch, unit, opened in _opened_ahead(units):
         try:
             if stop.is_set():
                 return
@@ -129,32 +128,34 @@ class Opened:
 
 
 def _opened_ahead(units):
-    """``(epoch, unit, opened)``: ``opened`` is the unit's ``Opened`` when it opens ahead (else None), opened as
-    soon as the unit before it has read ahead to its end."""
+    """``(epoch, unit, opened)``: ``opened`` is the unit's ``Opened`` when it opens ahead (else None).  The unit
+    after one that opens ahead is taken with it and opened as soon as that one has read ahead to its end; the
+    unit after any other is taken at its turn (a Kafka partition never ends: another worker must get the next)."""
     units = iter(units)
-    nxt = next(units, None)
-    opened = _open_ahead(nxt)
-    if opened is not None:
-        opened.open()
+    pending = None  # the next (epoch, unit, opened), taken ahead
     try:
-        while nxt is not None:
-            (epoch, unit), its = nxt, opened
-            nxt = opened = None  # handed out: read_units closes it
-            nxt = next(units, None)
-            opened = _open_ahead(nxt)
-            if opened is not None:
-                if its is not None:
-                    its.when_read(opened.open)
-                else:
-                    opened.open()
+        while True:
+            if pending is None:
+                taken = next(units, None)
+                if taken is None:
+                    return
+                pending = (*taken, _opened(taken[1]))
+                if pending[2] is not None:
+                    pending[2].open()
+            epoch, unit, its = pending
+            pending = None  # handed out: read_units closes it
+            if its is not None and (taken := next(units, None)) is not None:
+                pending = (*taken, _opened(taken[1]))
+                if pending[2] is not None:
+                    its.when_read(pending[2].open)
             yield epoch, unit, its
     finally:
-        if opened is not None:
-            opened.close()
+        if pending is not None and pending[2] is not None:
+            pending[2].close()
 
 
-def _open_ahead(pair):
-    return Opened(pair[1]) if pair is not None and pair[1].opens_ahead else None
+def _opened(unit):
+    return Opened(unit) if unit.opens_ahead else None
 
 
 def _read_parse(stats, t0, unit, nbytes, rows, clock):

@@ -27,9 +27,9 @@ class Unit:
         a nominal byte range of a larger input, which the format aligns to its groups or records."""
         return True
 
-    #: whether ``open()`` starts work ahead of the reader (decompression on a thread): the pipeline then opens the
-    #: unit as soon as the stream of the unit before it is done with such work (``UnitStream.when_read``), so that
-    #: its first bytes are ready when it comes
+    #: whether ``open()`` starts work ahead of the reader (decompression on a thread), and the stream ends: a parse
+    #: worker then takes its next unit with it and opens that one as soon as this one's stream is done with such
+    #: work (``UnitStream.when_read``), so that its first bytes are ready when it comes
     opens_ahead = False
 
     @property

@@ -9,8 +9,8 @@ from ...errors import ConfigError, SourceError
 from ..base import Source, Unit
 from ..compression import decompressed, infer_compression
 from ..filesystems import url_to_fs
-from ..seekable import group_frames
 from ..hdfs import check_reachable
+from ..seekable import group_frames
 from .streams import FileStream, RangeStream, ReadAhead, Window, skip
 
 __all__ = ["FileRange", "FileSource", "MANIFEST", "expand_paths", "plan_units", "open_file"]

@@ -162,7 +162,7 @@ class ReadAhead(_Chunked):
         self._done = done  # stream position of the next chunk
         self._lock = threading.Lock()
         self._ended = False  # the thread read the last chunk
-        self._then = []  # callbacks for then
+        self._then = []  # callbacks waiting for the end (when_read)
         self._ahead = Ahead(self._read_chunk, depth, "ingest-readahead")
 
     def _read_chunk(self, stop):
