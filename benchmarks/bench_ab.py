@@ -12,6 +12,9 @@ unique ids (medians of per-round ratios); writes ``benchmarks/results/bench_ab.j
 
     python benchmarks/bench_ab.py --old main --new exp/cores-pipeline [--rounds 4] [--samples 120000] [--formats pb]
         [--longer 3]
+
+``--formats pb.zst`` reads the pb file compressed by ``ingest convert`` (of the installed ingest, written once
+beside it), the same bytes for both revisions.
 """
 
 import argparse
@@ -24,10 +27,11 @@ import tempfile
 from pathlib import Path
 
 from _common import markdown_table, save_report, synthetic_inputs
+from ingest.convert import convert
 
 ROOT = Path(__file__).resolve().parent.parent
-CONFIGS = [(fmt, threads, unique) for fmt in ("txt", "pb") for unique in (False, True) for threads in (1, 2)]
-EPOCHS = {"txt": 2, "pb": 6}  # runs of about a second on this machine
+CONFIGS = [(fmt, threads, unique) for fmt in ("txt", "pb", "pb.zst") for unique in (False, True) for threads in (1, 2)]
+EPOCHS = {"txt": 2, "pb": 6, "pb.zst": 6}  # runs of about a second on this machine
 
 
 def child(text, pb, aux, configs, longer):
@@ -36,16 +40,21 @@ def child(text, pb, aux, configs, longer):
     from ingest.cli.bench import measure
     from bench_peers import ingest_reader
 
-    inputs = {"txt": (text, set()), "pb": (pb, aux)}
+    inputs = {"txt": (text, set()), "pb": (pb, aux), "pb.zst": (_zst(pb), aux)}
 
     def reader(fmt, threads, unique, epochs):
         path, aux_of = inputs[fmt]
-        return ingest_reader(path, fmt, aux_of, threads, unique, epochs)
+        return ingest_reader(path, fmt.split(".")[0], aux_of, threads, unique, epochs)
 
     for config in configs:
         measure(reader(*config, 1))
     timed = [measure(reader(*c, EPOCHS[c[0]] * longer)) for c in configs]
     print(json.dumps([[m["samples_per_s"], m["samples_per_cpu_s"]] for m in timed]))
+
+
+def _zst(pb):
+    """The pb.zst file beside ``pb``: written by the installed ingest (both revisions read the same bytes)."""
+    return Path(f"{pb}.zst")
 
 
 def tree(revision, into):
@@ -82,6 +91,10 @@ def main(argv=None):
 
     inputs = synthetic_inputs(args.samples)
     text, pb, aux = inputs["text"][0], inputs["pb"][0], inputs["pb"][2]
+    if "pb.zst" in formats and not _zst(pb).exists():
+        partial = _zst(pb).with_name("partial-" + _zst(pb).name)  # its extension names the format
+        convert([str(text)], str(partial), aux=sorted(aux), log=lambda *_: None)
+        os.replace(partial, _zst(pb))
     results = {"old": [], "new": []}  # per round, samples/s of each config
     per_cpu = {"old": [], "new": []}  # per round, samples per CPU second of the whole process
     with tempfile.TemporaryDirectory() as tmp:

@@ -105,6 +105,17 @@ def test_convert_cuts_pb_zst_into_units_of_frames_that_read_like_the_plain_pb(fi
     assert reader.stats()["units"] == len(units)
 
 
+def test_runs_of_frames_hold_8_mib_unless_unit_bytes_says_otherwise(files, monkeypatch):
+    """A run's fixed costs (a thread, its first chunk) are paid per unit: by default runs are MIN_RUN at least."""
+    from ingest.sources.files import source
+
+    found = expand_paths([str(files["zst"])])
+    assert len(plan_units(found)) == 1  # 479 kB: under the 8 MiB floor
+    monkeypatch.setattr(source, "MIN_RUN", 100_000)
+    runs = plan_units(found)
+    assert len(runs) > 2 and all(b.start - a.start >= 100_000 for a, b in zip(runs, runs[1:]))
+
+
 def test_text_written_by_convert_stays_one_unit(files):
     """Its writes end inside groups: text outputs are one frame, read as one unit."""
     [unit] = plan_units(expand_paths([str(files["txt.zst"])]), unit_bytes=10_000)

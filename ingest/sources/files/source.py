@@ -18,6 +18,10 @@ __all__ = ["FileRange", "FileSource", "MANIFEST", "expand_paths", "plan_units", 
 _GLOB_CHARS = "*?["
 MANIFEST = "_manifest.json"  # a directory's list of parts in order (ingest convert)
 MIB = 1 << 20
+# Compressed bytes of a run of zstd frames (a unit) at least, unless unit_bytes says otherwise: a unit's fixed costs
+# (a read-ahead thread, its first chunk, a decompressor) weigh on runs of a frame or two: 120,000 pb samples in 6
+# runs read at 0.87-0.96x of one unit at 2 threads, in 2 runs (of 9 MB) at 1.04x.
+MIN_RUN = 8 * MIB
 
 
 @dataclass(frozen=True)
@@ -139,30 +143,32 @@ def plan_units(files, *, compression=None, splittable=True, task_num=1, unit_byt
 
     Uncompressed files of a splittable format are cut into byte ranges of about ``unit_bytes`` (default: total /
     (8 * task_num), within 1..64 MiB), so that every shard has several units; zstd files whose frames begin at
-    sample groups (``seekable.group_frames``) into runs of frames of about that many compressed bytes.  The plan
-    depends only on the files and ``task_num``, so every worker of a job computes the same one.
+    sample groups (``seekable.group_frames``) into runs of frames of about that many compressed bytes, by default
+    ``MIN_RUN`` at least.  The plan depends only on the files and ``task_num``, so every worker of a job computes
+    the same one.
     """
     total = sum(size or 0 for _, size in files)
+    run_bytes = unit_bytes
     if unit_bytes is None:
         unit_bytes = min(64 * MIB, max(MIB, total // (8 * max(task_num, 1)) + 1))
+        run_bytes = max(unit_bytes, MIN_RUN)
     units = []
     for url, size in files:
         codec = compression if compression is not None else infer_compression(url)
-        cut = splittable and size and size > unit_bytes
-        if codec is None and cut:
+        if codec is None and splittable and size and size > unit_bytes:
             n = -(-size // unit_bytes)
             step = -(-size // n)
             for k in range(n):
                 end = None if k == n - 1 else (k + 1) * step
                 units.append(FileRange(len(units), url, k * step, end, size, None))
             continue
-        frames = _group_frames(url, size) if codec == "zstd" and cut else None
+        frames = _group_frames(url, size) if codec == "zstd" and splittable and size and size > run_bytes else None
         if frames is None or len(frames) <= 2:  # one frame (and its end): nothing to cut
             units.append(FileRange(len(units), url, 0, None, size, codec))
             continue
         first = 0
         for k in range(1, len(frames)):
-            if frames[k][0] - frames[first][0] >= unit_bytes or k == len(frames) - 1:
+            if frames[k][0] - frames[first][0] >= run_bytes or k == len(frames) - 1:
                 (start, origin), (end, _) = frames[first], frames[k]
                 units.append(FileRange(len(units), url, start, end, size, codec, origin=origin))
                 first = k
