@@ -6,6 +6,7 @@ import struct
 import threading
 from collections import Counter
 
+import numpy as np
 import pytest
 import zstandard
 
@@ -105,15 +106,19 @@ def test_convert_cuts_pb_zst_into_units_of_frames_that_read_like_the_plain_pb(fi
     assert reader.stats()["units"] == len(units)
 
 
-def test_runs_of_frames_hold_8_mib_unless_unit_bytes_says_otherwise(files, monkeypatch):
+def test_runs_of_frames_hold_8_mib_unless_unit_bytes_says_otherwise(tmp_path, monkeypatch):
     """A run's fixed costs (a thread, its first chunk) are paid per unit: by default runs are MIN_RUN at least."""
     from ingest.sources.files import source
 
-    found = expand_paths([str(files["zst"])])
-    assert len(plan_units(found)) == 1  # 479 kB: under the 8 MiB floor
-    monkeypatch.setattr(source, "MIN_RUN", 100_000)
-    runs = plan_units(found)
-    assert len(runs) > 2 and all(b.start - a.start >= 100_000 for a, b in zip(runs, runs[1:]))
+    noise = np.random.default_rng(0).integers(0, 256, 3 << 20, np.uint8).tobytes()  # 3 MB that do not compress
+    path = tmp_path / "noise.pb.zst"
+    path.write_bytes(_framed([noise[k : k + (64 << 10)] for k in range(0, len(noise), 64 << 10)], 64 << 10))
+    found = expand_paths([str(path)])
+    assert len(plan_units(found)) == 1  # runs of 1 MiB by the default unit size, 8 MiB by the floor
+    runs = plan_units(found, unit_bytes=1 << 20)
+    assert len(runs) == 3 and all(b.start - a.start >= 1 << 20 for a, b in zip(runs, runs[1:]))
+    monkeypatch.setattr(source, "MIN_RUN", 0)
+    assert [(u.start, u.end) for u in plan_units(found)] == [(u.start, u.end) for u in runs]
 
 
 def test_text_written_by_convert_stays_one_unit(files):
