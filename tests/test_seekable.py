@@ -106,19 +106,22 @@ def test_convert_cuts_pb_zst_into_units_of_frames_that_read_like_the_plain_pb(fi
     assert reader.stats()["units"] == len(units)
 
 
-def test_runs_of_frames_hold_8_mib_unless_unit_bytes_says_otherwise(tmp_path, monkeypatch):
-    """A run's fixed costs (a thread, its first chunk) are paid per unit: by default runs are MIN_RUN at least."""
+def test_a_reader_alone_reads_a_framed_file_as_one_unit_and_shards_cut_it_in_runs_of_8_mib(tmp_path, monkeypatch):
+    """One unit keeps two cores busy (parsing, and decompression ahead); shards need runs to share the file out,
+    and a run's fixed costs (a thread, its first chunk) call for runs of MIN_RUN at least unless unit_bytes says
+    otherwise."""
     from ingest.sources.files import source
 
     noise = np.random.default_rng(0).integers(0, 256, 3 << 20, np.uint8).tobytes()  # 3 MB that do not compress
     path = tmp_path / "noise.pb.zst"
     path.write_bytes(_framed([noise[k : k + (64 << 10)] for k in range(0, len(noise), 64 << 10)], 64 << 10))
     found = expand_paths([str(path)])
-    assert len(plan_units(found)) == 1  # runs of 1 MiB by the default unit size, 8 MiB by the floor
     runs = plan_units(found, unit_bytes=1 << 20)
     assert len(runs) == 3 and all(b.start - a.start >= 1 << 20 for a, b in zip(runs, runs[1:]))
+    assert len(plan_units(found)) == 1 and len(plan_units(found, task_num=2)) == 1  # under the 8 MiB floor
     monkeypatch.setattr(source, "MIN_RUN", 0)
-    assert [(u.start, u.end) for u in plan_units(found)] == [(u.start, u.end) for u in runs]
+    assert len(plan_units(found)) == 1
+    assert [(u.start, u.end) for u in plan_units(found, task_num=2)] == [(u.start, u.end) for u in runs]
 
 
 def test_text_written_by_convert_stays_one_unit(files):

@@ -18,9 +18,8 @@ __all__ = ["FileRange", "FileSource", "MANIFEST", "expand_paths", "plan_units", 
 _GLOB_CHARS = "*?["
 MANIFEST = "_manifest.json"  # a directory's list of parts in order (ingest convert)
 MIB = 1 << 20
-# Compressed bytes of a run of zstd frames (a unit) at least, unless unit_bytes says otherwise: a unit's fixed costs
-# (a read-ahead thread, its first chunk, a decompressor) weigh on runs of a frame or two: 120,000 pb samples in 6
-# runs read at 0.87-0.96x of one unit at 2 threads, in 2 runs (of 9 MB) at 1.04x.
+# Compressed bytes of a run of zstd frames (a unit) of a shard's plan at least, unless unit_bytes says otherwise: a
+# unit's fixed costs (a read-ahead thread, its first chunk, a decompressor) weigh on runs of a frame or two.
 MIN_RUN = 8 * MIB
 
 
@@ -142,16 +141,17 @@ def plan_units(files, *, compression=None, splittable=True, task_num=1, unit_byt
     """Cut files into work units.
 
     Uncompressed files of a splittable format are cut into byte ranges of about ``unit_bytes`` (default: total /
-    (8 * task_num), within 1..64 MiB), so that every shard has several units; zstd files whose frames begin at
-    sample groups (``seekable.group_frames``) into runs of frames of about that many compressed bytes, by default
-    ``MIN_RUN`` at least.  The plan depends only on the files and ``task_num``, so every worker of a job computes
-    the same one.
+    (8 * task_num), within 1..64 MiB), so that every shard has several units.  zstd files whose frames begin at
+    sample groups (``seekable.group_frames``) are cut into runs of frames of about that many compressed bytes when
+    ``unit_bytes`` is given, or by default for several shards (``task_num`` > 1) in runs of ``MIN_RUN`` at least;
+    a reader alone reads each as one unit.  The plan depends only on the files and ``task_num``, so every worker
+    of a job computes the same one.
     """
     total = sum(size or 0 for _, size in files)
     run_bytes = unit_bytes
     if unit_bytes is None:
         unit_bytes = min(64 * MIB, max(MIB, total // (8 * max(task_num, 1)) + 1))
-        run_bytes = max(unit_bytes, MIN_RUN)
+        run_bytes = max(unit_bytes, MIN_RUN) if task_num > 1 else None
     units = []
     for url, size in files:
         codec = compression if compression is not None else infer_compression(url)
@@ -162,7 +162,8 @@ def plan_units(files, *, compression=None, splittable=True, task_num=1, unit_byt
                 end = None if k == n - 1 else (k + 1) * step
                 units.append(FileRange(len(units), url, k * step, end, size, None))
             continue
-        frames = _group_frames(url, size) if codec == "zstd" and splittable and size and size > run_bytes else None
+        runs = codec == "zstd" and splittable and run_bytes is not None and size and size > run_bytes
+        frames = _group_frames(url, size) if runs else None
         if frames is None or len(frames) <= 2:  # one frame (and its end): nothing to cut
             units.append(FileRange(len(units), url, 0, None, size, codec))
             continue
