@@ -189,7 +189,7 @@ def test_a_unit_opened_ahead_raises_its_error_in_its_turn(files, tmp_path):
     missing = FileRange(1, str(tmp_path / "gone.pb.zst"), 0, None, 10, "zstd")
     items = []
     with pytest.raises(ingest.SourceError, match="gone.pb.zst"):
-        for item in read_units([(0, good), (0, missing)], ProtobufFormat(schema), threading.Event(), Stats()):
+        for item in read_units([(0, good), (0, missing)], ProtobufFormat(schema), threading.Event(), Stats(), True):
             items.append(item)
     assert isinstance(items[0], UnitStart) and isinstance(items[-2], UnitDone) and items[-1] == UnitStart((0, 1), 0)
     assert sum(item.nrows for item in items[1:-2]) == 3000

@@ -261,7 +261,9 @@ class Runner:
     def _stream(self, w, q=None):
         """Worker ``w``'s Blocks through the ops and the DSL, each unit's followed by ``UnitDone``.  ``q`` is the
         queue that recirculated blocks go to straight while the gate of ``pause`` is closed."""
-        items = read_units(self._units_for(w), self.stages.fmt, self.stop, self.stats)
+        # a worker takes its next unit early only where no other worker could have read it sooner
+        ahead = self.unit_source is None and (self.deterministic or self.threads <= 1)
+        items = read_units(self._units_for(w), self.stages.fmt, self.stop, self.stats, ahead)
         if self.rounds is None:
             return prepared(items, self.prepare)
         items = admitted(items, self.rounds, self.stop, lambda used: self._put(q, self.prepare(used)[0]))

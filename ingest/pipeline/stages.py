@@ -59,11 +59,13 @@ class Delivered:
     marks: Marks
 
 
-def read_units(units, fmt, stop, stats):
+def read_units(units, fmt, stop, stats, ahead=False):
     """The Blocks of ``units`` (``(epoch, unit)`` pairs) as ``fmt`` reads and parses them, each unit's between
-    its ``UnitStart`` and ``UnitDone``; the time spent in ``fmt`` goes to ``stats`` as read and parse.  Units whose
-    streams work ahead of their reader (``Unit.opens_ahead``) are opened early (``_opened_ahead``)."""
-    for epoch, unit, opened in _opened_ahead(units):
+    its ``UnitStart`` and ``UnitDone``; the time spent in ``fmt`` goes to ``stats`` as read and parse.  With
+    ``ahead`` (no other worker would read the next unit sooner), units whose streams work ahead of their reader
+    (``Unit.opens_ahead``) are opened early (``_opened_ahead``)."""
+    pairs = _opened_ahead(units) if ahead else ((epoch, unit, None) for epoch, unit in units)
+    for epoch, unit, opened in pairs:
         try:
             if stop.is_set():
                 return
