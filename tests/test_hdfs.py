@@ -14,7 +14,7 @@ import ingest
 from ingest import synthetic
 from ingest.sources.filesystems import url_to_fs
 from ingest.errors import ConfigError, SourceError
-from ingest.sources import hdfs_client, use_hdfs_client
+from ingest.sources import hdfs_client, seekable, use_hdfs_client
 from ingest.sources import hdfs as hdfs_module
 from ingest.sources.hdfs import webhdfs_address
 
@@ -30,6 +30,9 @@ def hdfs(services, tmp_path_factory):
     synthetic.write(local / "parts" / "a.txt", 3000, seed=1)
     synthetic.write(local / "parts" / "b.txt", 2000, seed=2)
     ingest.convert([str(local / "parts" / "a.txt")], str(local / "a.pb"), log=lambda *_: None)
+    with pytest.MonkeyPatch.context() as patch:  # frames of about 300 KB of pb, so that shards cut it in runs
+        patch.setattr(seekable, "FRAME_BYTES", 64 << 10)
+        ingest.convert([str(local / "parts" / "a.txt")], str(local / "a.pb.zst"), log=lambda *_: None)
     root = f"{url}/it-{uuid.uuid4().hex[:8]}"
     fs, path = url_to_fs(root)
     fs.put(str(local), path, recursive=True)
@@ -47,6 +50,7 @@ def test_same_samples_as_local_files(hdfs):
     pb_local = read_synthetic([local / "a.pb"], "pb")
     assert len(pb_local) == 3000
     assert read_synthetic([f"{root}/a.pb"], "pb", threads=2, unit_bytes=64 << 10) == pb_local
+    assert read_synthetic([f"{root}/a.pb.zst"], "pb", threads=2, unit_bytes=30_000) == pb_local  # runs of frames
 
 
 def test_a_process_that_read_hdfs_can_fork(hdfs):
@@ -88,6 +92,7 @@ def test_ranged_streams_in_small_pieces_read_the_same(hdfs, monkeypatch):
     assert read_synthetic([f"{root}/parts"], threads=2, unit_bytes=64 << 10) == read_synthetic([local / "parts"])
     pb_local = read_synthetic([local / "a.pb"], "pb")
     assert read_synthetic([f"{root}/a.pb"], "pb", threads=2, unit_bytes=64 << 10) == pb_local
+    assert read_synthetic([f"{root}/a.pb.zst"], "pb", threads=2, unit_bytes=30_000) == pb_local
 
 
 def test_shards_cover_every_sample_once(hdfs):
@@ -96,6 +101,9 @@ def test_shards_cover_every_sample_once(hdfs):
     shards = [read_synthetic([f"{root}/parts"], shard=(i, 3), unit_bytes=64 << 10) for i in range(3)]
     assert sorted(s for part in shards for s in part) == whole
     assert all(shards)
+    framed = [read_synthetic([f"{root}/a.pb.zst"], "pb", shard=(i, 3), unit_bytes=30_000) for i in range(3)]
+    assert sorted(s for part in framed for s in part) == read_synthetic([f"{root}/a.pb"], "pb")
+    assert all(framed)
 
 
 def test_convert_writes_to_hdfs(hdfs):
