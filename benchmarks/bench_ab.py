@@ -27,7 +27,6 @@ import tempfile
 from pathlib import Path
 
 from _common import markdown_table, save_report, synthetic_inputs
-from ingest.convert import convert
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = [(fmt, threads, unique) for fmt in ("txt", "pb", "pb.zst") for unique in (False, True) for threads in (1, 2)]
@@ -92,6 +91,8 @@ def main(argv=None):
     inputs = synthetic_inputs(args.samples)
     text, pb, aux = inputs["text"][0], inputs["pb"][0], inputs["pb"][2]
     if "pb.zst" in formats and not _zst(pb).exists():
+        from ingest.convert import convert  # the installed ingest's, in the parent only
+
         partial = _zst(pb).with_name("partial-" + _zst(pb).name)  # its extension names the format
         convert([str(text)], str(partial), aux=sorted(aux), log=lambda *_: None)
         os.replace(partial, _zst(pb))

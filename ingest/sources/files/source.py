@@ -52,9 +52,9 @@ class FileRange(Unit):
         return self.origin if self.resume is None else self.resume[0]
 
     def rewound(self):
-        """The whole file, from whose start positions count (a range of frames counts them in the whole file)."""
+        """A run of frames rewinds to the whole file, from whose start its positions count."""
         if self.compression is None:
-            return dataclasses.replace(self, resume=None)
+            return super().rewound()
         return dataclasses.replace(self, start=0, end=None, origin=0, resume=None)
 
     def ident(self):

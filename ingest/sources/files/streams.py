@@ -139,11 +139,6 @@ class Window(io.RawIOBase):
         self._left -= len(data)
         return data
 
-    def readinto(self, b):
-        data = self.read(len(b))
-        b[: len(data)] = data
-        return len(data)
-
 
 class ReadAhead(_Chunked):
     """A stream read ``depth`` chunks ahead by a background thread (``Ahead``).
