@@ -217,6 +217,22 @@ def _grouped_file(tmp_path, sizes):
     return path
 
 
+def test_a_feature_in_one_sample_of_many_blocks_counts_as_seen_in_every_epoch(tmp_path):
+    # many units, two parse workers: every epoch must find the one sample that holds "rare" (sparse) and "spot"
+    # (dense), however the workers' blocks interleave, and only "absent" is reported, once an epoch
+    lines = [f"s{i}|g{i}|f@{i}|x@1|1|{i}" for i in range(3000)]
+    lines[2345] = "s2345|g2345|f@1;rare@7|x@1;spot@2.5|1|2345"
+    path = tmp_path / "rare.txt"
+    path.write_text("\n".join(lines) + "\n")
+    reader = make_reader(
+        [path], sparse=["f", "rare", "absent"], dense={"x": 1, "spot": 1}, unit_bytes=2_000, threads=2, epochs=3
+    )
+    with pytest.warns(ingest.UnseenFeatureWarning) as caught:
+        assert sum(b.size for b in reader.startup()) == 9000
+    assert [str(w.message).split(" was ")[0] for w in caught] == ["reader 'test': feature 'absent'"] * 3
+    assert reader.stats()["features_never_seen"] == ["absent"]
+
+
 def test_split_group_true_cuts_groups_at_the_batch_boundary(tmp_path):
     reader = make_reader([_grouped_file(tmp_path, [3, 3, 3])], sparse=["f"], batch_size=4, pad=False)
     reader.startup()

@@ -2,7 +2,7 @@
 
 A sparse feature is seen in a block when one of its rows has a value, a dense one when one of its values is not
 zero (an absent dense feature is a zero row).  Once every feature has been seen in an epoch, a block costs one
-check; until then, one look at each unseen feature's offsets or values.
+set lookup; until then, one look at each table's offsets and at each unseen dense feature's values.
 """
 
 import difflib
@@ -33,11 +33,12 @@ class Coverage:
         self.names = []
         self.tables = []
         for t in range(schema.tables):
-            sparse = [self._number(s.name) for s in schema.sparse_in(t)]
+            sparse = np.array([self._number(s.name) for s in schema.sparse_in(t)], np.int64)
             dense = [self._number(s.name) for s in schema.dense_in(t)]
             self.tables.append((sparse, dense))
         self._lock = threading.Lock()
         self._seen = {}
+        self._complete = set()  # epochs that have seen every feature: a block then costs a set lookup
         self._samples = Counter()
         self._done = Counter()
         self._ended = []
@@ -49,20 +50,22 @@ class Coverage:
 
     def add(self, epoch, blk):
         with self._lock:
+            self._samples[epoch] += blk.nrows
+            if epoch in self._complete:
+                return
             seen = self._seen.get(epoch)
             if seen is None:
                 seen = self._seen[epoch] = np.zeros(len(self.names), np.bool_)
-            self._samples[epoch] += blk.nrows
-        if seen.all():
-            return
         for (sparse, dense), table in zip(self.tables, blk.tables):
-            offsets = table.sp_offsets
-            for row, f in enumerate(sparse):
-                if not seen[f] and offsets[row, -1] > offsets[row, 0]:
-                    seen[f] = True
+            if len(sparse):
+                offsets = table.sp_offsets  # only ever set to True: parse workers share ``seen``
+                seen[sparse[offsets[:, -1] > offsets[:, 0]]] = True
             for d, f in enumerate(dense):
                 if not seen[f] and table.dense[d].any():
                     seen[f] = True
+        if seen.all():
+            with self._lock:
+                self._complete.add(epoch)
 
     def unit_done(self, epoch):
         with self._lock:
@@ -70,6 +73,7 @@ class Coverage:
             if self._done[epoch] != self.units:
                 return
             seen = self._seen.pop(epoch, np.zeros(len(self.names), np.bool_))
+            self._complete.discard(epoch)
             missed = [n for n, s in zip(self.names, seen) if not s]
             self.never_seen = missed if self.never_seen is None else [n for n in self.never_seen if n in missed]
             if missed and self._samples[epoch]:  # an epoch of no samples says nothing of its features
