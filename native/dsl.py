@@ -50,9 +50,26 @@ LEAF_COLUMNS = 4
 # result and how many registers there are.
 Program = bundle("Program", ops="i8[:, :]", consts="f8[:]", out_reg="int", nregs="int")
 # Every plan of a reader, one after the other (``fuse``): plan p's ops are ``ops[op_start[p]:op_start[p + 1]]``,
-# over registers, leaves and constants numbered across all the plans; it runs over the rows of ``table[p]`` and
-# its result is register ``out_reg[p]``.
-Plans = bundle("Plans", ops="i8[:, :]", consts="f8[:]", op_start="i8[:]", out_reg="i8[:]", table="i8[:]", nregs="int")
+# over registers, leaves and constants numbered across all the plans; it runs over the rows of ``table[p]``, its
+# result is register ``out_reg[p]``, and ``shape[p]`` says whether it is one of the plans run without registers.
+Plans = bundle(
+    "Plans",
+    ops="i8[:, :]",
+    consts="f8[:]",
+    op_start="i8[:]",
+    out_reg="i8[:]",
+    table="i8[:]",
+    shape="i8[:]",
+    nregs="int",
+)
+
+# shapes of plan (``plan_shape``): the commonest features of a CTR schema, a declared feature crossed with or
+# matched against another, or a feature read as it is (an aggregate computed per aux line, read by its samples),
+# are written straight from their inputs to the output, with no copy through the registers
+SHAPE_ANY = 0
+SHAPE_CROSS = 1  # leaf a, leaf b, cartesian(a, b)
+SHAPE_MATCH = 2  # leaf a, leaf b, match(a, b)
+SHAPE_LEAF = 3  # one sparse leaf
 # What the plans read in one block: the leaf table, the row offsets of the parsed features they read end to end
 # and where each starts there (see run_plans), the parsed columns, the dense leaves end to end (float64), and the
 # rows of each table.
@@ -81,6 +98,7 @@ def fuse(programs, leaf_counts, tables):
     renumbered so that plan p's registers, leaves and constants follow those of the plans before it."""
     ops, consts, op_start, out_reg = [], [], [0], []
     regs = leaves = 0
+    shapes = [plan_shape(program) for program in programs]
     for program, nleaves in zip(programs, leaf_counts):
         base = {"R": regs, "L": leaves, "C": len(consts), "-": 0}
         for op, dst, a, b, c in program.ops.tolist():
@@ -97,8 +115,21 @@ def fuse(programs, leaf_counts, tables):
         np.array(op_start, np.int64),
         np.array(out_reg, np.int64),
         np.array(tables, np.int64),
+        np.array(shapes, np.int64),
         regs,
     ).checked()
+
+
+def plan_shape(program):
+    """The ``SHAPE_*`` of a ``Program``."""
+    ops = program.ops.tolist()
+    if len(ops) == 1 and ops[0][0] == LEAF_SPARSE and ops[0][1] == program.out_reg:
+        return SHAPE_LEAF
+    if len(ops) == 3 and ops[0][0] == LEAF_SPARSE and ops[1][0] == LEAF_SPARSE:
+        op, dst, a, b, _ = ops[2]
+        if a == ops[0][1] and b == ops[1][1] and dst == program.out_reg:
+            return {CARTESIAN: SHAPE_CROSS, MATCH: SHAPE_MATCH}.get(op, SHAPE_ANY)
+    return SHAPE_ANY
 
 
 # status of run_plans
@@ -139,7 +170,7 @@ def run_plans(plans, inputs, refers, at, arena, output, limit):
     Every index is unsigned (``_u``), which spares each load numba's wraparound branch: the plans ran in two
     thirds of the time.
     """
-    ops, consts, op_start, out_regs, plan_tables, nregs = plans
+    ops, consts, op_start, out_regs, plan_tables, shapes, nregs = plans
     leaves, leaf_off, bases, raw_keys, raw_hkeys, raw_vals, dense_flat, table_rows = inputs
     refer_flat, refer_base, ntables = refers
     akeys, avals = arena
@@ -163,10 +194,50 @@ def run_plans(plans, inputs, refers, at, arena, output, limit):
         nrows = table_rows[_u(table)]
         if row == 0:
             out_off[_u(plan), 0] = out_n
+        shape = shapes[_u(plan)]
+        first = op_start[_u(plan)]
         while row < nrows:
             rows[_u(table)] = row
             for k in range(table, ntables - 1):
                 rows[_u(k + 1)] = refer_flat[_u(refer_base[_u(k)] + rows[_u(k)])]
+            if shape != SHAPE_ANY:
+                pa, na = _leaf_span(ops[_u(first), 2], leaves, rows, bases, leaf_off, out_off)
+                pool_a = leaves[_u(ops[_u(first), 2]), L_POOL]
+                if shape == SHAPE_LEAF:
+                    need = na
+                else:
+                    if na > limit:
+                        return _paused(at, plan, row, out_n, TOO_MANY, na)
+                    pb, nb = _leaf_span(ops[_u(first + 1), 2], leaves, rows, bases, leaf_off, out_off)
+                    pool_b = leaves[_u(ops[_u(first + 1), 2]), L_POOL]
+                    if nb > limit:
+                        return _paused(at, plan, row, out_n, TOO_MANY, nb)
+                    need = na * nb if shape == SHAPE_CROSS else na
+                if need > limit:
+                    return _paused(at, plan, row, out_n, TOO_MANY, need)
+                if out_n + need > len(out_keys):
+                    return _paused(at, plan, row, out_n, GROW_OUT, out_n + need)
+                for x in range(na):
+                    ka, va = _leaf_pair(pool_a, pa + x, raw_keys, raw_hkeys, has_h, raw_vals, out_keys, out_vals)
+                    if shape == SHAPE_LEAF:
+                        out_keys[_u(out_n)] = ka
+                        out_vals[_u(out_n)] = va
+                        out_n += 1
+                        continue
+                    for y in range(nb):
+                        kb, vb = _leaf_pair(pool_b, pb + y, raw_keys, raw_hkeys, has_h, raw_vals, out_keys, out_vals)
+                        if shape == SHAPE_CROSS:
+                            out_keys[_u(out_n)] = _cross(ka, kb)
+                            out_vals[_u(out_n)] = va * vb
+                            out_n += 1
+                        elif kb == ka:  # match: the first occurrence in b
+                            out_keys[_u(out_n)] = ka
+                            out_vals[_u(out_n)] = va * vb
+                            out_n += 1
+                            break
+                out_off[_u(plan), _u(row + 1)] = out_n
+                row += 1
+                continue
             top = 0
             for i in range(op_start[_u(plan)], op_start[_u(plan + 1)]):
                 op = ops[_u(i), 0]
@@ -307,6 +378,31 @@ def run_plans(plans, inputs, refers, at, arena, output, limit):
         plan += 1
         row = 0
     return _paused(at, plan, 0, out_n, DONE, 0)
+
+
+@inline
+def _leaf_span(a, leaves, rows, bases, leaf_off, out_off):
+    """``(first, count)`` of the pairs sparse leaf ``a`` holds in the current ``rows``: in the parsed columns
+    (``L_POOL`` 0) or in an earlier plan's result."""
+    r = rows[_u(leaves[_u(a), L_TABLE])]
+    where = leaves[_u(a), L_AT]
+    if leaves[_u(a), L_POOL] == 0:
+        base = bases[_u(where)]
+        p0 = leaf_off[_u(base + r)]
+        return p0, leaf_off[_u(base + r + 1)] - p0
+    p0 = out_off[_u(where), _u(r)]
+    return p0, out_off[_u(where), _u(r + 1)] - p0
+
+
+@inline
+def _leaf_pair(pool, p, raw_keys, raw_hkeys, has_h, raw_vals, out_keys, out_vals):
+    """The (key, value) at ``p`` of a leaf's pool, as the registers hold it (a high word crossed into the key)."""
+    if pool != 0:
+        return out_keys[_u(p)], out_vals[_u(p)]
+    key = raw_keys[_u(p)]
+    if has_h and raw_hkeys[_u(p)] != 0:
+        key = _cross(raw_hkeys[_u(p)], key)
+    return key, np.float64(raw_vals[_u(p)])
 
 
 @inline
