@@ -203,6 +203,7 @@ def run_plans(plans, inputs, refers, at, arena, output, limit):
             if shape != SHAPE_ANY:
                 pa, na = _leaf_span(ops[_u(first), 2], leaves, rows, bases, leaf_off, out_off)
                 pool_a = leaves[_u(ops[_u(first), 2]), L_POOL]
+                pb = nb = pool_b = 0
                 if shape == SHAPE_LEAF:
                     need = na
                 else:
