@@ -7,11 +7,11 @@ untimed run has compiled or loaded them all. A run's CPU time (``getrusage``: ev
 time inside kernels and file reads is the time in Python and in the C code Python calls (numpy, zstd), the part that
 holds the GIL and that two parse threads serialize on. The wrapper's own time outside the timed call (a Python
 call, the counter), measured around a numba function that does nothing, is taken off per kernel call: it is the
-benchmark's, not the reader's (``wrapper_us_per_call`` in the JSON). A run reads the file once, then ``--epochs`` times: the
-difference between the two, divided by the batches it adds, is the time per batch without what a reader pays once
-(start-up, threads, opening the file), which the JSON reports apart (``once_ms``: a few ms, within the runs' noise).
-Each configuration runs ``--runs`` times on one parse thread; medians per batch of 1024 samples, with the kernel
-calls a batch makes. Writes ``benchmarks/results/bench_overhead.json``.
+benchmark's, not the reader's (``wrapper_us_per_call`` in the JSON). A run reads the file once, then ``--epochs``
+times: the difference between the two, divided by the batches it adds, is the time per batch without what a reader
+pays once (start-up, threads, opening the file), which the JSON reports apart (``once_ms``: a few ms, within the
+runs' noise). Each configuration runs ``--runs`` times on one parse thread; medians per batch of 1024 samples, with
+the kernel calls a batch makes. Writes ``benchmarks/results/bench_overhead.json``.
 
     python benchmarks/bench_overhead.py [--samples 120000] [--runs 5] [--epochs 4]
 """
