@@ -10,8 +10,8 @@ call, the counter), measured around a numba function that does nothing, is taken
 benchmark's, not the reader's (``wrapper_us_per_call`` in the JSON). A run reads the file once, then ``--epochs``
 times: the difference between the two, divided by the batches it adds, is the time per batch without what a reader
 pays once (start-up, threads, opening the file), which the JSON reports apart (``once_ms``: a few ms, within the
-runs' noise). Each configuration runs ``--runs`` times on one parse thread; medians per batch of 1024 samples, with
-the kernel calls a batch makes. Writes ``benchmarks/results/bench_overhead.json``.
+runs' noise). Each configuration runs ``--runs`` times, the configurations in turn; medians per batch of 1024 samples,
+with the kernel calls a batch makes. Writes ``benchmarks/results/bench_overhead.json``.
 
     python benchmarks/bench_overhead.py [--samples 120000] [--runs 5] [--epochs 4]
 """
@@ -137,22 +137,22 @@ def main():
     args = parser.parse_args()
     inputs = synthetic_inputs(args.samples)
     wrapper = wrapper_seconds_per_call()
+    for fmt, unique, _ in CONFIGS:  # compiles or loads every kernel before any is wrapped
+        warm = ingest_reader(*inputs["pb" if fmt == "pb" else "text"], threads=1, unique=unique, epochs=1)
+        for _ in warm.startup():
+            pass
+    runs = {config: [] for config in CONFIGS}
+    for _ in range(args.runs):  # the configurations alternate, so that the machine's drift falls on each alike
+        for fmt, unique, threads in CONFIGS:
+            path, file_type, aux = inputs["pb" if fmt == "pb" else "text"]
+            runs[fmt, unique, threads].append(one_run(path, file_type, aux, unique, threads, args.epochs, wrapper))
     results = {}
-    for fmt, unique, threads in CONFIGS:
-        path, file_type, aux = inputs["pb" if fmt == "pb" else "text"]
-        warm = ingest_reader(path, file_type, aux, threads=1, unique=unique, epochs=1)
-        warm.startup()
-        for _ in warm:
-            pass  # compiles or loads every kernel before any is wrapped
-        runs = [one_run(path, file_type, aux, unique, threads, args.epochs, wrapper) for _ in range(args.runs)]
+    for (fmt, unique, threads), done in runs.items():
         name = f"{fmt}{', unique ids' if unique else ''}, threads({threads})"
-        results[name] = {
-            key: statistics.median(r[key] for r in runs)
-            for key in ("cpu_us_per_batch", "kernel_us_per_batch", "outside_us_per_batch", "once_ms")
-            + ("kernel_calls_per_batch",)
-        }
-        results[name]["calls"] = runs[-1]["calls"]
-        results[name]["batches"] = runs[-1]["batches"]
+        keys = ("cpu_us_per_batch", "kernel_us_per_batch", "outside_us_per_batch", "once_ms", "kernel_calls_per_batch")
+        results[name] = {key: statistics.median(r[key] for r in done) for key in keys}
+        results[name]["calls"] = done[-1]["calls"]
+        results[name]["batches"] = done[-1]["batches"]
     report = save_report(
         "bench_overhead",
         samples=args.samples,
