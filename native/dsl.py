@@ -195,22 +195,26 @@ def run_plans(plans, inputs, refers, at, arena, output, limit):
         if row == 0:
             out_off[_u(plan), 0] = out_n
         shape = shapes[_u(plan)]
-        first = op_start[_u(plan)]
+        # a direct plan's inputs: table, pool and where in it, the same for every row
+        table_a = pool_a = at_a = table_b = pool_b = at_b = 0
+        if shape != SHAPE_ANY:
+            first = op_start[_u(plan)]
+            table_a, pool_a, at_a = _leaf_place(ops[_u(first), 2], leaves, bases)
+            if shape != SHAPE_LEAF:
+                table_b, pool_b, at_b = _leaf_place(ops[_u(first + 1), 2], leaves, bases)
         while row < nrows:
             rows[_u(table)] = row
             for k in range(table, ntables - 1):
                 rows[_u(k + 1)] = refer_flat[_u(refer_base[_u(k)] + rows[_u(k)])]
             if shape != SHAPE_ANY:
-                pa, na = _leaf_span(ops[_u(first), 2], leaves, rows, bases, leaf_off, out_off)
-                pool_a = leaves[_u(ops[_u(first), 2]), L_POOL]
-                pb = nb = pool_b = 0
+                pa, na = _leaf_span(pool_a, at_a, rows[_u(table_a)], leaf_off, out_off)
+                pb = nb = 0
                 if shape == SHAPE_LEAF:
                     need = na
                 else:
                     if na > limit:
                         return _paused(at, plan, row, out_n, TOO_MANY, na)
-                    pb, nb = _leaf_span(ops[_u(first + 1), 2], leaves, rows, bases, leaf_off, out_off)
-                    pool_b = leaves[_u(ops[_u(first + 1), 2]), L_POOL]
+                    pb, nb = _leaf_span(pool_b, at_b, rows[_u(table_b)], leaf_off, out_off)
                     if nb > limit:
                         return _paused(at, plan, row, out_n, TOO_MANY, nb)
                     need = na * nb if shape == SHAPE_CROSS else na
@@ -382,17 +386,23 @@ def run_plans(plans, inputs, refers, at, arena, output, limit):
 
 
 @inline
-def _leaf_span(a, leaves, rows, bases, leaf_off, out_off):
-    """``(first, count)`` of the pairs sparse leaf ``a`` holds in the current ``rows``: in the parsed columns
-    (``L_POOL`` 0) or in an earlier plan's result."""
-    r = rows[_u(leaves[_u(a), L_TABLE])]
+def _leaf_place(a, leaves, bases):
+    """``(table, pool, at)`` of sparse leaf ``a``: in pool 0 (the parsed columns) its offsets start at
+    ``leaf_off[at]``, in pool 1 it is the result of plan ``at``."""
     where = leaves[_u(a), L_AT]
-    if leaves[_u(a), L_POOL] == 0:
-        base = bases[_u(where)]
-        p0 = leaf_off[_u(base + r)]
-        return p0, leaf_off[_u(base + r + 1)] - p0
-    p0 = out_off[_u(where), _u(r)]
-    return p0, out_off[_u(where), _u(r + 1)] - p0
+    pool = leaves[_u(a), L_POOL]
+    return leaves[_u(a), L_TABLE], pool, bases[_u(where)] if pool == 0 else where
+
+
+@inline
+def _leaf_span(pool, at, r, leaf_off, out_off):
+    """``(first, count)`` of the pairs a sparse leaf placed at ``(pool, at)`` (``_leaf_place``) holds in row ``r`` of
+    its table."""
+    if pool == 0:
+        p0 = leaf_off[_u(at + r)]
+        return p0, leaf_off[_u(at + r + 1)] - p0
+    p0 = out_off[_u(at), _u(r)]
+    return p0, out_off[_u(at), _u(r + 1)] - p0
 
 
 @inline
