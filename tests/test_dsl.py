@@ -8,6 +8,8 @@ from hypothesis import given, strategies as st
 
 import ingest
 from ingest import sample_pb2 as pb
+from ingest._native.dsl import SHAPE_ANY, SHAPE_CROSS, SHAPE_LEAF, SHAPE_MATCH
+from ingest.dsl.stage import dsl_stage
 from ingest.errors import DslError, DslLimitError
 
 from conftest import flatten
@@ -137,6 +139,26 @@ _close_pairs = st.lists(
 @given(groups=_groups(_close_pairs), exprs=st.lists(_direct, min_size=1, max_size=3), on_aux=st.booleans())
 def test_direct_plans_match_twin(tmp_path, groups, exprs, on_aux):
     _check_against_twin(tmp_path, groups, exprs, False, on_aux)
+
+
+def test_common_ctr_features_compile_to_direct_plans():
+    """Crosses and matches of two inputs, and the samples' read of a part computed per aux line, run without the
+    registers (their speed, not their values: the twin tests check those); other plans run through them."""
+    reader = _raw_reader("unused.pb")
+    exprs = {
+        "au": "cartesian(a, u)",
+        "ab": "match(a, b)",
+        "lu": "logsum(u)",
+        "h": "hash(a, 10)",
+        "abu": "cartesian(a, b, u)",
+    }
+    for name, text in exprs.items():
+        reader.feature(name, "sparse", dsl=text)
+    stage = dsl_stage(reader.schema)
+    shapes = dict(zip((plan.name for plan in stage.plans), stage._fused.shape.tolist()))
+    direct = {"au": SHAPE_CROSS, "ab": SHAPE_MATCH, "lu": SHAPE_LEAF}  # lu: the samples' side of logsum(u)
+    assert shapes == {**{name: SHAPE_ANY for name in shapes}, **direct}
+    assert set(shapes) == {"au", "ab", "lu#0", "lu", "h", "abu"}  # lu#0: the sum and log per aux line
 
 
 def _check_against_twin(tmp_path, groups, exprs, as_dense, on_aux):
