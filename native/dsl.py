@@ -64,12 +64,14 @@ Plans = bundle(
 )
 
 # shapes of plan (``plan_shape``): the commonest features of a CTR schema, a declared feature crossed with or
-# matched against another, or a feature read as it is (an aggregate computed per aux line, read by its samples),
-# are written straight from their inputs to the output, with no copy through the registers
+# matched against another (or crossed with two others), or a feature read as it is (an aggregate computed per aux
+# line, read by its samples), are written straight from their inputs to the output, with no copy through the
+# registers
 SHAPE_ANY = 0
 SHAPE_CROSS = 1  # leaf a, leaf b, cartesian(a, b)
 SHAPE_MATCH = 2  # leaf a, leaf b, match(a, b)
 SHAPE_LEAF = 3  # one sparse leaf
+SHAPE_CROSS3 = 4  # leaf a, leaf b, cartesian(a, b), leaf c, cartesian(ab, c): cartesian(a, b, c)
 # What the plans read in one block: the leaf table, the row offsets of the parsed features they read end to end
 # and where each starts there (see run_plans), the parsed columns, the dense leaves end to end (float64), and the
 # rows of each table.
@@ -123,12 +125,19 @@ def fuse(programs, leaf_counts, tables):
 def plan_shape(program):
     """The ``SHAPE_*`` of a ``Program``."""
     ops = program.ops.tolist()
-    if len(ops) == 1 and ops[0][0] == LEAF_SPARSE and ops[0][1] == program.out_reg:
+    out = program.out_reg
+    if len(ops) == 1 and ops[0][0] == LEAF_SPARSE and ops[0][1] == out:
         return SHAPE_LEAF
-    if len(ops) == 3 and ops[0][0] == LEAF_SPARSE and ops[1][0] == LEAF_SPARSE:
-        op, dst, a, b, _ = ops[2]
-        if a == ops[0][1] and b == ops[1][1] and dst == program.out_reg:
-            return {CARTESIAN: SHAPE_CROSS, MATCH: SHAPE_MATCH}.get(op, SHAPE_ANY)
+    if len(ops) not in (3, 5) or ops[0][0] != LEAF_SPARSE or ops[1][0] != LEAF_SPARSE:
+        return SHAPE_ANY
+    op, dst, a, b, _ = ops[2]
+    if (a, b) != (ops[0][1], ops[1][1]):
+        return SHAPE_ANY
+    if len(ops) == 3:
+        return {CARTESIAN: SHAPE_CROSS, MATCH: SHAPE_MATCH}.get(op, SHAPE_ANY) if dst == out else SHAPE_ANY
+    op2, dst2, a2, b2, _ = ops[4]
+    if op == op2 == CARTESIAN and ops[3][0] == LEAF_SPARSE and (a2, b2) == (dst, ops[3][1]) and dst2 == out:
+        return SHAPE_CROSS3
     return SHAPE_ANY
 
 
@@ -196,19 +205,21 @@ def run_plans(plans, inputs, refers, at, arena, output, limit):
             out_off[_u(plan), 0] = out_n
         shape = shapes[_u(plan)]
         # a direct plan's inputs: table, pool and where in it, the same for every row
-        table_a = pool_a = at_a = table_b = pool_b = at_b = 0
+        table_a = pool_a = at_a = table_b = pool_b = at_b = table_c = pool_c = at_c = 0
         if shape != SHAPE_ANY:
             first = op_start[_u(plan)]
             table_a, pool_a, at_a = _leaf_place(ops[_u(first), 2], leaves, bases)
             if shape != SHAPE_LEAF:
                 table_b, pool_b, at_b = _leaf_place(ops[_u(first + 1), 2], leaves, bases)
+            if shape == SHAPE_CROSS3:
+                table_c, pool_c, at_c = _leaf_place(ops[_u(first + 3), 2], leaves, bases)
         while row < nrows:
             rows[_u(table)] = row
             for k in range(table, ntables - 1):
                 rows[_u(k + 1)] = refer_flat[_u(refer_base[_u(k)] + rows[_u(k)])]
             if shape != SHAPE_ANY:
                 pa, na = _leaf_span(pool_a, at_a, rows[_u(table_a)], leaf_off, out_off)
-                pb = nb = 0
+                pb = nb = pc = nc = 0
                 if shape == SHAPE_LEAF:
                     need = na
                 else:
@@ -217,7 +228,14 @@ def run_plans(plans, inputs, refers, at, arena, output, limit):
                     pb, nb = _leaf_span(pool_b, at_b, rows[_u(table_b)], leaf_off, out_off)
                     if nb > limit:
                         return _paused(at, plan, row, out_n, TOO_MANY, nb)
-                    need = na * nb if shape == SHAPE_CROSS else na
+                    need = na if shape == SHAPE_MATCH else na * nb
+                    if shape == SHAPE_CROSS3:  # the checks of the ops in turn: a x b, then c, then (a x b) x c
+                        if need > limit:
+                            return _paused(at, plan, row, out_n, TOO_MANY, need)
+                        pc, nc = _leaf_span(pool_c, at_c, rows[_u(table_c)], leaf_off, out_off)
+                        if nc > limit:
+                            return _paused(at, plan, row, out_n, TOO_MANY, nc)
+                        need *= nc
                 if need > limit:
                     return _paused(at, plan, row, out_n, TOO_MANY, need)
                 if out_n + need > len(out_keys):
@@ -231,7 +249,17 @@ def run_plans(plans, inputs, refers, at, arena, output, limit):
                         continue
                     for y in range(nb):
                         kb, vb = _leaf_pair(pool_b, pb + y, raw_keys, raw_hkeys, has_h, raw_vals, out_keys, out_vals)
-                        if shape == SHAPE_CROSS:
+                        if shape == SHAPE_CROSS3:
+                            kab = _cross(ka, kb)
+                            vab = va * vb
+                            for z in range(nc):
+                                kc, vc = _leaf_pair(
+                                    pool_c, pc + z, raw_keys, raw_hkeys, has_h, raw_vals, out_keys, out_vals
+                                )
+                                out_keys[_u(out_n)] = _cross(kab, kc)
+                                out_vals[_u(out_n)] = vab * vc
+                                out_n += 1
+                        elif shape == SHAPE_CROSS:
                             out_keys[_u(out_n)] = _cross(ka, kb)
                             out_vals[_u(out_n)] = va * vb
                             out_n += 1

@@ -8,7 +8,7 @@ from hypothesis import given, strategies as st
 
 import ingest
 from ingest import sample_pb2 as pb
-from ingest._native.dsl import SHAPE_ANY, SHAPE_CROSS, SHAPE_LEAF, SHAPE_MATCH
+from ingest._native.dsl import SHAPE_ANY, SHAPE_CROSS, SHAPE_CROSS3, SHAPE_LEAF, SHAPE_MATCH
 from ingest.dsl.stage import dsl_stage
 from ingest.errors import DslError, DslLimitError
 
@@ -119,12 +119,14 @@ def test_kernel_matches_twin(tmp_path, groups, exprs, as_dense, on_aux):
 
 
 # the plans the kernel runs with no registers (native/dsl.py, SHAPE_*): a sparse input crossed with or matched
-# against another, or read as it is; an input is a declared feature or a part computed per aux line
+# against another, crossed with two others, or read as it is; an input is a declared feature or a part computed per
+# aux line
 _direct_input = st.one_of(
     st.sampled_from(["a", "b", "c", "u"]), st.tuples(st.sampled_from(["logsum", "count"]), st.just("u"))
 )
 _direct = st.one_of(
     st.tuples(st.just("cartesian"), _direct_input, _direct_input),
+    st.tuples(st.just("cartesian"), _direct_input, _direct_input, _direct_input),
     st.tuples(st.just("match"), _direct_input, _direct_input),
     _direct_input,
 )
@@ -142,8 +144,9 @@ def test_direct_plans_match_twin(tmp_path, groups, exprs, on_aux):
 
 
 def test_common_ctr_features_compile_to_direct_plans():
-    """Crosses and matches of two inputs, and the samples' read of a part computed per aux line, run without the
-    registers (their speed, not their values: the twin tests check those); other plans run through them."""
+    """Crosses of two or three inputs, matches of two, and the samples' read of a part computed per aux line, run
+    without the registers (their speed, not their values: the twin tests check those); other plans run through
+    them."""
     reader = _raw_reader("unused.pb")
     exprs = {
         "au": "cartesian(a, u)",
@@ -151,14 +154,15 @@ def test_common_ctr_features_compile_to_direct_plans():
         "lu": "logsum(u)",
         "h": "hash(a, 10)",
         "abu": "cartesian(a, b, u)",
+        "abuc": "cartesian(a, b, u, c)",
     }
     for name, text in exprs.items():
         reader.feature(name, "sparse", dsl=text)
     stage = dsl_stage(reader.schema)
     shapes = dict(zip((plan.name for plan in stage.plans), stage._fused.shape.tolist()))
-    direct = {"au": SHAPE_CROSS, "ab": SHAPE_MATCH, "lu": SHAPE_LEAF}  # lu: the samples' side of logsum(u)
+    direct = {"au": SHAPE_CROSS, "ab": SHAPE_MATCH, "lu": SHAPE_LEAF, "abu": SHAPE_CROSS3}  # lu: logsum(u)'s samples
     assert shapes == {**{name: SHAPE_ANY for name in shapes}, **direct}
-    assert set(shapes) == {"au", "ab", "lu#0", "lu", "h", "abu"}  # lu#0: the sum and log per aux line
+    assert set(shapes) == {"au", "ab", "lu#0", "lu", "h", "abu", "abuc"}  # lu#0: the sum and log per aux line
 
 
 def _check_against_twin(tmp_path, groups, exprs, as_dense, on_aux):
@@ -241,9 +245,9 @@ def test_xdl_worked_case(tmp_path):
 
 
 def test_cartesian_of_three_nests_left_to_right(tmp_path):
-    reader = _text_reader(
-        tmp_path, "s|g|a@1:1,2:2,3:3,4:4;b@10:1,20:1,30:1,40:1,50:0.5;c@7:1,8:2,9:-1||1", "a", "b", "c"
-    )
+    # 20 samples of 60 pairs each: the result outgrows the output the stage starts with (2 pairs a row and 64)
+    line = "s{i}|g{i}|a@1:1,2:2,3:3,4:4;b@10:1,20:1,30:1,40:1,50:0.5;c@7:1,8:2,9:-1||1"
+    reader = _text_reader(tmp_path, "\n".join(line.format(i=i) for i in range(20)), "a", "b", "c")
     reader.feature("abc", "sparse", serialized=True, dsl="cartesian(a, b, c)")
     [batch] = reader.startup().read_all()
     a = [(1, 1.0), (2, 2.0), (3, 3.0), (4, 4.0)]
@@ -251,8 +255,9 @@ def test_cartesian_of_three_nests_left_to_right(tmp_path):
     c = [(7, 1.0), (8, 2.0), (9, -1.0)]
     want = [(twin_cross64(twin_cross64(ka, kb), kc), va * vb * vc) for ka, va in a for kb, vb in b for kc, vc in c]
     assert len(want) == 60
-    assert batch["abc"].ids.tolist() == [k for k, _ in want]
-    assert batch["abc"].values.tolist() == [v for _, v in want]
+    assert batch["abc"].offsets.tolist()[:21] == list(range(0, 1201, 60))
+    assert batch["abc"].ids.tolist() == [k for k, _ in want] * 20
+    assert batch["abc"].values.tolist() == [v for _, v in want] * 20
 
 
 def test_plans_run_together_keep_their_own_registers_constants_and_results(tmp_path):
