@@ -312,13 +312,28 @@ def test_aux_only_expression_is_computed_per_aux_line(tmp_path):
     assert batch["su"].values.tolist() == []
 
 
-def test_result_too_large_is_a_located_error(tmp_path, monkeypatch):
+_ELEVEN = ",".join(map(str, range(11)))
+
+
+@pytest.mark.parametrize(
+    "features,expr,pairs",
+    [
+        ("a@1,2,3,4;b@1,2,3,4", "cartesian(a, b)", 16),
+        ("a@1,2,3,4;b@1,2,3,4", "cartesian(a, log(b))", 16),  # through the registers: the same checks, in turn
+        ("a@1,2;b@1,2,3;c@1,2,3,4", "cartesian(a, b, c)", 24),  # each input and a x b pass, the whole does not
+        ("a@1,2;b@1,2,3,4,5,6;c@1", "cartesian(a, b, c)", 12),  # a x b is checked before c is read
+        (f"a@1;b@1;c@{_ELEVEN}", "cartesian(a, b, c)", 11),
+        (f"a@{_ELEVEN};b@1", "match(a, b)", 11),
+        (f"a@{_ELEVEN};b@1", "match(a, log(b))", 11),
+    ],
+)
+def test_result_too_large_is_a_located_error(tmp_path, monkeypatch, features, expr, pairs):
     monkeypatch.setattr(ingest.dsl.stage, "MAX_PAIRS_PER_ROW", 10)
-    reader = _text_reader(tmp_path, "s7|g|a@1,2,3,4;b@1,2,3,4||1", "a", "b")
-    reader.feature("ab", "sparse", dsl="cartesian(a, b)")
+    reader = _text_reader(tmp_path, f"s7|g|{features}||1", "a", "b", "c")
+    reader.feature("ab", "sparse", dsl=expr)
     with pytest.raises(DslLimitError) as exc:
         reader.startup().read_all()
-    assert "'ab'" in str(exc.value) and "16 pairs" in str(exc.value) and "'s7'" in str(exc.value)
+    assert "'ab'" in str(exc.value) and f" {pairs} pairs" in str(exc.value) and "'s7'" in str(exc.value)
     assert exc.value.source.endswith("s.txt")
 
 
