@@ -13,7 +13,7 @@ import numpy as np
 
 from .bundles import bundle
 from .index import _u
-from .jit import inline, kernel
+from .jit import helper, inline, kernel
 
 from .mix import mix64
 
@@ -240,34 +240,46 @@ def run_plans(plans, inputs, refers, at, arena, output, limit):
                     return _paused(at, plan, row, out_n, TOO_MANY, need)
                 if out_n + need > len(out_keys):
                     return _paused(at, plan, row, out_n, GROW_OUT, out_n + need)
-                for x in range(na):
-                    ka, va = _leaf_pair(pool_a, pa + x, raw_keys, raw_hkeys, has_h, raw_vals, out_keys, out_vals)
-                    if shape == SHAPE_LEAF:
-                        out_keys[_u(out_n)] = ka
-                        out_vals[_u(out_n)] = va
-                        out_n += 1
-                        continue
-                    for y in range(nb):
-                        kb, vb = _leaf_pair(pool_b, pb + y, raw_keys, raw_hkeys, has_h, raw_vals, out_keys, out_vals)
-                        if shape == SHAPE_CROSS3:
-                            kab = _cross(ka, kb)
-                            vab = va * vb
-                            for z in range(nc):
-                                kc, vc = _leaf_pair(
-                                    pool_c, pc + z, raw_keys, raw_hkeys, has_h, raw_vals, out_keys, out_vals
-                                )
-                                out_keys[_u(out_n)] = _cross(kab, kc)
-                                out_vals[_u(out_n)] = vab * vc
-                                out_n += 1
-                        elif shape == SHAPE_CROSS:
-                            out_keys[_u(out_n)] = _cross(ka, kb)
-                            out_vals[_u(out_n)] = va * vb
-                            out_n += 1
-                        elif kb == ka:  # match: the first occurrence in b
+                if shape == SHAPE_CROSS3:  # its own loops: the two-input plans' stay as tight
+                    out_n = _cross3(
+                        pool_a,
+                        pa,
+                        na,
+                        pool_b,
+                        pb,
+                        nb,
+                        pool_c,
+                        pc,
+                        nc,
+                        raw_keys,
+                        raw_hkeys,
+                        has_h,
+                        raw_vals,
+                        out_keys,
+                        out_vals,
+                        out_n,
+                    )
+                else:
+                    for x in range(na):
+                        ka, va = _leaf_pair(pool_a, pa + x, raw_keys, raw_hkeys, has_h, raw_vals, out_keys, out_vals)
+                        if shape == SHAPE_LEAF:
                             out_keys[_u(out_n)] = ka
-                            out_vals[_u(out_n)] = va * vb
+                            out_vals[_u(out_n)] = va
                             out_n += 1
-                            break
+                            continue
+                        for y in range(nb):
+                            kb, vb = _leaf_pair(
+                                pool_b, pb + y, raw_keys, raw_hkeys, has_h, raw_vals, out_keys, out_vals
+                            )
+                            if shape == SHAPE_CROSS:
+                                out_keys[_u(out_n)] = _cross(ka, kb)
+                                out_vals[_u(out_n)] = va * vb
+                                out_n += 1
+                            elif kb == ka:  # match: the first occurrence in b
+                                out_keys[_u(out_n)] = ka
+                                out_vals[_u(out_n)] = va * vb
+                                out_n += 1
+                                break
                 out_off[_u(plan), _u(row + 1)] = out_n
                 row += 1
                 continue
@@ -431,6 +443,26 @@ def _leaf_span(pool, at, r, leaf_off, out_off):
         return p0, leaf_off[_u(at + r + 1)] - p0
     p0 = out_off[_u(at), _u(r)]
     return p0, out_off[_u(at), _u(r + 1)] - p0
+
+
+@helper
+def _cross3(
+    pool_a, pa, na, pool_b, pb, nb, pool_c, pc, nc, raw_keys, raw_hkeys, has_h, raw_vals, out_keys, out_vals, out_n
+):
+    """Write ``cartesian(a, b, c)`` of one row's inputs (``_leaf_span`` each) from ``out_n`` on; returns where it
+    ended."""
+    for x in range(na):
+        ka, va = _leaf_pair(pool_a, pa + x, raw_keys, raw_hkeys, has_h, raw_vals, out_keys, out_vals)
+        for y in range(nb):
+            kb, vb = _leaf_pair(pool_b, pb + y, raw_keys, raw_hkeys, has_h, raw_vals, out_keys, out_vals)
+            kab = _cross(ka, kb)
+            vab = va * vb
+            for z in range(nc):
+                kc, vc = _leaf_pair(pool_c, pc + z, raw_keys, raw_hkeys, has_h, raw_vals, out_keys, out_vals)
+                out_keys[_u(out_n)] = _cross(kab, kc)
+                out_vals[_u(out_n)] = vab * vc
+                out_n += 1
+    return out_n
 
 
 @inline
