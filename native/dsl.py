@@ -192,6 +192,7 @@ def run_plans(plans, inputs, refers, at, arena, output, limit):
     # again: an aux line's leaves are read once for the samples of its group.
     leaf_row = np.full(len(ops), -1, np.int64)
     leaf_at = np.empty(len(ops), np.int64)
+    span3 = np.empty(9, np.int64)  # a three-way cross's inputs in a row (``_cross3``)
     has_h = len(raw_hkeys) > 0
     cap = len(akeys)
     plan = at[0]
@@ -241,24 +242,9 @@ def run_plans(plans, inputs, refers, at, arena, output, limit):
                 if out_n + need > len(out_keys):
                     return _paused(at, plan, row, out_n, GROW_OUT, out_n + need)
                 if shape == SHAPE_CROSS3:  # its own loops: the two-input plans' stay as tight
-                    out_n = _cross3(
-                        pool_a,
-                        pa,
-                        na,
-                        pool_b,
-                        pb,
-                        nb,
-                        pool_c,
-                        pc,
-                        nc,
-                        raw_keys,
-                        raw_hkeys,
-                        has_h,
-                        raw_vals,
-                        out_keys,
-                        out_vals,
-                        out_n,
-                    )
+                    span3[0], span3[1], span3[2], span3[3], span3[4], span3[5] = pool_a, pa, na, pool_b, pb, nb
+                    span3[6], span3[7], span3[8] = pool_c, pc, nc
+                    out_n = _cross3(span3, raw_keys, raw_hkeys, has_h, raw_vals, out_keys, out_vals, out_n)
                 else:
                     for x in range(na):
                         ka, va = _leaf_pair(pool_a, pa + x, raw_keys, raw_hkeys, has_h, raw_vals, out_keys, out_vals)
@@ -446,11 +432,20 @@ def _leaf_span(pool, at, r, leaf_off, out_off):
 
 
 @helper
-def _cross3(
-    pool_a, pa, na, pool_b, pb, nb, pool_c, pc, nc, raw_keys, raw_hkeys, has_h, raw_vals, out_keys, out_vals, out_n
-):
-    """Write ``cartesian(a, b, c)`` of one row's inputs (``_leaf_span`` each) from ``out_n`` on; returns where it
-    ended."""
+def _cross3(span, raw_keys, raw_hkeys, has_h, raw_vals, out_keys, out_vals, out_n):
+    """Write ``cartesian(a, b, c)`` of one row's inputs from ``out_n`` on; returns where it ended.  ``span`` holds
+    each input's pool, first pair and count (``_leaf_place``, ``_leaf_span``), a's, then b's, then c's."""
+    pool_a, pa, na, pool_b, pb, nb, pool_c, pc, nc = (
+        span[0],
+        span[1],
+        span[2],
+        span[3],
+        span[4],
+        span[5],
+        span[6],
+        span[7],
+        span[8],
+    )
     for x in range(na):
         ka, va = _leaf_pair(pool_a, pa + x, raw_keys, raw_hkeys, has_h, raw_vals, out_keys, out_vals)
         for y in range(nb):
