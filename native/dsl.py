@@ -192,7 +192,6 @@ def run_plans(plans, inputs, refers, at, arena, output, limit):
     # again: an aux line's leaves are read once for the samples of its group.
     leaf_row = np.full(len(ops), -1, np.int64)
     leaf_at = np.empty(len(ops), np.int64)
-    span3 = np.empty(9, np.int64)  # a three-way cross's inputs in a row (``_cross3``)
     has_h = len(raw_hkeys) > 0
     cap = len(akeys)
     plan = at[0]
@@ -205,47 +204,48 @@ def run_plans(plans, inputs, refers, at, arena, output, limit):
         if row == 0:
             out_off[_u(plan), 0] = out_n
         shape = shapes[_u(plan)]
-        # a direct plan's inputs: table, pool and where in it, the same for every row
-        table_a = pool_a = at_a = table_b = pool_b = at_b = table_c = pool_c = at_c = 0
+        # a direct plan's inputs (``_leaf_place``), the same for every row
+        place_a = place_b = place_c = (np.int64(0), np.int64(0), np.int64(0))
         if shape != SHAPE_ANY:
             first = op_start[_u(plan)]
-            table_a, pool_a, at_a = _leaf_place(ops[_u(first), 2], leaves, bases)
+            place_a = _leaf_place(ops[_u(first), 2], leaves, bases)
             if shape != SHAPE_LEAF:
-                table_b, pool_b, at_b = _leaf_place(ops[_u(first + 1), 2], leaves, bases)
+                place_b = _leaf_place(ops[_u(first + 1), 2], leaves, bases)
             if shape == SHAPE_CROSS3:
-                table_c, pool_c, at_c = _leaf_place(ops[_u(first + 3), 2], leaves, bases)
+                place_c = _leaf_place(ops[_u(first + 3), 2], leaves, bases)
         while row < nrows:
             rows[_u(table)] = row
             for k in range(table, ntables - 1):
                 rows[_u(k + 1)] = refer_flat[_u(refer_base[_u(k)] + rows[_u(k)])]
             if shape != SHAPE_ANY:
-                pa, na = _leaf_span(pool_a, at_a, rows[_u(table_a)], leaf_off, out_off)
-                pb = nb = pc = nc = 0
-                if shape == SHAPE_LEAF:
-                    need = na
-                else:
-                    if na > limit:
-                        return _paused(at, plan, row, out_n, TOO_MANY, na)
-                    pb, nb = _leaf_span(pool_b, at_b, rows[_u(table_b)], leaf_off, out_off)
-                    if nb > limit:
-                        return _paused(at, plan, row, out_n, TOO_MANY, nb)
-                    need = na if shape == SHAPE_MATCH else na * nb
-                    if shape == SHAPE_CROSS3:  # the checks of the ops in turn: a x b, then c, then (a x b) x c
+                span_a = span_b = span_c = _leaf_span(place_a, rows, leaf_off, out_off)  # b, c: when the shape has them
+                need = span_a[2]
+                if shape != SHAPE_LEAF:  # the checks of the ops in turn: a, b, a x b (then c, (a x b) x c)
+                    if need > limit:
+                        return _paused(at, plan, row, out_n, TOO_MANY, need)
+                    span_b = _leaf_span(place_b, rows, leaf_off, out_off)
+                    if span_b[2] > limit:
+                        return _paused(at, plan, row, out_n, TOO_MANY, span_b[2])
+                    if shape != SHAPE_MATCH:
+                        need *= span_b[2]
+                    if shape == SHAPE_CROSS3:
                         if need > limit:
                             return _paused(at, plan, row, out_n, TOO_MANY, need)
-                        pc, nc = _leaf_span(pool_c, at_c, rows[_u(table_c)], leaf_off, out_off)
-                        if nc > limit:
-                            return _paused(at, plan, row, out_n, TOO_MANY, nc)
-                        need *= nc
+                        span_c = _leaf_span(place_c, rows, leaf_off, out_off)
+                        if span_c[2] > limit:
+                            return _paused(at, plan, row, out_n, TOO_MANY, span_c[2])
+                        need *= span_c[2]
                 if need > limit:
                     return _paused(at, plan, row, out_n, TOO_MANY, need)
                 if out_n + need > len(out_keys):
                     return _paused(at, plan, row, out_n, GROW_OUT, out_n + need)
                 if shape == SHAPE_CROSS3:  # its own loops: the two-input plans' stay as tight
-                    span3[0], span3[1], span3[2], span3[3], span3[4], span3[5] = pool_a, pa, na, pool_b, pb, nb
-                    span3[6], span3[7], span3[8] = pool_c, pc, nc
-                    out_n = _cross3(span3, raw_keys, raw_hkeys, has_h, raw_vals, out_keys, out_vals, out_n)
+                    out_n = _cross3(
+                        span_a, span_b, span_c, raw_keys, raw_hkeys, has_h, raw_vals, out_keys, out_vals, out_n
+                    )
                 else:
+                    pool_a, pa, na = span_a
+                    pool_b, pb, nb = span_b
                     for x in range(na):
                         ka, va = _leaf_pair(pool_a, pa + x, raw_keys, raw_hkeys, has_h, raw_vals, out_keys, out_vals)
                         if shape == SHAPE_LEAF:
@@ -277,15 +277,9 @@ def run_plans(plans, inputs, refers, at, arena, output, limit):
                 b = ops[_u(i), 3]
                 # pairs this op writes, checked against the arena before writing
                 if op == LEAF_SPARSE:
-                    r = rows[_u(leaves[_u(a), L_TABLE])]
-                    where = leaves[_u(a), L_AT]
-                    if leaves[_u(a), L_POOL] == 0:
-                        base = bases[_u(where)]
-                        p0 = leaf_off[_u(base + r)]
-                        need = leaf_off[_u(base + r + 1)] - p0
-                    else:
-                        p0 = out_off[_u(where), _u(r)]
-                        need = out_off[_u(where), _u(r + 1)] - p0
+                    place = _leaf_place(a, leaves, bases)
+                    r = rows[_u(place[0])]
+                    pool, p0, need = _leaf_span(place, rows, leaf_off, out_off)
                 elif op == LEAF_DENSE:
                     need = leaves[_u(a), L_WIDTH]
                 elif op == CARTESIAN:
@@ -302,17 +296,12 @@ def run_plans(plans, inputs, refers, at, arena, output, limit):
                 n = 0
                 if op == LEAF_SPARSE:
                     if leaf_row[_u(i)] != r or leaf_at[_u(i)] != s:
-                        if leaves[_u(a), L_POOL] == 0:
-                            for j in range(need):
-                                key = raw_keys[_u(p0 + j)]
-                                if has_h and raw_hkeys[_u(p0 + j)] != 0:
-                                    key = _cross(raw_hkeys[_u(p0 + j)], key)
-                                akeys[_u(s + j)] = key
-                                avals[_u(s + j)] = raw_vals[_u(p0 + j)]
-                        else:
-                            for j in range(need):
-                                akeys[_u(s + j)] = out_keys[_u(p0 + j)]
-                                avals[_u(s + j)] = out_vals[_u(p0 + j)]
+                        for j in range(need):
+                            key, value = _leaf_pair(
+                                pool, p0 + j, raw_keys, raw_hkeys, has_h, raw_vals, out_keys, out_vals
+                            )
+                            akeys[_u(s + j)] = key
+                            avals[_u(s + j)] = value
                         leaf_row[_u(i)] = r
                         leaf_at[_u(i)] = s
                     n = need
@@ -421,31 +410,25 @@ def _leaf_place(a, leaves, bases):
 
 
 @inline
-def _leaf_span(pool, at, r, leaf_off, out_off):
-    """``(first, count)`` of the pairs a sparse leaf placed at ``(pool, at)`` (``_leaf_place``) holds in row ``r`` of
-    its table."""
+def _leaf_span(place, rows, leaf_off, out_off):
+    """``(pool, first, count)`` of the pairs the sparse leaf at ``place`` (``_leaf_place``) holds in the current
+    ``rows``."""
+    table, pool, at = place
+    r = rows[_u(table)]
     if pool == 0:
         p0 = leaf_off[_u(at + r)]
-        return p0, leaf_off[_u(at + r + 1)] - p0
+        return pool, p0, leaf_off[_u(at + r + 1)] - p0
     p0 = out_off[_u(at), _u(r)]
-    return p0, out_off[_u(at), _u(r + 1)] - p0
+    return pool, p0, out_off[_u(at), _u(r + 1)] - p0
 
 
 @helper
-def _cross3(span, raw_keys, raw_hkeys, has_h, raw_vals, out_keys, out_vals, out_n):
-    """Write ``cartesian(a, b, c)`` of one row's inputs from ``out_n`` on; returns where it ended.  ``span`` holds
-    each input's pool, first pair and count (``_leaf_place``, ``_leaf_span``), a's, then b's, then c's."""
-    pool_a, pa, na, pool_b, pb, nb, pool_c, pc, nc = (
-        span[0],
-        span[1],
-        span[2],
-        span[3],
-        span[4],
-        span[5],
-        span[6],
-        span[7],
-        span[8],
-    )
+def _cross3(span_a, span_b, span_c, raw_keys, raw_hkeys, has_h, raw_vals, out_keys, out_vals, out_n):
+    """Write ``cartesian(a, b, c)`` of one row's inputs (``_leaf_span`` each) from ``out_n`` on; returns where it
+    ended."""
+    pool_a, pa, na = span_a
+    pool_b, pb, nb = span_b
+    pool_c, pc, nc = span_c
     for x in range(na):
         ka, va = _leaf_pair(pool_a, pa + x, raw_keys, raw_hkeys, has_h, raw_vals, out_keys, out_vals)
         for y in range(nb):
