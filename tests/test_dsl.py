@@ -198,7 +198,7 @@ def _high_words_crossed(sample):
     ``(key, value)`` as it is."""
     return {
         name: [(twin_cross64(e[0], e[1]) if e[0] else e[1], e[2]) if len(e) == 3 else e for e in got]
-        if name in SPARSE0 + ("u",)
+        if name in AUX_TABLE and name not in WIDTH
         else got
         for name, got in sample.items()
     }
