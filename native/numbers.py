@@ -174,6 +174,26 @@ def _load8(buf, k):
     return v
 
 
+# Eight bytes at a time (SWAR): a word's bytes are flagged by their high bit.
+_ONES8 = np.uint64(0x0101010101010101)
+_HIGH_BITS = np.uint64(0x8080808080808080)
+_BYTE_INDEX = np.uint64(0x0001020304050607)  # (1 << 8k) * this >> 56 == k
+
+
+@inline
+def _zero_bytes(v):
+    """The high bit of every zero byte of ``v`` set; the lowest is exact, a byte 0x01 above a zero one may be flagged
+    too (the borrow), so callers check the bytes a flag points at."""
+    return (v - _ONES8) & ~v & _HIGH_BITS
+
+
+@inline
+def _lowest_flag(flags):
+    """Index (0-7) of the lowest byte whose high bit is set in ``flags`` (not 0)."""
+    low = flags & (~flags + np.uint64(1))
+    return np.int64(((low >> np.uint64(7)) * _BYTE_INDEX) >> np.uint64(56))
+
+
 @inline
 def _all_digits(v):
     # every byte in 0x30..0x39: high nibble 3, and adding 6 does not carry out of the low nibble

@@ -6,11 +6,9 @@ import numpy as np
 
 from .index import _u
 from .jit import helper, inline
-from .numbers import _load8
+from .numbers import _HIGH_BITS, _load8, _lowest_flag
 
-_HIGH_BITS = np.uint64(0x8080808080808080)
 _LOW_SEVENS = np.uint64(0x7F7F7F7F7F7F7F7F)
-_BYTE_INDEX = np.uint64(0x0001020304050607)  # (1 << 8k) * this >> 56 == k
 
 
 @inline
@@ -32,7 +30,7 @@ def _varint(buf, p, end):
         stops = ~x & _HIGH_BITS
         if stops != 0:
             low = stops & (~stops + np.uint64(1))  # the first stop bit, 1 << (8k + 7)
-            k = np.int64(((low >> np.uint64(7)) * _BYTE_INDEX) >> np.uint64(56))
+            k = _lowest_flag(low)
             if p + k + 1 > end:
                 return np.uint64(0), -1
             x &= ((low << np.uint64(1)) - np.uint64(1)) & _LOW_SEVENS

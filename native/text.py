@@ -16,9 +16,18 @@ import numpy as np
 
 from .bundles import bundle
 from .index import _u
-from .jit import helper, kernel
-from .names import lookup_name
-from .numbers import OVERFLOW, scan_float, scan_float_until, scan_int64, scan_int64_prefix
+from .jit import helper, inline, kernel
+from .names import is_name, lookup_name
+from .numbers import (
+    OVERFLOW,
+    _load8,
+    _lowest_flag,
+    _zero_bytes,
+    scan_float,
+    scan_float_until,
+    scan_int64,
+    scan_int64_prefix,
+)
 
 # status returned by parse_text_chunk
 DONE = 0
@@ -55,6 +64,9 @@ E_CODE, E_LINE, E_LINE_START, E_BAD_START, E_BAD_END, E_FIELD, E_FEATURE = range
 ERROR_COLUMNS = 7
 
 _PIPE, _NL, _CR, _AT, _SEMI, _COMMA, _COLON = 124, 10, 13, 64, 59, 44, 58
+_GUESSED_ENTRIES = 64  # sparse entries of a line whose feature the next line guesses (_entry_name)
+_NL8 = np.uint64(0x0A0A0A0A0A0A0A0A)
+_PIPE8 = np.uint64(0x7C7C7C7C7C7C7C7C)
 
 # The bundles ``parse_text_chunk`` takes (namedtuples: one argument each).
 # Scalars of a run: whether the first bad line ends the call, the labels a sample must have, the most lines a group
@@ -91,9 +103,33 @@ TextOutputs = bundle(
 )
 
 
+@inline
+def _entry_name(buf, q, b, guess, j, slots, names, name_off):
+    """``(feature, at)`` of the entry at ``q``: its name's index in the table (-1: undeclared) and the position of
+    its ``@`` (else of the ``;`` or ``b`` that ends the entry).  Lines of a file mostly name the same features in
+    the same order, so the name of the ``j``-th entry of the previous line (``guess[j]``) is tried first; only a
+    miss scans for the ``@`` and hashes the name."""
+    if j < len(guess):
+        g = guess[j]
+        if g >= 0:
+            at = q + name_off[g + 1] - name_off[g]
+            if at < b and buf[_u(at)] == _AT and is_name(buf, q, at, g, names, name_off):
+                return g, at
+    at = q
+    while at < b and buf[_u(at)] != _AT and buf[_u(at)] != _SEMI:
+        at += 1
+    if at == b or buf[_u(at)] == _SEMI:
+        return -1, at
+    f = lookup_name(buf, q, at, slots, names, name_off)
+    if j < len(guess):
+        guess[j] = f
+    return f, at
+
+
 @helper
-def _parse_sparse_field(buf, a, b, slots, names, name_off, tok_feat, tok_key, tok_val, ntok):
-    """Append the tokens of declared features in ``buf[a:b]``.
+def _parse_sparse_field(buf, a, b, slots, names, name_off, guess, tok_feat, tok_key, tok_val, ntok):
+    """Append the tokens of declared features in ``buf[a:b]``; ``guess`` holds the features the previous line
+    named, entry by entry (``_entry_name``).
 
     Returns ``(ntok, code, bad_start, bad_end, feature)``; code 0 is success.
     """
@@ -101,13 +137,12 @@ def _parse_sparse_field(buf, a, b, slots, names, name_off, tok_feat, tok_key, to
     q = a
     if q == b:
         return ntok, 0, 0, 0, -1
+    j = 0
     while True:
-        at = q
-        while at < b and buf[_u(at)] != _AT and buf[_u(at)] != _SEMI:
-            at += 1
+        f, at = _entry_name(buf, q, b, guess, j, slots, names, name_off)
+        j += 1
         if at == b or buf[_u(at)] == _SEMI:
             return ntok, MISSING_AT, q, at, -1
-        f = lookup_name(buf, q, at, slots, names, name_off)
         e = at + 1
         if f < 0:  # undeclared: skip without looking at the tokens
             while e < b and buf[_u(e)] != _SEMI:
@@ -216,6 +251,39 @@ def _parse_labels(buf, a, b, row, label_count):
     return 0, 0, 0
 
 
+@inline
+def _line_end(buf, pos, end, pipes):
+    """``(nl, npipe)``: the position of the first newline at or after ``pos`` (``end`` when none), and the number
+    of ``|`` before it, the first six of them noted in ``pipes``.  Eight bytes at a time: a word with neither costs
+    a load and a few operations (a byte at a time this pass took a third of the kernel)."""
+    npipe = 0
+    p = pos
+    while p + 8 <= end:
+        x = _load8(buf, p)
+        flags = _zero_bytes(x ^ _NL8) | _zero_bytes(x ^ _PIPE8)
+        while flags != 0:
+            at = p + _lowest_flag(flags)
+            c = buf[_u(at)]
+            if c == _NL:
+                return at, npipe
+            if c == _PIPE:
+                if npipe < 6:
+                    pipes[npipe] = at
+                npipe += 1
+            flags &= flags - np.uint64(1)
+        p += 8
+    while p < end:
+        c = buf[_u(p)]
+        if c == _NL:
+            break
+        if c == _PIPE:
+            if npipe < 6:
+                pipes[npipe] = p
+            npipe += 1
+        p += 1
+    return p, npipe
+
+
 @helper
 def _same_bytes(buf, a0, a1, b0, b1):
     if a1 - a0 != b1 - b0:
@@ -280,22 +348,12 @@ def parse_text_chunk(buf, start, end, final, options, sp_table, dn_table, dense_
     c_sid = 0
     c_err = 0
     pipes = np.empty(6, dtype=np.int64)
+    sp_guess = np.full(_GUESSED_ENTRIES, -1, dtype=np.int32)
     row_tok[0] = 0
     sid_off[0] = 0
 
     while pos < end:
-        # one pass for the line end and the field separators
-        npipe = 0
-        nl = pos
-        while nl < end:
-            c = buf[_u(nl)]
-            if c == _NL:
-                break
-            if c == _PIPE:
-                if npipe < 6:
-                    pipes[npipe] = nl
-                npipe += 1
-            nl += 1
+        nl, npipe = _line_end(buf, pos, end, pipes)
         if nl == end and not final:
             break  # partial last line: it goes with the held-back group
         next_pos = nl + 1 if nl < end else end
@@ -356,7 +414,17 @@ def parse_text_chunk(buf, start, end, final, options, sp_table, dn_table, dense_
         if code == 0:
             field = F_SPARSE
             ntok, code, bad_s, bad_e, feat = _parse_sparse_field(
-                buf, pipes[1] + 1, pipes[2], sp_slots, sp_names, sp_name_off, tok_feat, tok_key, tok_val, ntok
+                buf,
+                pipes[1] + 1,
+                pipes[2],
+                sp_slots,
+                sp_names,
+                sp_name_off,
+                sp_guess,
+                tok_feat,
+                tok_key,
+                tok_val,
+                ntok,
             )
             if code == _NO_ROOM:
                 return FULL, c_pos, c_line, c_rows, c_groups, c_tok, c_sid, c_err

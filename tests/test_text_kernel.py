@@ -150,8 +150,8 @@ _dense_field = st.one_of(
 _labels = st.lists(st.one_of(st.sampled_from(["0", "1", "1.0", "0.0"]), _float_tokens), max_size=3).map(",".join)
 _ts = st.one_of(st.integers(0, 2**40).map(str), st.sampled_from(["", "-3", "x1", "99999999999999999999"]))
 _line = st.tuples(
-    st.text("abc_1", max_size=4),
-    st.sampled_from(["", "g1", "g1", "g2"]),
+    st.text("abc_1}\x0b", max_size=12),  # "}" and "\x0b" sit one bit from "|" and "\n": the 8-byte scan checks them
+    st.sampled_from(["", "g1", "g1", "g2", "}g"]),
     _sparse_field,
     _dense_field,
     _labels,
