@@ -2,7 +2,8 @@
 
 Every numba kernel that Python code calls (the attributes of ingest's modules that are numba dispatchers), and the
 function every file read goes through (``read_into``), is wrapped in a timer of the calling thread's CPU time
-(``time.thread_time``: a thread waiting for a core on a busy machine counts nothing) for the timed runs, after an
+(``time.thread_time``: a thread waiting for a core on a busy machine counts nothing) for the timed runs (a wrapped
+call inside another, as a stream's ``read_into`` calls its file's, is counted once), after an
 untimed run has compiled or loaded them all. A run's CPU time (``getrusage``: every thread of the process) minus the
 time inside kernels and file reads is the time in Python and in the C code Python calls (numpy, zstd), the part that
 holds the GIL and that two parse threads serialize on. The wrapper's own time outside the timed call (a Python
@@ -20,6 +21,7 @@ import collections
 import resource
 import statistics
 import sys
+import threading
 import time
 
 import numba
@@ -43,6 +45,7 @@ class KernelClock:
         self.seconds = 0.0
         self.calls = collections.Counter()
         self._undo = []
+        self._inside = threading.local()  # a wrapped call made inside another (a stream's read_into) counts once
 
     def __enter__(self):
         wrappers = {}
@@ -63,12 +66,16 @@ class KernelClock:
         name = getattr(function, "py_func", function).__name__
 
         def timed(*args, **kwargs):
+            if getattr(self._inside, "depth", 0):
+                return function(*args, **kwargs)
+            self._inside.depth = 1
             t0 = time.thread_time()
             try:
                 return function(*args, **kwargs)
             finally:
                 self.seconds += time.thread_time() - t0  # += on a float attribute: whole under the GIL
                 self.calls[name] += 1
+                self._inside.depth = 0
 
         return timed
 

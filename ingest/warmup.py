@@ -27,7 +27,7 @@ _log = logging.getLogger("ingest")
 # kernel groups: (module of ingest._native, kernel names), and about how long they take to compile cold,
 # measured on the 2-core machine of benchmarks/README.md (bench_startup.py)
 KERNELS = {
-    "text": (("text", ("parse_text_chunk",)), ("columns", ("count_rows", "fill_rows"))),
+    "text": (("text", ("parse_text_chunk",)), ("columns", ("region_offsets", "region_room", "region_decoded"))),
     "pb": (
         ("protobuf", ("decode_chunk", "trim_rows")),
         ("columns", ("region_offsets", "region_room", "region_decoded")),

@@ -52,7 +52,8 @@ from .protobuf_codes import (
     STATE_SLOTS,
     REGION_FULL,
 )
-from .protobuf_parts import _GUESSES, Columns, RecordScratch
+from .columns import Columns
+from .protobuf_parts import _GUESSES, RecordScratch
 from .protobuf_parts import BlockParts, DecodeOptions, FeatureLayout, Rows  # noqa: F401 - the front end builds these
 from .protobuf_record import _decode_record
 from .protobuf_wire import _len_field, _skip, _tag, _u32, _varint

@@ -40,9 +40,6 @@ FeatureLayout = bundle(
     tab_feats="i8[:]",
     tab_feat_off="i8[:]",
 )
-# The sparse columns of a chunk (protobuf module): ids, high ids, values (float32, or their bits inside a record),
-# and per feature where its region starts, is filled up to and ends.
-Columns = bundle("Columns", keys="i8[:]", hkeys="i8[:]", values="f4[:]", first="i8[:]", cur="i8[:]", lim="i8[:]")
 # Everything else a chunk's records are decoded into, and the error table and state of the call.
 Rows = bundle(
     "Rows",

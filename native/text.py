@@ -1,9 +1,9 @@
 """Kernels of the text sample format (docs/formats.md, text samples).
 
-``parse_text_chunk`` reads whole lines of one chunk of one work unit into scratch arrays:
-a token stream of the declared sparse features in input order, dense rows, labels,
-timestamps, sample-id bytes and group starts.  ``columns.count_rows`` and ``columns.fill_rows``
-then turn the token stream into feature-major CSR arrays owned by a block.
+``parse_text_chunk`` reads whole lines of one chunk of one work unit: the ids and values of each
+declared sparse feature straight into its region of the block's columns (``columns.Columns``, as
+the pb decoder does; ``ends[row, f]`` is where each row of feature ``f`` ends there), and dense rows,
+labels, timestamps, sample-id bytes and group starts into scratch arrays.
 
 Chunks end at group boundaries: unless ``final`` is set, the group that was still open
 when the bytes ran out is held back (``consumed`` points at its first line) so that it is
@@ -82,15 +82,11 @@ DenseColumns = bundle(
     out_base="i8[:]",
     out_width="i8[:]",
 )
-# What a chunk is parsed into: the token stream of the sparse features (feature, key, value; ``row_tok`` where each
-# row's tokens start), dense rows, labels, timestamps, sample ids, group starts, the error table; ``dn_seen`` is
-# per-line scratch.
+# What a chunk is parsed into besides the sparse columns: where each row of each sparse feature ends in them, dense
+# rows, labels, timestamps, sample ids, group starts, the error table; ``dn_seen`` is per-line scratch.
 TextOutputs = bundle(
     "TextOutputs",
-    tok_feat="i4[:]",
-    tok_key="i8[:]",
-    tok_val="f4[:]",
-    row_tok="i8[:]",
+    ends="i8[:, :]",
     dense="f4[:, :]",
     labels="f4[:, :]",
     timestamps="i8[:]",
@@ -127,22 +123,22 @@ def _entry_name(buf, q, b, guess, j, slots, names, name_off):
 
 
 @helper
-def _parse_sparse_field(buf, a, b, slots, names, name_off, guess, tok_feat, tok_key, tok_val, ntok):
-    """Append the tokens of declared features in ``buf[a:b]``; ``guess`` holds the features the previous line
-    named, entry by entry (``_entry_name``).
+def _parse_sparse_field(buf, a, b, slots, names, name_off, guess, keys, values, cur, lim):
+    """Append the ids and values of declared features in ``buf[a:b]`` to their regions (``cur[f]`` is the next
+    free place of feature ``f``'s, ``lim[f]`` its end); ``guess`` holds the features the previous line named,
+    entry by entry (``_entry_name``).
 
-    Returns ``(ntok, code, bad_start, bad_end, feature)``; code 0 is success.
+    Returns ``(code, bad_start, bad_end, feature)``; code 0 is success.
     """
-    cap = len(tok_key)
     q = a
     if q == b:
-        return ntok, 0, 0, 0, -1
+        return 0, 0, 0, -1
     j = 0
     while True:
         f, at = _entry_name(buf, q, b, guess, j, slots, names, name_off)
         j += 1
         if at == b or buf[_u(at)] == _SEMI:
-            return ntok, MISSING_AT, q, at, -1
+            return MISSING_AT, q, at, -1
         e = at + 1
         if f < 0:  # undeclared: skip without looking at the tokens
             while e < b and buf[_u(e)] != _SEMI:
@@ -156,20 +152,20 @@ def _parse_sparse_field(buf, a, b, slots, names, name_off, guess, tok_feat, tok_
                     vs = k + 1
                     val, k, st = scan_float_until(buf, vs, b, _COMMA, _SEMI)
                     if st != 0:
-                        return ntok, BAD_VALUE, vs, k, f
+                        return BAD_VALUE, vs, k, f
                 elif st != 0 or (k < b and buf[_u(k)] != _COMMA and buf[_u(k)] != _SEMI):
                     te = k
                     while te < b and buf[_u(te)] != _COMMA and buf[_u(te)] != _SEMI:
                         te += 1
                     if te == t:
-                        return ntok, EMPTY_TOKEN, t, te, f
-                    return ntok, (KEY_OVERFLOW if st == OVERFLOW else BAD_KEY), t, te, f
-                if ntok >= cap:
-                    return ntok, _NO_ROOM, 0, 0, f
-                tok_feat[ntok] = f
-                tok_key[ntok] = key
-                tok_val[ntok] = val
-                ntok += 1
+                        return EMPTY_TOKEN, t, te, f
+                    return (KEY_OVERFLOW if st == OVERFLOW else BAD_KEY), t, te, f
+                w = cur[f]
+                if w >= lim[f]:
+                    return _NO_ROOM, 0, 0, f
+                keys[w] = key
+                values[w] = val
+                cur[f] = w + 1
                 if k >= b or buf[_u(k)] == _SEMI:
                     e = k
                     break
@@ -177,7 +173,7 @@ def _parse_sparse_field(buf, a, b, slots, names, name_off, guess, tok_feat, tok_
         if e >= b:
             break
         q = e + 1
-    return ntok, 0, 0, 0, -1
+    return 0, 0, 0, -1
 
 
 @helper
@@ -294,26 +290,32 @@ def _same_bytes(buf, a0, a1, b0, b1):
     return True
 
 
-@kernel
-def parse_text_chunk(buf, start, end, final, options, sp_table, dn_table, dense_columns, out):
-    """Parse the whole lines of ``buf[start:end]`` into the scratch arrays.
+@helper
+def _rewind(first, cur, ends, rows):
+    """Drop what the sparse regions took past row ``rows - 1``: the rows of an unfinished group, or of a bad line."""
+    for f in range(len(cur)):
+        cur[f] = ends[rows - 1, f] if rows > 0 else first[f]
 
-    Returns ``(status, consumed, lines, nrows, ngroups, ntok, nsid, nerr)``: the byte
+
+@kernel
+def parse_text_chunk(buf, start, end, final, options, sp_table, dn_table, dense_columns, cols, out):
+    """Parse the whole lines of ``buf[start:end]`` into the sparse regions of ``cols`` and the scratch arrays.
+
+    Returns ``(status, consumed, lines, nrows, ngroups, full, nsid, nerr)``: the byte
     position after the last line taken, lines taken (blank ones included), rows, groups
     (``group_start[:ngroups]`` are their first rows, ``group_pos[:ngroups]`` the positions
-    in ``buf`` of their first lines), tokens, sample-id bytes and errors
-    (rows of ``errors``) produced.  Rows of lines that fail are rolled back; the error is
-    recorded and, with ``stop_on_error``, parsing stops right before that line.
+    in ``buf`` of their first lines), the sparse feature whose region was too small for the next
+    line (-1: none), sample-id bytes and errors (rows of ``errors``) produced.  Rows of lines that
+    fail are rolled back; the error is recorded and, with ``stop_on_error``, parsing stops right
+    before that line.  ``cols.cur`` is left where the rows taken end.
     """
     stop_on_error, label_count, max_group_size = options
     sp_slots, sp_names, sp_name_off = sp_table
     dn_slots, dn_names, dn_name_off = dn_table
     dn_nvec, dn_elem_base, dn_elem_col, dn_out_base, dn_out_width = dense_columns
+    keys, _, values, first, cur, lim = cols
     (
-        tok_feat,
-        tok_key,
-        tok_val,
-        row_tok,
+        ends,
         dense,
         labels,
         timestamps,
@@ -324,7 +326,7 @@ def parse_text_chunk(buf, start, end, final, options, sp_table, dn_table, dense_
         errors,
         dn_seen,
     ) = out
-    row_cap = len(row_tok) - 1
+    row_cap = len(timestamps)
     sid_cap = len(sid_bytes)
     err_cap = errors.shape[0]
     n_dense = len(dn_nvec)
@@ -333,7 +335,6 @@ def parse_text_chunk(buf, start, end, final, options, sp_table, dn_table, dense_
     line = 0
     nrows = 0
     ngroups = 0
-    ntok = 0
     nsid = 0
     nerr = 0
     prev_gid_s = -1  # group id of the previous non-blank line
@@ -344,12 +345,10 @@ def parse_text_chunk(buf, start, end, final, options, sp_table, dn_table, dense_
     c_line = 0
     c_rows = 0
     c_groups = 0
-    c_tok = 0
     c_sid = 0
     c_err = 0
     pipes = np.empty(6, dtype=np.int64)
     sp_guess = np.full(_GUESSED_ENTRIES, -1, dtype=np.int32)
-    row_tok[0] = 0
     sid_off[0] = 0
 
     while pos < end:
@@ -385,7 +384,6 @@ def parse_text_chunk(buf, start, end, final, options, sp_table, dn_table, dense_
             c_line = line
             c_rows = nrows
             c_groups = ngroups
-            c_tok = ntok
             c_sid = nsid
             c_err = nerr
             group_start[ngroups] = nrows
@@ -397,7 +395,8 @@ def parse_text_chunk(buf, start, end, final, options, sp_table, dn_table, dense_
         prev_gid_e = gid_e
 
         if nrows >= row_cap or nsid + (pipes[0] - pos if npipe > 0 else 0) > sid_cap:
-            return FULL, c_pos, c_line, c_rows, c_groups, c_tok, c_sid, c_err
+            _rewind(first, cur, ends, c_rows)
+            return FULL, c_pos, c_line, c_rows, c_groups, -1, c_sid, c_err
 
         # parse the line into row nrows
         code = 0
@@ -405,7 +404,6 @@ def parse_text_chunk(buf, start, end, final, options, sp_table, dn_table, dense_
         bad_e = line_end
         field = F_LINE
         feat = -1
-        tok0 = ntok
         if npipe < 4:
             code = TOO_FEW_FIELDS
         elif npipe > 5:
@@ -413,21 +411,12 @@ def parse_text_chunk(buf, start, end, final, options, sp_table, dn_table, dense_
             bad_s = pipes[5]
         if code == 0:
             field = F_SPARSE
-            ntok, code, bad_s, bad_e, feat = _parse_sparse_field(
-                buf,
-                pipes[1] + 1,
-                pipes[2],
-                sp_slots,
-                sp_names,
-                sp_name_off,
-                sp_guess,
-                tok_feat,
-                tok_key,
-                tok_val,
-                ntok,
+            code, bad_s, bad_e, feat = _parse_sparse_field(
+                buf, pipes[1] + 1, pipes[2], sp_slots, sp_names, sp_name_off, sp_guess, keys, values, cur, lim
             )
             if code == _NO_ROOM:
-                return FULL, c_pos, c_line, c_rows, c_groups, c_tok, c_sid, c_err
+                _rewind(first, cur, ends, c_rows)
+                return FULL, c_pos, c_line, c_rows, c_groups, feat, c_sid, c_err
         if code == 0:
             field = F_DENSE
             for d in range(n_dense):
@@ -462,7 +451,8 @@ def parse_text_chunk(buf, start, end, final, options, sp_table, dn_table, dense_
 
         if code != 0:
             if nerr >= err_cap:
-                return FULL, c_pos, c_line, c_rows, c_groups, c_tok, c_sid, c_err
+                _rewind(first, cur, ends, c_rows)
+                return FULL, c_pos, c_line, c_rows, c_groups, -1, c_sid, c_err
             errors[nerr, E_CODE] = code
             errors[nerr, E_LINE] = line
             errors[nerr, E_LINE_START] = pos
@@ -471,11 +461,11 @@ def parse_text_chunk(buf, start, end, final, options, sp_table, dn_table, dense_
             errors[nerr, E_FIELD] = field
             errors[nerr, E_FEATURE] = feat
             nerr += 1
-            ntok = tok0
+            _rewind(first, cur, ends, nrows)
             if stop_on_error:
                 if group_start[ngroups - 1] == nrows:
                     ngroups -= 1
-                return STOPPED_AT_ERROR, pos, line, nrows, ngroups, ntok, nsid, nerr
+                return STOPPED_AT_ERROR, pos, line, nrows, ngroups, -1, nsid, nerr
         else:
             for d in range(n_dense):
                 if not dn_seen[d]:
@@ -486,8 +476,9 @@ def parse_text_chunk(buf, start, end, final, options, sp_table, dn_table, dense_
             for k in range(sid_len):
                 sid_bytes[nsid + k] = buf[_u(pos + k)]
             nsid += sid_len
+            for f in range(len(cur)):
+                ends[nrows, f] = cur[f]
             nrows += 1
-            row_tok[nrows] = ntok
             sid_off[nrows] = nsid
         pos = next_pos
         line += 1
@@ -495,5 +486,6 @@ def parse_text_chunk(buf, start, end, final, options, sp_table, dn_table, dense_
     if pos >= end and final:
         if ngroups > 0 and group_start[ngroups - 1] == nrows:
             ngroups -= 1
-        return DONE, end, line, nrows, ngroups, ntok, nsid, nerr
-    return DONE, c_pos, c_line, c_rows, c_groups, c_tok, c_sid, c_err
+        return DONE, end, line, nrows, ngroups, -1, nsid, nerr
+    _rewind(first, cur, ends, c_rows)
+    return DONE, c_pos, c_line, c_rows, c_groups, -1, c_sid, c_err

@@ -1,7 +1,6 @@
 """The pb/spb decoder against the protobuf library, and its errors."""
 
 import ast
-import contextlib
 import random
 import struct
 import subprocess
@@ -15,12 +14,14 @@ import ingest
 from ingest import sample_pb2 as pb
 from ingest.features import Schema, make_feature
 from ingest.formats import protobuf as pf
+from ingest.formats.base import Room
 from ingest.formats.protobuf import ProtobufDecodeError, ProtobufFormat
 from ingest.pipeline.batcher import BatchBuilder, cut_batches
 from ingest.sources import FileRange
 
 from conftest import ROOT, as_plain, flatten
 from pbwire import encode, expected_samples, frame, length_delimited, tag, varint
+from regions import fill_columns_with_garbage, room_to_spare
 
 SPARSE = {"a": 0, "b": 1, "c": 2}
 DENSE_NVEC = {"d": 3, "e": 2}
@@ -40,15 +41,7 @@ def _scratch_full_of_garbage(monkeypatch):
                 array.view(np.uint8).fill(0xA5)
 
     monkeypatch.setattr(pf._Scratch, "__init__", init_with_garbage)
-    columns = pf._columns
-
-    def columns_of_garbage(total):
-        arrays = columns(total)
-        for array in arrays:
-            array.view(np.uint8).fill(0xA5)
-        return arrays
-
-    monkeypatch.setattr(pf, "_columns", columns_of_garbage)
+    fill_columns_with_garbage(monkeypatch)
 
 
 def test_generated_code_matches_schema(tmp_path):
@@ -171,7 +164,7 @@ def _decode(
     pad=False,
     split_group=True,
     errors=None,
-    spare=pf._Room.SPARE,
+    spare=Room.SPARE,
 ):
     """The samples the reader's kernels make of ``data``; ``spare`` 0 gives the sparse columns no room to spare,
     so that blocks are cut short where a feature's ids outgrow what the unit had so far."""
@@ -182,20 +175,11 @@ def _decode(
     )
     blocks = fmt.read_unit(FileRange(0, str(path), 0, None, len(data), None))
     out = []
-    with _room_to_spare(spare):
+    with room_to_spare(spare):
         for batch in cut_batches(blocks, BatchBuilder(schema, batch_size, pad), split_group=split_group):
             batch.validate()
             out.extend(flatten(batch))
     return out
-
-
-@contextlib.contextmanager
-def _room_to_spare(spare):
-    default, pf._Room.SPARE = pf._Room.SPARE, spare
-    try:
-        yield
-    finally:
-        pf._Room.SPARE = default
 
 
 def _expected(records, schema, simple, mask):
@@ -225,7 +209,7 @@ def _plain_f32(samples):
     batch=st.tuples(st.integers(1, 6), st.booleans(), st.booleans()),
     mask=st.sampled_from([None, "101"]),
     cut=st.integers(-2, 2),
-    spare=st.sampled_from([0, pf._Room.SPARE]),
+    spare=st.sampled_from([0, Room.SPARE]),
 )
 def test_decoder_matches_protobuf(
     tmp_path, data, label_count, tables, simple, seed, chunk_bytes, batch, mask, cut, spare
@@ -289,25 +273,28 @@ def test_canonical_fast_path_agrees_with_protobuf(tmp_path, feature):
     data=st.data(),
     filled=st.integers(0, 1 << 20),
     consumed=st.integers(0, 3),
+    value_bytes=st.sampled_from([2, 4]),  # text, pb
+    high_keys=st.booleans(),
 )
-def test_region_room_matches_twin(ids, data, filled, consumed):
+def test_region_room_matches_twin(ids, data, filled, consumed, value_bytes, high_keys):
     """The regions of a chunk (``region_room``) and the count of what it decoded (``region_decoded``) against
     numpy formulas: ids a byte seen so far, scaled to the chunk, a fifth more and the spare, at least the floor."""
     n = len(ids)
-    # a value takes 4 bytes or more: the ids came from at least 4 bytes each
-    seen = data.draw(st.integers(4 * sum(ids), 1 << 30)) if sum(ids) else data.draw(st.sampled_from([0, 1 << 20]))
+    # a value takes value_bytes or more: the ids came from at least that many bytes each
+    seen = data.draw(st.integers(value_bytes * sum(ids), 1 << 30) if sum(ids) else st.sampled_from([0, 1 << 20]))
     floor = np.array(data.draw(st.lists(st.integers(0, 1 << 16), min_size=n, max_size=n)), np.int64)
-    room = pf._Room(n)
+    room = Room(n, value_bytes, high_keys)
     room.ids[:], room.bytes, room.floor[:] = ids, seen, floor
     cols = room.columns(filled)
     first, cur, lim, keys = cols.first, cols.cur, cols.lim, cols.keys
     if seen:
         want = (np.array(ids, np.int64) * (1.2 * filled / seen)).astype(np.int64) + room.SPARE
     else:
-        want = np.full(n, filled // (4 * max(n, 1)) + room.SPARE, np.int64)
+        want = np.full(n, filled // (value_bytes * max(n, 1)) + room.SPARE, np.int64)
     want = np.maximum(want, floor)
     assert lim.tolist() == np.cumsum(want).tolist() and (lim - first).tolist() == want.tolist()
-    assert cur.tolist() == first.tolist() and len(keys) == int(want.sum())
+    assert cur.tolist() == first.tolist() and len(keys) == len(cols.values) == int(want.sum())
+    assert len(cols.hkeys) == (len(keys) if high_keys else 0)
     wrote = [data.draw(st.integers(0, int(w))) for w in want]
     cur += np.array(wrote, np.int64)
     room.decoded(consumed)
@@ -395,12 +382,12 @@ def test_columns_outgrown_mid_unit_cut_blocks_short_and_lose_nothing(tmp_path):
     want = _plain_f32(_expected([pb.SampleGroup.FromString(r) for r in records], schema, False, None))
     data = frame(records)
     blocks = {}
-    for spare in (0, pf._Room.SPARE):
+    for spare in (0, Room.SPARE):
         assert _decode(tmp_path, data, schema, False, 4096, spare=spare) == want
-        with _room_to_spare(spare):
+        with room_to_spare(spare):
             unit = FileRange(0, str(tmp_path / "x.pb"), 0, None, len(data), None)
             blocks[spare] = len(list(ProtobufFormat(schema, chunk_bytes=4096).read_unit(unit)))
-    assert blocks[0] > blocks[pf._Room.SPARE]  # not vacuous: without room to spare, blocks were cut short
+    assert blocks[0] > blocks[Room.SPARE]  # not vacuous: without room to spare, blocks were cut short
 
 
 def test_hkeys_come_out_as_pairs(tmp_path):

@@ -1,15 +1,23 @@
 """The text kernels against the pure-Python twins of tests/naive.py on generated input."""
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from ingest._native import numbers as N
 from ingest.features import Schema, make_feature
+from ingest.formats.base import Room
 from ingest.formats.text import TextFormat
 from ingest.sources import FileRange
 
 import naive
+from regions import fill_columns_with_garbage, room_to_spare
+
+
+@pytest.fixture(autouse=True)
+def _columns_of_garbage(monkeypatch):
+    fill_columns_with_garbage(monkeypatch)
 
 
 _int_tokens = st.one_of(
@@ -167,7 +175,7 @@ def _declared(cutoffs, mask):
     return sparse, dense
 
 
-def _kernel_samples(tmp_path, data, sparse, dense, label_count, max_group_size, chunk_bytes):
+def _kernel_samples(tmp_path, data, sparse, dense, label_count, max_group_size, chunk_bytes, spare=Room.SPARE):
     specs = [make_feature(n, "sparse", cutoff=c) for n, c in sparse.items()]
     specs += [make_feature(n, "dense", nvec=nvec, mask=mask) for n, (nvec, mask) in dense.items()]
     errors = []
@@ -176,7 +184,8 @@ def _kernel_samples(tmp_path, data, sparse, dense, label_count, max_group_size, 
     )
     path = tmp_path / "lines.txt"
     path.write_bytes(data)
-    blocks = list(fmt.read_unit(FileRange(0, str(path), 0, None, len(data), None)))
+    with room_to_spare(spare):
+        blocks = list(fmt.read_unit(FileRange(0, str(path), 0, None, len(data), None)))
     samples = []
     for blk in blocks:
         starts = set(blk.group_offsets[:-1].tolist())
@@ -225,15 +234,41 @@ def _assert_same_samples(got, want):
     label_count=st.integers(0, 2),
     max_group_size=st.sampled_from([1, 2, 3, 8192]),
     chunk_bytes=st.sampled_from([16, 64, 1 << 20]),
+    spare=st.sampled_from([0, Room.SPARE]),
 )
 def test_text_parser_matches_twin(
-    tmp_path, lines, crlf, last_newline, cutoffs, mask, label_count, max_group_size, chunk_bytes
+    tmp_path, lines, crlf, last_newline, cutoffs, mask, label_count, max_group_size, chunk_bytes, spare
 ):
-    """Values, groups and errors of the kernel path equal the twin's, whatever the chunking."""
+    """Values, groups and errors of the kernel path equal the twin's, whatever the chunking, and however short the
+    sparse regions of a chunk are."""
     end = "\r\n" if crlf else "\n"
     data = end.join(lines).encode() + (end.encode() if last_newline and lines else b"")
     sparse, dense = _declared(cutoffs, mask)
     want, want_errors = naive.parse_text(data, sparse, dense, label_count, max_group_size)
-    got, got_errors = _kernel_samples(tmp_path, data, sparse, dense, label_count, max_group_size, chunk_bytes)
+    got, got_errors = _kernel_samples(tmp_path, data, sparse, dense, label_count, max_group_size, chunk_bytes, spare)
     _assert_same_samples(got, want)
     assert got_errors == want_errors
+
+
+def test_regions_too_small_cut_blocks_short_and_lose_nothing(tmp_path):
+    """A feature whose share of the ids grows past what the unit had so far fills its region of a chunk before the
+    chunk ends: the block is cut short there (a FULL), and the next one goes on from that sample."""
+
+    def ids(i, n):
+        return ",".join(str(i * 100 + k) for k in range(n))
+
+    many = [(1, 20) if i < 100 else (20, 1) for i in range(200)]  # ids of a and b: b's share first, then a's
+    lines = [f"s{i}|g{i}|a@{ids(i, na)};b@{ids(i, nb)}||1" for i, (na, nb) in enumerate(many)]
+    data = ("\n".join(lines) + "\n").encode()
+    sparse, dense = {"a": 0, "b": 0}, {}
+    want, want_errors = naive.parse_text(data, sparse, dense, 1)
+    blocks = {}
+    for spare in (0, Room.SPARE):
+        got, got_errors = _kernel_samples(tmp_path, data, sparse, dense, 1, 8192, 4096, spare)
+        _assert_same_samples(got, want)
+        assert got_errors == want_errors == []
+        fmt = TextFormat(Schema([make_feature(n, "sparse") for n in sparse], 1), chunk_bytes=4096)
+        with room_to_spare(spare):
+            unit = FileRange(0, str(tmp_path / "lines.txt"), 0, None, len(data), None)
+            blocks[spare] = len(list(fmt.read_unit(unit)))
+    assert blocks[0] > blocks[Room.SPARE]  # not vacuous: without room to spare, blocks were cut short

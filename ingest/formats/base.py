@@ -5,9 +5,10 @@ import time
 
 import numpy as np
 
+from .._native.columns import Columns, region_decoded, region_room
 from ..sources import UnitStream, read_into
 
-__all__ = ["UnitFormat", "ReadClock", "Kept", "refill", "grown", "whole_so_far"]
+__all__ = ["UnitFormat", "ReadClock", "Kept", "Room", "refill", "grown", "whole_so_far"]
 
 
 class Kept:
@@ -26,6 +27,43 @@ class Kept:
 
     def keep(self, kept):
         self._local.kept = kept
+
+
+class Room:
+    """How many ids each sparse feature's region of a chunk's columns holds (``columns.Columns``), from the ids a
+    byte seen so far in the unit, with a fifth more and ``SPARE`` to spare (``region_room``).  Too small a region
+    only cuts a block short (a FULL status); the sample that did not fit then gets the most a chunk can hold (a
+    value takes ``value_bytes`` or more).  Before any id is seen, every feature gets an even share of that most.
+    ``high_keys``: the format has 128-bit ids, and the columns an array of their high words."""
+
+    SPARE = 64
+
+    def __init__(self, nsparse, value_bytes, high_keys):
+        self.value_bytes = value_bytes
+        self.high_keys = high_keys
+        self.ids = np.zeros(nsparse, np.int64)
+        self.bytes = 0
+        self.floor = np.zeros(nsparse, np.int64)
+        # where each region starts, ends and is filled up to: a chunk's, reused (its Block keeps none of them)
+        self.first, self.cur, self.lim = (np.empty(nsparse, np.int64) for _ in range(3))
+
+    def columns(self, filled):
+        """The ``Columns`` for parsing ``filled`` bytes: their ``keys``, ``hkeys`` and ``values`` are the arrays
+        the chunk's Block keeps."""
+        total = region_room(
+            self.ids, self.bytes, filled, self.value_bytes, self.floor, self.SPARE, self.first, self.cur, self.lim
+        )
+        keys = np.empty(total, np.int64)
+        hkeys = np.empty(total if self.high_keys else 0, np.int64)
+        values = np.empty(total, np.float32)
+        return Columns(keys, hkeys, values, self.first, self.cur, self.lim).checked_when_debugging()
+
+    def decoded(self, consumed):
+        region_decoded(self.ids, self.first, self.cur, self.floor, consumed)
+        self.bytes += consumed
+
+    def too_small(self, feature, filled):
+        self.floor[feature] = filled // self.value_bytes + 1
 
 
 class ReadClock:

@@ -2,7 +2,7 @@
 
 Records are read into a reusable buffer; ``decode_chunk`` takes the whole records in it
 and the partial one at the end is kept for the next read.  It writes the sparse ids straight
-into the columns the Block keeps, a region per feature sized by ``_Room``.  Per chunk the
+into the columns the Block keeps, a region per feature sized by ``Room``.  Per chunk the
 Python work is O(tables): a kernel call, the offsets of each table and a Block.
 """
 
@@ -12,13 +12,13 @@ import threading
 import numpy as np
 
 from .._native import protobuf as K
-from .._native.columns import region_decoded, region_offsets, region_room
+from .._native.columns import region_offsets
 from .._native.names import build_name_table
 from ..errors import DataError
 from ..features import DenseLayout
 from ..blocks import Block, Table
 from ..sources.files.streams import skip
-from .base import Kept, UnitFormat, grown, refill, whole_so_far
+from .base import Kept, Room, UnitFormat, grown, refill, whole_so_far
 
 __all__ = [
     "ProtobufFormat",
@@ -91,39 +91,6 @@ class _Scratch:
             self.dense.shape[2],
             self.labels.shape[1],
         )
-
-
-def _columns(total):
-    """``keys``, ``hkeys`` and ``values`` of a chunk's sparse columns: the arrays its Block keeps."""
-    return np.empty(total, np.int64), np.empty(total, np.int64), np.empty(total, np.float32)
-
-
-class _Room:
-    """How many ids each sparse feature's region of a chunk's columns holds, from the ids a byte seen so far
-    in the unit, with a fifth more and ``SPARE`` to spare (``region_room``).  Too small a region only cuts a
-    block short (a FULL status); the record that did not fit then gets the most a record can hold (a value
-    takes 4 bytes or more).  Before any id is seen, every feature gets an even share of that most."""
-
-    SPARE = 64
-
-    def __init__(self, nsparse):
-        self.ids = np.zeros(nsparse, np.int64)
-        self.bytes = 0
-        self.floor = np.zeros(nsparse, np.int64)
-        # where each region starts, ends and is filled up to: a chunk's, reused (its Block keeps none of them)
-        self.first, self.cur, self.lim = (np.empty(nsparse, np.int64) for _ in range(3))
-
-    def columns(self, filled):
-        """The ``Columns`` for decoding ``filled`` bytes."""
-        total = region_room(self.ids, self.bytes, filled, self.floor, self.SPARE, self.first, self.cur, self.lim)
-        return K.Columns(*_columns(total), self.first, self.cur, self.lim).checked_when_debugging()  # its own arrays
-
-    def decoded(self, consumed):
-        region_decoded(self.ids, self.first, self.cur, self.floor, consumed)
-        self.bytes += consumed
-
-    def too_small(self, feature, filled):
-        self.floor[feature] = filled // 4 + 1
 
 
 def count_records_before(unit, offset, max_record):
@@ -311,7 +278,7 @@ class ProtobufFormat(UnitFormat):
         ).checked()
         scratch, room, buf = self._kept.take() or (
             self._new_scratch(),
-            _Room(len(self.schema.sparse)),
+            Room(len(self.schema.sparse), value_bytes=4, high_keys=True),
             np.empty(self.chunk_bytes, np.uint8),
         )
         try:

@@ -8,12 +8,12 @@ Python work is O(1): a kernel call, a few array copies and a Block.
 import numpy as np
 
 from .._native import text as K
-from .._native.columns import count_rows, fill_rows
+from .._native.columns import region_offsets
 from .._native.names import build_name_table
 from ..errors import TextParseError
 from ..features import DenseLayout
 from ..blocks import Block, Table, empty_aux_tables
-from .base import Kept, UnitFormat, grown, refill, whole_so_far
+from .base import Kept, Room, UnitFormat, grown, refill, whole_so_far
 
 __all__ = ["TextFormat", "group_start_at_or_after", "range_span", "count_lines_before"]
 
@@ -47,7 +47,6 @@ _KIND = {
 }
 
 _ALIGN_WINDOW = 1 << 16
-_NONE = np.empty(0, np.int64)
 
 
 def _reason(code, spec, label_count, text):
@@ -86,11 +85,8 @@ def _reason(code, spec, label_count, text):
 class _Scratch:
     """Reusable kernel outputs of one worker, grown when a chunk does not fit."""
 
-    def __init__(self, rows, tokens, sid_bytes, dense_width, label_count, n_dense):
-        self.tok_feat = np.empty(tokens, np.int32)
-        self.tok_key = np.empty(tokens, np.int64)
-        self.tok_val = np.empty(tokens, np.float32)
-        self.row_tok = np.empty(rows + 1, np.int64)
+    def __init__(self, rows, nsparse, sid_bytes, dense_width, label_count, n_dense):
+        self.ends = np.empty((rows, nsparse), np.int64)  # a row's ends side by side: one cache line a sample
         self.dense = np.empty((rows, dense_width), np.float32)
         self.labels = np.empty((rows, label_count), np.float32)
         self.timestamps = np.empty(rows, np.int64)
@@ -104,8 +100,8 @@ class _Scratch:
 
     def grown(self):
         return _Scratch(
-            2 * (len(self.row_tok) - 1),
-            2 * len(self.tok_key),
+            2 * len(self.timestamps),
+            self.ends.shape[1],
             2 * len(self.sid_bytes),
             self.dense.shape[1],
             self.labels.shape[1],
@@ -240,7 +236,7 @@ class TextFormat(UnitFormat):
         self._kept = Kept()
         # text carries table 0 only: features of aux tables stay empty
         self.sparse = list(schema.sparse_in(0))
-        self.feat_map = np.arange(len(self.sparse), dtype=np.int64)
+        self.columns_of_table = np.arange(len(self.sparse), dtype=np.int64)  # region_offsets: every one of table 0
         self.dense = list(schema.dense_in(0))
         self.sp_table = build_name_table([s.name for s in self.sparse])
         self.dn_table = build_name_table([s.name for s in self.dense])
@@ -253,7 +249,7 @@ class TextFormat(UnitFormat):
         rows = max(256, self.chunk_bytes // 256)
         return _Scratch(
             rows,
-            self.chunk_bytes // 4,
+            len(self.sparse),
             self.chunk_bytes // 8 + 4096,
             self.layout.total,
             self.schema.label_count,
@@ -270,7 +266,11 @@ class TextFormat(UnitFormat):
                 return
             f.seek(start)
         options = K.TextOptions(self.on_skip is None, int(self.schema.label_count), int(self.max_group_size)).checked()
-        scratch, buf = self._kept.take() or (self._new_scratch(), np.empty(self.chunk_bytes, np.uint8))
+        scratch, room, buf = self._kept.take() or (
+            self._new_scratch(),
+            Room(len(self.sparse), value_bytes=2, high_keys=False),  # the shortest id: a digit and a separator
+            np.empty(self.chunk_bytes, np.uint8),
+        )
         try:
             filled = 0
             base = start  # source offset of buf[0]
@@ -283,9 +283,12 @@ class TextFormat(UnitFormat):
                 if filled == 0:
                     return
                 final = whole_so_far(f, eof)
-                status, consumed, lines, nrows, ngroups, ntok, nsid, nerr = K.parse_text_chunk(
-                    buf, 0, filled, final, options, self.sp_table, self.dn_table, self.dense_columns, scratch.outputs
+                cols = room.columns(filled)
+                tables = (self.sp_table, self.dn_table, self.dense_columns)
+                status, consumed, lines, nrows, ngroups, full, nsid, nerr = K.parse_text_chunk(
+                    buf, 0, filled, final, options, *tables, cols, scratch.outputs
                 )
+                room.decoded(consumed)
                 errors = []
                 if nerr:
                     if line_base is None:
@@ -295,13 +298,15 @@ class TextFormat(UnitFormat):
                         for k in range(nerr)
                     ]
                 if nrows:
-                    yield self._block(scratch, nrows, ngroups, ntok, nsid, unit, base, base + consumed)
+                    yield self._block(scratch, cols, nrows, ngroups, nsid, unit, base, base + consumed)
                 if status == K.STOPPED_AT_ERROR:
                     raise errors[-1]
                 for err in errors:
                     self.on_skip(err)
                 if consumed == 0 and not (eof and status == K.DONE):
-                    if status == K.FULL:
+                    if status == K.FULL and full >= 0:
+                        room.too_small(full, filled)
+                    elif status == K.FULL:
                         scratch = scratch.grown()
                     else:  # one group larger than the buffer
                         buf = grown(buf, filled)
@@ -315,16 +320,12 @@ class TextFormat(UnitFormat):
                 if stop is not None and stop.is_set():
                     return
         finally:
-            self._kept.keep((scratch, buf))
+            self._kept.keep((scratch, room, buf))
 
-    def _block(self, s, nrows, ngroups, ntok, nsid, unit, start, end):
-        offsets = np.zeros((len(self.sparse), nrows + 1), np.int64)
-        tok0, tok1 = s.row_tok[:nrows], s.row_tok[1 : nrows + 1]
-        total = count_rows(s.tok_feat, tok0, tok1, nrows, self.feat_map, self.cutoff, 0, offsets)
-        keys = np.empty(total, np.int64)
-        values = np.empty(total, np.float32)
-        tokens = (s.tok_feat, s.tok_key, _NONE, s.tok_val)
-        fill_rows(tokens, tok0, tok1, nrows, self.feat_map, self.cutoff, offsets, keys, _NONE, values)
+    def _block(self, s, cols, nrows, ngroups, nsid, unit, start, end):
+        keys, values = cols.keys, cols.values
+        offsets = np.empty((len(self.sparse), nrows + 1), np.int64)
+        region_offsets(cols.first, s.ends, self.columns_of_table, nrows, self.cutoff, keys, cols.hkeys, values, offsets)
         dense = tuple(
             s.dense[:nrows, b : b + w].copy()  # a copy: the scratch is reused
             for b, w in zip(self.layout.first_col, self.layout.width)
@@ -332,7 +333,7 @@ class TextFormat(UnitFormat):
         group_offsets = np.empty(ngroups + 1, np.int64)
         group_offsets[:ngroups] = s.group_start[:ngroups]
         group_offsets[ngroups] = nrows
-        refer0, aux = empty_aux_tables(self.schema, group_offsets, total)
+        refer0, aux = empty_aux_tables(self.schema, group_offsets, 0)
         main = Table(nrows, offsets, dense, refer0)
         return Block(
             tables=(main, *aux),
