@@ -177,6 +177,7 @@ def _load8(buf, k):
 # Eight bytes at a time (SWAR): a word's bytes are flagged by their high bit.
 _ONES8 = np.uint64(0x0101010101010101)
 _HIGH_BITS = np.uint64(0x8080808080808080)
+_LOW_SEVENS = np.uint64(0x7F7F7F7F7F7F7F7F)
 _BYTE_INDEX = np.uint64(0x0001020304050607)  # (1 << 8k) * this >> 56 == k
 
 
@@ -278,7 +279,9 @@ def scan_float_until(buf, i, end, delim1, delim2):
         frac = k - f0
         nd += frac
     if 0 < nd <= 15 and (k == end or buf[_u(k)] == delim1 or buf[_u(k)] == delim2):
-        v = float(mant) / _EXACT_POW10[frac]
+        v = float(mant)
+        if frac:  # an integer value, the common weight of a count, skips the division
+            v /= _EXACT_POW10[frac]
         return (-v if neg else v), k, OK
     while k < end and buf[_u(k)] != delim1 and buf[_u(k)] != delim2:
         k += 1

@@ -6,9 +6,7 @@ import numpy as np
 
 from .index import _u
 from .jit import helper, inline
-from .numbers import _HIGH_BITS, _load8, _lowest_flag
-
-_LOW_SEVENS = np.uint64(0x7F7F7F7F7F7F7F7F)
+from .numbers import _HIGH_BITS, _LOW_SEVENS, _load8, _lowest_flag
 
 
 @inline

@@ -23,7 +23,6 @@ from .numbers import (
     _load8,
     _lowest_flag,
     _zero_bytes,
-    scan_float,
     scan_float_until,
     scan_int64,
     scan_int64_prefix,
@@ -64,7 +63,7 @@ E_CODE, E_LINE, E_LINE_START, E_BAD_START, E_BAD_END, E_FIELD, E_FEATURE = range
 ERROR_COLUMNS = 7
 
 _PIPE, _NL, _CR, _AT, _SEMI, _COMMA, _COLON = 124, 10, 13, 64, 59, 44, 58
-_GUESSED_ENTRIES = 64  # sparse entries of a line whose feature the next line guesses (_entry_name)
+_GUESSED_ENTRIES = 64  # sparse or dense entries of a line whose feature the next line guesses (_entry_name)
 _NL8 = np.uint64(0x0A0A0A0A0A0A0A0A)
 _PIPE8 = np.uint64(0x7C7C7C7C7C7C7C7C)
 
@@ -145,6 +144,8 @@ def _parse_sparse_field(buf, a, b, slots, names, name_off, guess, keys, values, 
                 e += 1
         else:
             t = at + 1
+            w = cur[f]  # kept in a register for the entry: a store to keys may alias cur for the compiler
+            room = lim[f]
             while True:
                 key, k, st = scan_int64_prefix(buf, t, b)
                 val = 1.0
@@ -160,16 +161,16 @@ def _parse_sparse_field(buf, a, b, slots, names, name_off, guess, keys, values, 
                     if te == t:
                         return EMPTY_TOKEN, t, te, f
                     return (KEY_OVERFLOW if st == OVERFLOW else BAD_KEY), t, te, f
-                w = cur[f]
-                if w >= lim[f]:
+                if w >= room:
                     return _NO_ROOM, 0, 0, f
                 keys[w] = key
                 values[w] = val
-                cur[f] = w + 1
+                w += 1
                 if k >= b or buf[_u(k)] == _SEMI:
                     e = k
                     break
                 t = k + 1
+            cur[f] = w
         if e >= b:
             break
         q = e + 1
@@ -177,21 +178,20 @@ def _parse_sparse_field(buf, a, b, slots, names, name_off, guess, keys, values, 
 
 
 @helper
-def _parse_dense_field(buf, a, b, slots, names, name_off, nvec, elem_base, elem_col, row, seen):
-    """Write declared dense vectors of ``buf[a:b]`` into ``row`` (masked columns).
+def _parse_dense_field(buf, a, b, slots, names, name_off, guess, nvec, elem_base, elem_col, row, seen):
+    """Write declared dense vectors of ``buf[a:b]`` into ``row`` (masked columns); ``guess`` as for the sparse field.
 
     Returns ``(code, bad_start, bad_end, feature)``.
     """
     q = a
     if q == b:
         return 0, 0, 0, -1
+    j = 0
     while True:
-        at = q
-        while at < b and buf[_u(at)] != _AT and buf[_u(at)] != _SEMI:
-            at += 1
+        d, at = _entry_name(buf, q, b, guess, j, slots, names, name_off)
+        j += 1
         if at == b or buf[_u(at)] == _SEMI:
             return MISSING_AT, q, at, -1
-        d = lookup_name(buf, q, at, slots, names, name_off)
         e = at + 1
         if d < 0:
             while e < b and buf[_u(e)] != _SEMI:
@@ -230,10 +230,7 @@ def _parse_labels(buf, a, b, row, label_count):
     if a < b:
         t = a
         while True:
-            te = t
-            while te < b and buf[_u(te)] != _COMMA:
-                te += 1
-            v, st = scan_float(buf, t, te)
+            v, te, st = scan_float_until(buf, t, b, _COMMA, _COMMA)
             if st != 0:
                 return BAD_LABEL, t, te
             if n < label_count:
@@ -349,6 +346,7 @@ def parse_text_chunk(buf, start, end, final, options, sp_table, dn_table, dense_
     c_err = 0
     pipes = np.empty(6, dtype=np.int64)
     sp_guess = np.full(_GUESSED_ENTRIES, -1, dtype=np.int32)
+    dn_guess = np.full(_GUESSED_ENTRIES, -1, dtype=np.int32)
     sid_off[0] = 0
 
     while pos < end:
@@ -428,6 +426,7 @@ def parse_text_chunk(buf, start, end, final, options, sp_table, dn_table, dense_
                 dn_slots,
                 dn_names,
                 dn_name_off,
+                dn_guess,
                 dn_nvec,
                 dn_elem_base,
                 dn_elem_col,
