@@ -284,9 +284,17 @@ class TextFormat(UnitFormat):
                     return
                 final = whole_so_far(f, eof)
                 cols = room.columns(filled)
-                tables = (self.sp_table, self.dn_table, self.dense_columns)
                 status, consumed, lines, nrows, ngroups, full, nsid, nerr = K.parse_text_chunk(
-                    buf, 0, filled, final, options, *tables, cols, scratch.outputs
+                    buf,
+                    0,
+                    filled,
+                    final,
+                    options,
+                    self.sp_table,
+                    self.dn_table,
+                    self.dense_columns,
+                    cols,
+                    scratch.outputs,
                 )
                 room.decoded(consumed)
                 errors = []
