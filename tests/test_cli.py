@@ -162,6 +162,8 @@ def test_an_unreachable_scheduler_is_an_error_within_10_s(tmp_path, capsys):
     import socket
     import time
 
+    import distributed  # noqa: F401 - imported before the clock starts: a cold import takes seconds on a busy machine
+
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
