@@ -27,10 +27,13 @@ _log = logging.getLogger("ingest")
 # kernel groups: (module of ingest._native, kernel names), and about how long they take to compile cold,
 # measured on the 2-core machine of benchmarks/README.md (bench_startup.py)
 KERNELS = {
-    "text": (("text", ("parse_text_chunk",)), ("columns", ("region_offsets", "region_room", "region_decoded"))),
+    "text": (
+        ("text", ("parse_text_chunk",)),
+        ("columns", ("region_offsets", "region_room", "region_decoded", "trim_rows")),
+    ),
     "pb": (
-        ("protobuf", ("decode_chunk", "trim_rows")),
-        ("columns", ("region_offsets", "region_room", "region_decoded")),
+        ("protobuf", ("decode_chunk",)),
+        ("columns", ("region_offsets", "region_room", "region_decoded", "trim_rows")),
     ),
     "scan-text": (("scan", ("scan_names",)),),
     "scan-pb": (("protobuf", ("scan_record_names",)),),

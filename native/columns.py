@@ -1,18 +1,53 @@
-"""Sparse CSR columns of a table, from what the parse kernels write.
+"""What a chunk's Block keeps of what the parse kernels write: sparse CSR columns, and the rest of its rows.
 
 The text and pb parsers write each sparse feature's values straight into a region of its own
 (``Columns``), sized by ``region_room``; ``region_offsets`` makes the table's offsets of where its
-rows end (and applies cutoffs).
+rows end (and applies cutoffs).  Everything else a parser writes into its reused scratch (``ChunkRows``),
+``trim_rows`` copies into arrays of the Block's own (``BlockParts``).
 """
 
 import numpy as np
 
 from .bundles import bundle
+from .index import _u
 from .jit import brief, kernel
 
 # The sparse columns of a chunk: ids, high ids (length 0 when the format has none), values (the pb decoder writes
 # them as their float32 bits), and per feature where its region starts, is filled up to and ends.
 Columns = bundle("Columns", keys="i8[:]", hkeys="i8[:]", values="f4[:]", first="i8[:]", cur="i8[:]", lim="i8[:]")
+# The rest of a chunk's rows, in a parser's scratch (more rows than the chunk's): per table its rows, refers (the row
+# of the next table each row refers to) and dense columns; labels, timestamps, sample ids and their offsets, where
+# each group starts and its position in the source.  Text fills table 0 only.
+ChunkRows = bundle(
+    "ChunkRows",
+    tab_rows="i8[:]",
+    refer="i8[:, :]",
+    dense="f4[:, :, :]",
+    labels="f4[:, :]",
+    timestamps="i8[:]",
+    sid_bytes="u1[:]",
+    sid_off="i8[:]",
+    group_start="i8[:]",
+    group_pos="i8[:]",
+)
+# What a chunk's Block keeps of its ``ChunkRows``, in arrays of the block's sizes (``trim_rows`` fills them): every
+# dense feature's columns over its table's rows, one after the other in ``dense`` (feature k's from ``dense_at[k]``),
+# every table's refer but the last one's in ``refer`` (table t's from ``refer_at[t]``), labels, timestamps, sample
+# ids, the group offsets and the groups' positions in the source.  Flat arrays, not tuples: a kernel compiles once
+# per tuple length, and these lengths are the schema's.
+BlockParts = bundle(
+    "BlockParts",
+    dense="f4[:]",
+    dense_at="i8[:]",
+    refer="i8[:]",
+    refer_at="i8[:]",
+    labels="f4[:, :]",
+    timestamps="i8[:]",
+    sid_bytes="u1[:]",
+    sid_offsets="i8[:]",
+    group_offsets="i8[:]",
+    group_pos="i8[:]",
+)
 
 
 @kernel
@@ -84,3 +119,38 @@ def region_decoded(ids, first, cur, floor, consumed):
         ids[f] += cur[f] - first[f]
         if consumed:
             floor[f] = 0
+
+
+@kernel
+def trim_rows(rows, dense_cols, start, out):
+    """Copy what a chunk's Block keeps of ``rows`` (``ChunkRows``, as the parser left them) into ``out``
+    (``BlockParts``, sized by the front end from the rows of each table, samples, groups and sample-id bytes): dense
+    feature ``k``, ``dense_cols[k, 2]`` columns from column ``dense_cols[k, 1]`` of table ``dense_cols[k, 0]``, row by
+    row; the refer of every table but the last; labels, timestamps, sample ids and their offsets; the group offsets
+    (ending at the sample count) and the groups' positions plus ``start``.  One call without the GIL where numpy took
+    a dozen, each a few microseconds of Python a chunk (a text chunk's strided dense copies ~35 us).  Unsigned
+    indices let LLVM vectorise the copies."""
+    for k in range(dense_cols.shape[0]):
+        t, b, w = dense_cols[k, 0], dense_cols[k, 1], dense_cols[k, 2]
+        at = out.dense_at[k]
+        for r in range(rows.tab_rows[t]):
+            for c in range(w):
+                out.dense[_u(at + r * w + c)] = rows.dense[_u(t), _u(r), _u(b + c)]
+    for t in range(len(rows.tab_rows) - 1):
+        at = out.refer_at[t]
+        for r in range(rows.tab_rows[t]):
+            out.refer[_u(at + r)] = rows.refer[_u(t), _u(r)]
+    nrows = len(out.timestamps)
+    for r in range(nrows):
+        for c in range(out.labels.shape[1]):
+            out.labels[_u(r), _u(c)] = rows.labels[_u(r), _u(c)]
+        out.timestamps[_u(r)] = rows.timestamps[_u(r)]
+    for i in range(len(out.sid_bytes)):
+        out.sid_bytes[_u(i)] = rows.sid_bytes[_u(i)]
+    for r in range(nrows + 1):
+        out.sid_offsets[_u(r)] = rows.sid_off[_u(r)]
+    ngroups = len(out.group_pos)
+    for g in range(ngroups):
+        out.group_offsets[_u(g)] = rows.group_start[_u(g)]
+        out.group_pos[_u(g)] = rows.group_pos[_u(g)] + start
+    out.group_offsets[_u(ngroups)] = nrows

@@ -20,7 +20,6 @@ whole and reported in the error table; the next record is found by its length pr
 
 import numpy as np
 
-from .index import _u
 from .jit import helper, kernel
 from .names import lookup_name
 from .protobuf_codes import *  # noqa: F403 - the codes are part of this module's interface (the front end's)
@@ -54,7 +53,7 @@ from .protobuf_codes import (
 )
 from .columns import Columns
 from .protobuf_parts import _GUESSES, RecordScratch
-from .protobuf_parts import BlockParts, DecodeOptions, FeatureLayout, Rows  # noqa: F401 - the front end builds these
+from .protobuf_parts import DecodeOptions, FeatureLayout, Rows  # noqa: F401 - the front end builds these
 from .protobuf_record import _decode_record
 from .protobuf_wire import _len_field, _skip, _tag, _u32, _varint
 
@@ -349,37 +348,3 @@ def scan_record_names(buf, start, end, simple, slots, names, name_off, known_kin
                 table += 1
         p = b
     return p
-
-
-@kernel
-def trim_rows(rows, dense_cols, start, out):
-    """Copy what a chunk's Block keeps of ``rows`` (``Rows`` after ``decode_chunk``) into ``out`` (``BlockParts``,
-    sized by the front end from the rows of each table, samples, groups and sample-id bytes): dense feature ``k``,
-    ``dense_cols[k, 2]`` columns from column ``dense_cols[k, 1]`` of table ``dense_cols[k, 0]``, row by row; the
-    refer of every table but the last; labels, timestamps, sample ids and their offsets; the group offsets (ending
-    at the sample count) and the groups' positions plus ``start``.  One call where numpy took a dozen, each a few
-    microseconds of Python a chunk.  Unsigned indices let LLVM vectorise the copies."""
-    for k in range(dense_cols.shape[0]):
-        t, b, w = dense_cols[k, 0], dense_cols[k, 1], dense_cols[k, 2]
-        at = out.dense_at[k]
-        for r in range(rows.tab_rows[t]):
-            for c in range(w):
-                out.dense[_u(at + r * w + c)] = rows.dense[_u(t), _u(r), _u(b + c)]
-    for t in range(len(rows.tab_rows) - 1):
-        at = out.refer_at[t]
-        for r in range(rows.tab_rows[t]):
-            out.refer[_u(at + r)] = rows.refer[_u(t), _u(r)]
-    nrows = len(out.timestamps)
-    for r in range(nrows):
-        for c in range(out.labels.shape[1]):
-            out.labels[_u(r), _u(c)] = rows.labels[_u(r), _u(c)]
-        out.timestamps[_u(r)] = rows.timestamps[_u(r)]
-    for i in range(len(out.sid_bytes)):
-        out.sid_bytes[_u(i)] = rows.sid_bytes[_u(i)]
-    for r in range(nrows + 1):
-        out.sid_offsets[_u(r)] = rows.sid_off[_u(r)]
-    ngroups = len(out.group_pos)
-    for g in range(ngroups):
-        out.group_offsets[_u(g)] = rows.group_start[_u(g)]
-        out.group_pos[_u(g)] = rows.group_pos[_u(g)] + start
-    out.group_offsets[_u(ngroups)] = nrows

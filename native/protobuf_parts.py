@@ -56,24 +56,6 @@ Rows = bundle(
     errors="i8[:, :]",
     st="i8[:]",
 )
-# What a chunk's Block keeps of its ``Rows``, in arrays of the block's sizes (``trim_rows`` fills them): every dense
-# feature's columns over its table's rows, one after the other in ``dense`` (feature k's from ``dense_at[k]``), every
-# table's refer but the last one's in ``refer`` (table t's from ``refer_at[t]``), labels, timestamps, sample ids,
-# the group offsets and the groups' positions in the source.  Flat arrays, not tuples: a kernel compiles once per
-# tuple length, and these lengths are the schema's.
-BlockParts = bundle(
-    "BlockParts",
-    dense="f4[:]",
-    dense_at="i8[:]",
-    refer="i8[:]",
-    refer_at="i8[:]",
-    labels="f4[:, :]",
-    timestamps="i8[:]",
-    sid_bytes="u1[:]",
-    sid_offsets="i8[:]",
-    group_offsets="i8[:]",
-    group_pos="i8[:]",
-)
 # A record's scratch, made once per call: its lines' spans, the dense features seen in a line, one dense vector,
 # float32 bit casting, each table's lines before the record, the names guessed per position of a line.
 RecordScratch = collections.namedtuple("RecordScratch", ["spans", "dn_seen", "vec", "bits", "lines0", "guess"])

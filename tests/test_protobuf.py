@@ -12,6 +12,7 @@ from hypothesis import given, strategies as st
 
 import ingest
 from ingest import sample_pb2 as pb
+from ingest._native.columns import BlockParts, ChunkRows, trim_rows
 from ingest.features import Schema, make_feature
 from ingest.formats import protobuf as pf
 from ingest.formats.base import Room
@@ -311,8 +312,9 @@ def test_region_room_matches_twin(ids, data, filled, consumed, value_bytes, high
     data=st.data(),
 )
 def test_trim_rows_matches_twin(tab_rows, widths, labels, groups, start, data):
-    """What a Block keeps of a chunk's decoded rows (``trim_rows``) against numpy slices of them, as the front end
-    took them before: dense features of any table and columns, refers, labels, timestamps, sample ids, groups."""
+    """What a Block keeps of a chunk's decoded rows (``trim_rows``, for pb and text) against numpy slices of them, as
+    the front ends took them before: dense features of any table and columns, refers, labels, timestamps, sample ids,
+    groups."""
     rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
     tables, cap = len(tab_rows), 12  # the scratch holds more rows than the chunk decoded
     nrows = tab_rows[0]
@@ -323,10 +325,9 @@ def test_trim_rows_matches_twin(tab_rows, widths, labels, groups, start, data):
         col += w
     dense_cols.sort(key=lambda c: c[0])  # in table order, as the front end lists them
     nsid = data.draw(st.integers(0, 30))
-    rows = pf.K.Rows(
-        np.zeros((cap, 1), np.int64),
-        rng.integers(-5, 5, (tables, cap)),
+    rows = ChunkRows(
         np.array(tab_rows, np.int64),
+        rng.integers(-5, 5, (tables, cap)),
         rng.random((tables, cap, max(width, 1)), np.float32),
         rng.random((cap, labels), np.float32),
         rng.integers(-(2**40), 2**40, cap),
@@ -334,13 +335,11 @@ def test_trim_rows_matches_twin(tab_rows, widths, labels, groups, start, data):
         np.sort(rng.integers(0, nsid + 1, cap + 1)),
         rng.integers(0, 100, cap + 1),
         rng.integers(0, 1000, cap + 1),
-        np.zeros((1, pf.K.ERROR_COLUMNS), np.int64),
-        np.zeros(pf.K.STATE_SLOTS, np.int64),
-    )
+    ).checked()
     ngroups = min(groups, nrows)
     dense_at = np.cumsum([0] + [tab_rows[t] * w for t, _, w in dense_cols])
     refer_at = np.cumsum([0] + tab_rows[:-1])
-    parts = pf.K.BlockParts(
+    parts = BlockParts(
         np.empty(dense_at[-1], np.float32),
         dense_at.astype(np.int64),
         np.empty(refer_at[-1], np.int64),
@@ -352,7 +351,7 @@ def test_trim_rows_matches_twin(tab_rows, widths, labels, groups, start, data):
         np.empty(ngroups + 1, np.int64),
         np.empty(ngroups, np.int64),
     ).checked()
-    pf.K.trim_rows(rows, np.array(dense_cols, np.int64).reshape(-1, 3), start, parts)
+    trim_rows(rows, np.array(dense_cols, np.int64).reshape(-1, 3), start, parts)
     for (t, b, w), a in zip(dense_cols, dense_at):
         got = parts.dense[a : a + tab_rows[t] * w].reshape(tab_rows[t], w)
         assert np.array_equal(got, rows.dense[t, : tab_rows[t], b : b + w])

@@ -5,10 +5,10 @@ import time
 
 import numpy as np
 
-from .._native.columns import Columns, region_decoded, region_room
+from .._native.columns import BlockParts, Columns, region_decoded, region_room, trim_rows
 from ..sources import UnitStream, read_into
 
-__all__ = ["UnitFormat", "ReadClock", "Kept", "Room", "refill", "grown", "whole_so_far"]
+__all__ = ["UnitFormat", "ReadClock", "Kept", "Room", "kept_rows", "refill", "grown", "whole_so_far"]
 
 
 class Kept:
@@ -27,6 +27,37 @@ class Kept:
 
     def keep(self, kept):
         self._local.kept = kept
+
+
+def kept_rows(rows, nrows, nsid, ngroups, dense_cols, dense_list, start):
+    """What a Block keeps of a chunk's ``rows`` (the ``ChunkRows`` of a parser's scratch, ``tab_rows`` set), in arrays
+    of its own, by one ``trim_rows`` call: ``(parts, dense, refers)``, the ``BlockParts`` of ``nrows`` samples,
+    ``nsid`` sample-id bytes and ``ngroups`` groups at ``start`` of the source, every dense feature's ``[rows,
+    width]`` matrix (``dense_list``: its ``(table, first column, width)``, in table order; ``dense_cols`` the same as
+    an array) and the refer of every table but the last."""
+    tab_rows = rows.tab_rows.tolist()
+    dense_at = [0]
+    for t, _, w in dense_list:
+        dense_at.append(dense_at[-1] + tab_rows[t] * w)
+    refer_at = [0]
+    for n in tab_rows[:-1]:
+        refer_at.append(refer_at[-1] + n)
+    parts = BlockParts(
+        np.empty(dense_at[-1], np.float32),
+        np.array(dense_at, np.int64),
+        np.empty(refer_at[-1], np.int64),
+        np.array(refer_at, np.int64),
+        np.empty((nrows, rows.labels.shape[1]), np.float32),
+        np.empty(nrows, np.int64),
+        np.empty(nsid, np.uint8),
+        np.empty(nrows + 1, np.int64),
+        np.empty(ngroups + 1, np.int64),
+        np.empty(ngroups, np.int64),
+    ).checked_when_debugging()
+    trim_rows(rows, dense_cols, start, parts)
+    dense = [parts.dense[a:b].reshape(tab_rows[t], w) for (t, _, w), a, b in zip(dense_list, dense_at, dense_at[1:])]
+    refers = [parts.refer[a:b] for a, b in zip(refer_at, refer_at[1:])]
+    return parts, dense, refers
 
 
 class Room:

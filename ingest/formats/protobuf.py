@@ -12,13 +12,13 @@ import threading
 import numpy as np
 
 from .._native import protobuf as K
-from .._native.columns import region_offsets
+from .._native.columns import ChunkRows, region_offsets
 from .._native.names import build_name_table
 from ..errors import DataError
 from ..features import DenseLayout
 from ..blocks import Block, Table
 from ..sources.files.streams import skip
-from .base import Kept, Room, UnitFormat, grown, refill, whole_so_far
+from .base import Kept, Room, UnitFormat, grown, kept_rows, refill, whole_so_far
 
 __all__ = [
     "ProtobufFormat",
@@ -81,6 +81,11 @@ class _Scratch:
     def outputs(self):
         """The ``Rows`` of the arrays above, made and checked once."""
         return K.Rows(*(getattr(self, name) for name in K.Rows._fields)).checked()
+
+    @functools.cached_property
+    def kept(self):
+        """The ``ChunkRows`` of the arrays above (what a Block keeps of them), made and checked once."""
+        return ChunkRows(*(getattr(self, name) for name in ChunkRows._fields)).checked()
 
     def grown(self):
         return _Scratch(
@@ -229,7 +234,7 @@ class ProtobufFormat(UnitFormat):
         dense = schema.dense
         self.layout = DenseLayout(dense)
         dn_feat = np.stack([self.layout.nvec, self.layout.first_elem], axis=1).reshape(len(dense), 2)
-        # per dense feature, in table order: its table, first column and width (trim_rows), and per table which of
+        # per dense feature, in table order: its table, first column and width (kept_rows), and per table which of
         # those are its own
         by_table = [
             [(t, int(self.layout.first_col[i]), s.width) for i, s in enumerate(dense) if s.table == t]
@@ -336,33 +341,14 @@ class ProtobufFormat(UnitFormat):
         if not st[K.S_ANY_HKEY]:
             hkeys = hkeys[:0]
         rows = s.tab_rows.tolist()
-        dense_at = [0]
-        for t, _, w in self.dense_list:
-            dense_at.append(dense_at[-1] + rows[t] * w)
-        refer_at = [0]
-        for n in rows[:-1]:
-            refer_at.append(refer_at[-1] + n)
-        parts = K.BlockParts(
-            np.empty(dense_at[-1], np.float32),
-            np.array(dense_at, np.int64),
-            np.empty(refer_at[-1], np.int64),
-            np.array(refer_at, np.int64),
-            np.empty((nrows, s.labels.shape[1]), np.float32),
-            np.empty(nrows, np.int64),
-            np.empty(int(st[K.S_NSID]), np.uint8),
-            np.empty(nrows + 1, np.int64),
-            np.empty(ngroups + 1, np.int64),
-            np.empty(ngroups, np.int64),
-        ).checked_when_debugging()
-        K.trim_rows(s.outputs, self.dense_cols, start, parts)
-        dense = [
-            parts.dense[a:b].reshape(rows[t], w) for (t, _, w), a, b in zip(self.dense_list, dense_at, dense_at[1:])
-        ]
+        parts, dense, refers = kept_rows(
+            s.kept, nrows, int(st[K.S_NSID]), ngroups, self.dense_cols, self.dense_list, start
+        )
         tables = []
         for t, rows_t in enumerate(rows):
             offsets = np.empty((len(self.table_sparse[t]), rows_t + 1), np.int64)
             region_offsets(first, s.ends, self.table_sparse[t], rows_t, self.cutoff[t], keys, hkeys, values, offsets)
-            refer = parts.refer[refer_at[t] : refer_at[t + 1]] if t < len(rows) - 1 else None
+            refer = refers[t] if t < len(rows) - 1 else None
             tables.append(Table(rows_t, offsets, tuple(dense[self.dense_of_table[t]]), refer))
         return Block(
             tables=tuple(tables),

@@ -8,12 +8,12 @@ Python work is O(1): a kernel call, a few array copies and a Block.
 import numpy as np
 
 from .._native import text as K
-from .._native.columns import region_offsets
+from .._native.columns import ChunkRows, region_offsets
 from .._native.names import build_name_table
 from ..errors import TextParseError
 from ..features import DenseLayout
 from ..blocks import Block, Table, empty_aux_tables
-from .base import Kept, Room, UnitFormat, grown, refill, whole_so_far
+from .base import Kept, Room, UnitFormat, grown, kept_rows, refill, whole_so_far
 
 __all__ = ["TextFormat", "group_start_at_or_after", "range_span", "count_lines_before"]
 
@@ -97,6 +97,19 @@ class _Scratch:
         self.errors = np.empty((max(64, rows // 16), K.ERROR_COLUMNS), np.int64)
         self.dn_seen = np.zeros(n_dense, np.bool_)
         self.outputs = K.TextOutputs(*(getattr(self, name) for name in K.TextOutputs._fields)).checked()
+        # what a Block keeps of them (kept_rows): one table, with no refer
+        self.tab_rows = np.zeros(1, np.int64)
+        self.kept = ChunkRows(
+            self.tab_rows,
+            np.empty((1, 0), np.int64),
+            self.dense.reshape(1, rows, dense_width),
+            self.labels,
+            self.timestamps,
+            self.sid_bytes,
+            self.sid_off,
+            self.group_start,
+            self.group_pos,
+        ).checked()
 
     def grown(self):
         return _Scratch(
@@ -244,6 +257,8 @@ class TextFormat(UnitFormat):
         self.layout = DenseLayout(self.dense)
         lay = self.layout
         self.dense_columns = K.DenseColumns(lay.nvec, lay.first_elem, lay.elem_col, lay.first_col, lay.width).checked()
+        self.dense_list = [(0, int(b), int(w)) for b, w in zip(lay.first_col, lay.width)]  # kept_rows
+        self.dense_cols = np.array(self.dense_list, np.int64).reshape(-1, 3)
 
     def _new_scratch(self):
         rows = max(256, self.chunk_bytes // 256)
@@ -334,29 +349,24 @@ class TextFormat(UnitFormat):
         keys, values = cols.keys, cols.values
         offsets = np.empty((len(self.sparse), nrows + 1), np.int64)
         region_offsets(cols.first, s.ends, self.columns_of_table, nrows, self.cutoff, keys, cols.hkeys, values, offsets)
-        dense = tuple(
-            s.dense[:nrows, b : b + w].copy()  # a copy: the scratch is reused
-            for b, w in zip(self.layout.first_col, self.layout.width)
-        )
-        group_offsets = np.empty(ngroups + 1, np.int64)
-        group_offsets[:ngroups] = s.group_start[:ngroups]
-        group_offsets[ngroups] = nrows
-        refer0, aux = empty_aux_tables(self.schema, group_offsets, 0)
-        main = Table(nrows, offsets, dense, refer0)
+        s.tab_rows[0] = nrows
+        parts, dense, _ = kept_rows(s.kept, nrows, nsid, ngroups, self.dense_cols, self.dense_list, start)
+        refer0, aux = empty_aux_tables(self.schema, parts.group_offsets, 0)
+        main = Table(nrows, offsets, tuple(dense), refer0)
         return Block(
             tables=(main, *aux),
-            group_offsets=group_offsets,
+            group_offsets=parts.group_offsets,
             sp_keys=keys,
             sp_hkeys=None,
             sp_values=values,
-            labels=s.labels[:nrows].copy(),
-            timestamps=s.timestamps[:nrows].copy(),
-            sid_bytes=s.sid_bytes[:nsid].copy(),
-            sid_offsets=s.sid_off[: nrows + 1].copy(),
+            labels=parts.labels,
+            timestamps=parts.timestamps,
+            sid_bytes=parts.sid_bytes,
+            sid_offsets=parts.sid_offsets,
             source=unit.url,
             start=start,
             end=end,
-            group_pos=s.group_pos[:ngroups] + start,
+            group_pos=parts.group_pos,
         )
 
     def _error(self, f, buf, filled, row, unit, base, line_base):
