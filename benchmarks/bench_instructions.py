@@ -11,7 +11,8 @@ counts; writes ``benchmarks/results/bench_instructions.json``.
 
 valgrind runs code about 50 times slower, and it reports a CPU of its own to numba, whose cache then misses: the
 first count of a revision and configuration compiles its kernels under valgrind (about 15 minutes for pb); later
-counts reuse that cache and take about a minute each.  Instructions are not time (the kernels' loops are the same
+counts reuse that cache and take a few minutes each.  Every count reads the file once uncounted first, so that no
+compilation is counted.  Instructions are not time (the kernels' loops are the same
 in both revisions, so a difference is the Python around them), and thread interleaving moves a count by under 1 %.
 
     python benchmarks/bench_instructions.py --old 462f07d --new HEAD [--formats pb] [--unique off,on] [--repeats 2]
@@ -35,10 +36,14 @@ TREES = OUT / "trees"
 
 
 def child(path, file_type, aux, unique, go):
-    """In the subprocess, under valgrind: say READY, read once ``go`` exists, say DONE, wait until it is gone."""
+    """In the subprocess, under valgrind: read once uncounted (numba compiles or loads the kernels), say READY, read
+    again once ``go`` exists, say DONE, wait until it is gone."""
     from bench_peers import ingest_reader
 
-    reader = ingest_reader(path, file_type, set(aux.split(",")) if aux else set(), 1, unique == "on", 1)
+    features = set(aux.split(",")) if aux else set()
+    for _ in ingest_reader(path, file_type, features, 1, unique == "on", 1).startup():
+        pass
+    reader = ingest_reader(path, file_type, features, 1, unique == "on", 1)
     print("READY", os.getpid(), flush=True)
     while not os.path.exists(go):
         time.sleep(0.05)
