@@ -29,13 +29,15 @@ class Kept:
         self._local.kept = kept
 
 
-def kept_rows(rows, nrows, nsid, ngroups, dense_cols, dense_list, start):
+def kept_rows(rows, nsid, ngroups, dense_cols, start):
     """What a Block keeps of a chunk's ``rows`` (the ``ChunkRows`` of a parser's scratch, ``tab_rows`` set), in arrays
-    of its own, by one ``trim_rows`` call: ``(parts, dense, refers)``, the ``BlockParts`` of ``nrows`` samples,
-    ``nsid`` sample-id bytes and ``ngroups`` groups at ``start`` of the source, every dense feature's ``[rows,
-    width]`` matrix (``dense_list``: its ``(table, first column, width)``, in table order; ``dense_cols`` the same as
-    an array) and the refer of every table but the last."""
+    of its own, by one ``trim_rows`` call: ``(parts, dense, refers)``, the ``BlockParts`` of its samples (the rows of
+    table 0), ``nsid`` sample-id bytes and ``ngroups`` groups at ``start`` of the source, every dense feature's
+    ``[rows, width]`` matrix (``dense_cols``: a row ``(table, first column, width)`` a feature, in table order) and
+    the refer of every table but the last."""
     tab_rows = rows.tab_rows.tolist()
+    nrows = tab_rows[0]
+    dense_list = dense_cols.tolist()
     dense_at = [0]
     for t, _, w in dense_list:
         dense_at.append(dense_at[-1] + tab_rows[t] * w)

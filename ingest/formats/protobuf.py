@@ -240,8 +240,7 @@ class ProtobufFormat(UnitFormat):
             [(t, int(self.layout.first_col[i]), s.width) for i, s in enumerate(dense) if s.table == t]
             for t in range(schema.tables)
         ]
-        self.dense_list = [c for cols in by_table for c in cols]
-        self.dense_cols = np.array(self.dense_list, np.int64).reshape(-1, 3)
+        self.dense_cols = np.array([c for cols in by_table for c in cols], np.int64).reshape(-1, 3)
         ends = np.cumsum([0] + [len(cols) for cols in by_table]).tolist()
         self.dense_of_table = [slice(a, b) for a, b in zip(ends, ends[1:])]
         # per table: its sparse features (indices among all sparse ones) and their cutoffs
@@ -336,14 +335,10 @@ class ProtobufFormat(UnitFormat):
     def _block(self, s, cols, unit, start, end):
         keys, hkeys, values, first = cols.keys, cols.hkeys, cols.values, cols.first
         st = s.st
-        nrows = int(st[K.S_NROWS])
-        ngroups = int(st[K.S_NGROUPS])
         if not st[K.S_ANY_HKEY]:
             hkeys = hkeys[:0]
         rows = s.tab_rows.tolist()
-        parts, dense, refers = kept_rows(
-            s.kept, nrows, int(st[K.S_NSID]), ngroups, self.dense_cols, self.dense_list, start
-        )
+        parts, dense, refers = kept_rows(s.kept, int(st[K.S_NSID]), int(st[K.S_NGROUPS]), self.dense_cols, start)
         tables = []
         for t, rows_t in enumerate(rows):
             offsets = np.empty((len(self.table_sparse[t]), rows_t + 1), np.int64)

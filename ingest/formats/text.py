@@ -257,8 +257,7 @@ class TextFormat(UnitFormat):
         self.layout = DenseLayout(self.dense)
         lay = self.layout
         self.dense_columns = K.DenseColumns(lay.nvec, lay.first_elem, lay.elem_col, lay.first_col, lay.width).checked()
-        self.dense_list = [(0, int(b), int(w)) for b, w in zip(lay.first_col, lay.width)]  # kept_rows
-        self.dense_cols = np.array(self.dense_list, np.int64).reshape(-1, 3)
+        self.dense_cols = np.array([(0, b, w) for b, w in zip(lay.first_col, lay.width)], np.int64).reshape(-1, 3)
 
     def _new_scratch(self):
         rows = max(256, self.chunk_bytes // 256)
@@ -350,7 +349,7 @@ class TextFormat(UnitFormat):
         offsets = np.empty((len(self.sparse), nrows + 1), np.int64)
         region_offsets(cols.first, s.ends, self.columns_of_table, nrows, self.cutoff, keys, cols.hkeys, values, offsets)
         s.tab_rows[0] = nrows
-        parts, dense, _ = kept_rows(s.kept, nrows, nsid, ngroups, self.dense_cols, self.dense_list, start)
+        parts, dense, _ = kept_rows(s.kept, nsid, ngroups, self.dense_cols, start)
         refer0, aux = empty_aux_tables(self.schema, parts.group_offsets, 0)
         main = Table(nrows, offsets, tuple(dense), refer0)
         return Block(
