@@ -12,10 +12,10 @@ from hypothesis import given, strategies as st
 
 import ingest
 from ingest import sample_pb2 as pb
-from ingest._native.columns import BlockParts, ChunkRows, trim_rows
+from ingest._native.columns import ChunkRows
 from ingest.features import Schema, make_feature
 from ingest.formats import protobuf as pf
-from ingest.formats.base import Room
+from ingest.formats.base import Room, kept_rows
 from ingest.formats.protobuf import ProtobufDecodeError, ProtobufFormat
 from ingest.pipeline.batcher import BatchBuilder, cut_batches
 from ingest.sources import FileRange
@@ -312,9 +312,9 @@ def test_region_room_matches_twin(ids, data, filled, consumed, value_bytes, high
     data=st.data(),
 )
 def test_trim_rows_matches_twin(tab_rows, widths, labels, groups, start, data):
-    """What a Block keeps of a chunk's decoded rows (``trim_rows``, for pb and text) against numpy slices of them, as
-    the front ends took them before: dense features of any table and columns, refers, labels, timestamps, sample ids,
-    groups."""
+    """What a Block keeps of a chunk's decoded rows (``kept_rows``: the parts sized, then ``trim_rows``, for pb and
+    text) against numpy slices of them, as the front ends took them before: dense features of any table and columns,
+    refers, labels, timestamps, sample ids, groups."""
     rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
     tables, cap = len(tab_rows), 12  # the scratch holds more rows than the chunk decoded
     nrows = tab_rows[0]
@@ -339,24 +339,14 @@ def test_trim_rows_matches_twin(tab_rows, widths, labels, groups, start, data):
     ngroups = min(groups, nrows)
     dense_at = np.cumsum([0] + [tab_rows[t] * w for t, _, w in dense_cols])
     refer_at = np.cumsum([0] + tab_rows[:-1])
-    parts = BlockParts(
-        np.empty(dense_at[-1], np.float32),
-        dense_at.astype(np.int64),
-        np.empty(refer_at[-1], np.int64),
-        refer_at.astype(np.int64),
-        np.empty((nrows, labels), np.float32),
-        np.empty(nrows, np.int64),
-        np.empty(nsid, np.uint8),
-        np.empty(nrows + 1, np.int64),
-        np.empty(ngroups + 1, np.int64),
-        np.empty(ngroups, np.int64),
-    ).checked()
-    trim_rows(rows, np.array(dense_cols, np.int64).reshape(-1, 3), start, parts)
+    parts, dense, refers = kept_rows(rows, nsid, ngroups, np.array(dense_cols, np.int64).reshape(-1, 3), start)
     for (t, b, w), a in zip(dense_cols, dense_at):
         got = parts.dense[a : a + tab_rows[t] * w].reshape(tab_rows[t], w)
         assert np.array_equal(got, rows.dense[t, : tab_rows[t], b : b + w])
+    assert [d.tolist() for d in dense] == [rows.dense[t, : tab_rows[t], b : b + w].tolist() for t, b, w in dense_cols]
     for t in range(tables - 1):
         assert parts.refer[refer_at[t] : refer_at[t + 1]].tolist() == rows.refer[t, : tab_rows[t]].tolist()
+        assert refers[t].tolist() == rows.refer[t, : tab_rows[t]].tolist()
     assert np.array_equal(parts.labels, rows.labels[:nrows])
     assert parts.timestamps.tolist() == rows.timestamps[:nrows].tolist()
     assert parts.sid_bytes.tolist() == rows.sid_bytes[:nsid].tolist()
