@@ -6,7 +6,7 @@ from .bundles import bundle
 from .index import _u
 from .jit import brief, helper, kernel, kernel_keeping_gil
 
-# The bundles ``copy_piece`` takes (namedtuples: one argument each).
+# The bundles ``copy_piece`` takes, as plain tuples (``plain()``, bundles.py): one argument each.
 # A block's arrays: per table (tuples) its sparse offsets, which features the DSL made, its dense matrices and its
 # refers; its ids, high ids and values, and the DSL's; its labels, timestamps and sample ids.
 PieceSource = bundle(

@@ -144,12 +144,12 @@ class BatchBuilder:
         dense_out = dense or (_NO_DENSE,)
         indicators_out = tuple(indicators) or (_NO_INDICATORS,)
         at = np.zeros(2 * nt + 1, np.int64)
-        places = FeaturePlaces(self.pair, key_base, value_base, self.dense_table).checked_when_debugging()
+        places = FeaturePlaces(self.pair, key_base, value_base, self.dense_table).checked_when_debugging().plain()
         out = BatchArrays(
             offsets, keys, pairs, values, dense_out, indicators_out, labels, timestamps, sid_bytes, sid_offsets
-        ).checked_when_debugging()
+        ).checked_when_debugging().plain()
         for (_, r0, r1), (src, ranges, m) in zip(pieces, plans):
-            copy_piece(src, r0, r1, ranges, m, places, at, out)
+            copy_piece(src.plain(), r0, r1, ranges, m, places, at, out)
         pad_batch(at, rows, offsets, dense_out, self.dense_table, indicators_out, labels, timestamps)
         laid = LaidOut(self, keys, pairs, values, offsets, dense, key_base, value_base, counts)
         batch = Batch(
@@ -247,7 +247,7 @@ def unique_ids_into(ids, out, scratch):
     ``big`` holds, as int64, every feature's unique ids and then their row offsets, ``small``, as int32,
     every inverse and then every feature's unique rows.
     """
-    unique_ids_of_batch(ids, scratch.room(len(out.small) // 2), out)
+    unique_ids_of_batch(ids.plain(), scratch.room(len(out.small) // 2), out.plain())
     return out.layout.tolist()
 
 
