@@ -103,6 +103,14 @@ def test_a_wrong_scalar_names_the_field(bad, message):
         bad.checked()
 
 
+def test_plain_gives_the_fields_as_a_plain_tuple():
+    arrays = batch_arrays()
+    plain = arrays.plain()
+    assert type(plain) is tuple  # numba types a plain tuple in C, a namedtuple in Python
+    assert len(plain) == len(BatchArrays._fields)
+    assert all(a is b for a, b in zip(plain, arrays))
+
+
 def test_per_batch_checks_follow_the_setting(monkeypatch):
     wrong = batch_arrays(keys=I8.astype(np.int32))
     monkeypatch.setattr(bundles, "CHECK_EVERY_BATCH", False)
