@@ -60,9 +60,9 @@ READERS = ("ingest text", "tf.data text", "ingest pb", "TFRecord", "ingest pb.zs
 
 
 # -- ingest ---------------------------------------------------------------------------------------
-def ingest_reader(path, file_type, aux, threads, unique, epochs=1):
+def ingest_reader(path, file_type, aux, threads, unique, epochs=1, batch_size=BATCH_SIZE):
     reader = ingest.DataReader("bench_peers", paths=[str(path)], file_type=file_type)
-    reader.batch_size(BATCH_SIZE).threads(threads).unique_ids(unique).epochs(epochs)
+    reader.batch_size(batch_size).threads(threads).unique_ids(unique).epochs(epochs)
     return synthetic.declare(reader, aux=aux, serialized=True)
 
 

@@ -2,9 +2,8 @@
 
 A ``threads(1)`` reader's consumer (and, where batches follow one block stream, its batcher and
 unique-id threads) can use part of a second core, so its throughput need not be what one core
-delivers.  This benchmark reads the synthetic samples of ``bench_peers.py`` (every
-feature, ``batch_size(1024)``, text read 3 times over a run, pb 8 times) four ways, alternated run by
-run:
+delivers.  This benchmark reads the synthetic samples of ``bench_peers.py`` (every feature, ``batch_size(1024)``
+unless ``--batch-size`` says otherwise, text read 3 times over a run, pb 8 times) four ways, alternated run by run:
 
 - ``1 thread``: ``threads(1)``, the process free to use every core (the bar's "1 thread");
 - ``1 core``: ``threads(1)`` with every thread of the reader pinned to one core (``sched_setaffinity``
@@ -15,12 +14,14 @@ run:
   machine's caches and memory bandwidth.  The gap from ``2 threads`` to them is what running in one
   process costs; the gap from them to twice ``1 core`` is the machine's.
 
-One warm-up run each, then ``--runs`` rounds.  Reports medians of samples/s, the cores kept busy
-(CPU seconds over wall seconds), and the ratios of ``2 threads`` to ``1 thread``, ``1 core`` and
-``2 processes`` (``alternated_runs``' medians of per-round ratios to ``2 threads``, turned over).
-Writes ``benchmarks/results/bench_scaling.json``.  Linux only.
+``--batch-size`` (default 1024) sets every reader's batch size: what a batch costs in Python, under the GIL that the
+parse threads share, weighs per sample in inverse proportion to it. One warm-up run each, then ``--runs`` rounds.
+Reports medians of samples/s, the cores kept busy (CPU seconds over wall seconds), and the ratios of ``2 threads``
+to ``1 thread``, ``1 core`` and ``2 processes`` (``alternated_runs``' medians of per-round ratios to ``2 threads``,
+turned over). Writes ``benchmarks/results/bench_scaling.json`` (``bench_scaling_batch<n>.json`` for another batch
+size). Linux only.
 
-    python benchmarks/bench_scaling.py [--samples 120000] [--runs 5]
+    python benchmarks/bench_scaling.py [--samples 120000] [--runs 5] [--batch-size 1024]
 """
 
 import multiprocessing
@@ -36,7 +37,9 @@ WAYS = {"2 threads": (2, None), "1 thread": (1, None), "1 core": (1, 1)}
 
 
 def main(argv=None):
-    args = arguments(__doc__).parse_args(argv)
+    parser = arguments(__doc__)
+    parser.add_argument("--batch-size", type=int, default=1024, help="every reader's batch size (default: 1024)")
+    args = parser.parse_args(argv)
     allowed = os.sched_getaffinity(0)
     if len(allowed) < 2:
         raise SystemExit("needs at least 2 cores")
@@ -45,7 +48,7 @@ def main(argv=None):
         def make():
             # the reader's threads start in startup() and inherit this thread's affinity
             os.sched_setaffinity(0, set(sorted(allowed)[:cores]) if cores else allowed)
-            return ingest_reader(path, file_type, aux, threads, unique, EPOCHS[file_type])
+            return ingest_reader(path, file_type, aux, threads, unique, EPOCHS[file_type], args.batch_size)
 
         return make
 
@@ -55,17 +58,20 @@ def main(argv=None):
             for unique in (False, True):
                 makers = {way: maker(path, file_type, aux, unique, *how) for way, how in WAYS.items()}
                 os.sched_setaffinity(0, allowed)  # the processes inherit it: a "1 core" run may have pinned us
-                with TwoProcesses(path, file_type, aux, unique) as two:
+                with TwoProcesses(path, file_type, aux, unique, args.batch_size) as two:
                     makers["2 processes"] = two.run
                     results[f"{name} {'on' if unique else 'off'}"] = alternated_runs(
                         makers, args.samples * EPOCHS[file_type], args.runs
                     )
     finally:
         os.sched_setaffinity(0, allowed)
-    report = save_report("bench_scaling", samples=args.samples, runs=args.runs, epochs=EPOCHS, read=results)
+    name = "bench_scaling" if args.batch_size == 1024 else f"bench_scaling_batch{args.batch_size}"
+    report = save_report(
+        name, samples=args.samples, runs=args.runs, epochs=EPOCHS, batch_size=args.batch_size, read=results
+    )
     print(
         f"{args.samples:,} samples (read {EPOCHS['txt']} times over in text, {EPOCHS['pb']} in pb), batch_size "
-        f"1024, median of {args.runs} alternated rounds; {measured_on(report)}\n"
+        f"{args.batch_size}, median of {args.runs} alternated rounds; {measured_on(report)}\n"
     )
     ways = ["1 thread", "1 core", "2 threads", "2 processes"]
     bases = ["1 thread", "1 core", "2 processes"]
@@ -84,7 +90,7 @@ def main(argv=None):
             rows,
         )
     )
-    print(f"JSON: {RESULTS / 'bench_scaling.json'}")
+    print(f"JSON: {RESULTS / name}.json")
 
 
 class TwoProcesses:
@@ -95,14 +101,16 @@ class TwoProcesses:
     second answer, so the combined samples/s counts the slower process in full.
     """
 
-    def __init__(self, path, file_type, aux, unique):
+    def __init__(self, path, file_type, aux, unique, batch_size):
         spawn = multiprocessing.get_context("spawn")  # a fresh interpreter: nothing inherited from this one
         self.pipes = []
         self.procs = []
         for index in range(2):
             mine, theirs = spawn.Pipe()
             proc = spawn.Process(
-                target=_shard_process, args=(theirs, str(path), file_type, aux, unique, index), daemon=True
+                target=_shard_process,
+                args=(theirs, str(path), file_type, aux, unique, batch_size, index),
+                daemon=True,
             )
             proc.start()
             self.pipes.append(mine)
@@ -135,11 +143,11 @@ class TwoProcesses:
             proc.join(timeout=30)
 
 
-def _shard_process(pipe, path, file_type, aux, unique, index):
+def _shard_process(pipe, path, file_type, aux, unique, batch_size, index):
     """One of ``TwoProcesses``: read shard ``index`` of 2 each time the parent says so."""
 
     def reader():
-        return ingest_reader(path, file_type, aux, 1, unique, EPOCHS[file_type]).shard(index, 2)
+        return ingest_reader(path, file_type, aux, 1, unique, EPOCHS[file_type], batch_size).shard(index, 2)
 
     measure(reader())  # warm-up: numba's cache loaded, the file in the page cache
     while pipe.recv():
