@@ -15,10 +15,11 @@ every chunk, block or batch from ingest's own arrays are checked only when ``ING
 (``checked_when_debugging()``), which the test suite sets: a check costs about 0.25 µs an array, 7 µs a pb batch
 with unique ids.
 
-A kernel called once per batch takes its bundles as plain tuples (``plain()``) and unpacks them by position: numba
-types a plain tuple's arrays in C, a namedtuple's in Python one field at a time, and the GIL is held while it does.
-A batch's ``copy_piece`` call spends 2.4 µs in numba's dispatch with plain tuples, 5.4 µs with the bundles
-themselves.  Kernels called once per chunk take the bundles (under a µs a batch).
+The reader's kernels called for every chunk, block or batch (the parsers, ``trim_rows``, the DSL's ``run_plans``,
+``copy_piece``, the unique ids') take their bundles as plain tuples (``plain()``) and unpack them by position: numba
+types a plain tuple's arrays in C, a namedtuple's in Python one field at a time, holding the GIL.  In numba's
+dispatch, a batch's ``copy_piece`` call spends 2.4 µs with plain tuples against 5.4 with the bundles, a chunk's
+``decode_chunk`` 2.0 against 5.2 and ``parse_text_chunk`` 2.1 against 7.2.
 """
 
 import collections

@@ -130,27 +130,40 @@ def trim_rows(rows, dense_cols, start, out):
     (ending at the sample count) and the groups' positions plus ``start``.  One call without the GIL where numpy took
     a dozen, each a few microseconds of Python a chunk (a text chunk's strided dense copies ~35 us).  Unsigned
     indices let LLVM vectorise the copies."""
+    tab_rows, refer, dense, labels, timestamps, sid_bytes, sid_off, group_start, group_pos = rows
+    (
+        out_dense,
+        dense_at,
+        out_refer,
+        refer_at,
+        out_labels,
+        out_timestamps,
+        out_sid_bytes,
+        out_sid_offsets,
+        out_group_offsets,
+        out_group_pos,
+    ) = out
     for k in range(dense_cols.shape[0]):
         t, b, w = dense_cols[k, 0], dense_cols[k, 1], dense_cols[k, 2]
-        at = out.dense_at[k]
-        for r in range(rows.tab_rows[t]):
+        at = dense_at[k]
+        for r in range(tab_rows[t]):
             for c in range(w):
-                out.dense[_u(at + r * w + c)] = rows.dense[_u(t), _u(r), _u(b + c)]
-    for t in range(len(rows.tab_rows) - 1):
-        at = out.refer_at[t]
-        for r in range(rows.tab_rows[t]):
-            out.refer[_u(at + r)] = rows.refer[_u(t), _u(r)]
-    nrows = len(out.timestamps)
+                out_dense[_u(at + r * w + c)] = dense[_u(t), _u(r), _u(b + c)]
+    for t in range(len(tab_rows) - 1):
+        at = refer_at[t]
+        for r in range(tab_rows[t]):
+            out_refer[_u(at + r)] = refer[_u(t), _u(r)]
+    nrows = len(out_timestamps)
     for r in range(nrows):
-        for c in range(out.labels.shape[1]):
-            out.labels[_u(r), _u(c)] = rows.labels[_u(r), _u(c)]
-        out.timestamps[_u(r)] = rows.timestamps[_u(r)]
-    for i in range(len(out.sid_bytes)):
-        out.sid_bytes[_u(i)] = rows.sid_bytes[_u(i)]
+        for c in range(out_labels.shape[1]):
+            out_labels[_u(r), _u(c)] = labels[_u(r), _u(c)]
+        out_timestamps[_u(r)] = timestamps[_u(r)]
+    for i in range(len(out_sid_bytes)):
+        out_sid_bytes[_u(i)] = sid_bytes[_u(i)]
     for r in range(nrows + 1):
-        out.sid_offsets[_u(r)] = rows.sid_off[_u(r)]
-    ngroups = len(out.group_pos)
+        out_sid_offsets[_u(r)] = sid_off[_u(r)]
+    ngroups = len(out_group_pos)
     for g in range(ngroups):
-        out.group_offsets[_u(g)] = rows.group_start[_u(g)]
-        out.group_pos[_u(g)] = rows.group_pos[_u(g)] + start
-    out.group_offsets[_u(ngroups)] = nrows
+        out_group_offsets[_u(g)] = group_start[_u(g)]
+        out_group_pos[_u(g)] = group_pos[_u(g)] + start
+    out_group_offsets[_u(ngroups)] = nrows

@@ -72,15 +72,8 @@ def decode_chunk(buf, end, final, options, name_table, layout, cols, rows):
     """
     simple, max_record, stop_on_error, label_count = options
     keys, hkeys, values, first, cur, lim = cols
-    refer, tab_rows, timestamps, sid_bytes, sid_off = (
-        rows.refer,
-        rows.tab_rows,
-        rows.timestamps,
-        rows.sid_bytes,
-        rows.sid_off,
-    )
-    group_start, group_pos, errors, st = rows.group_start, rows.group_pos, rows.errors, rows.st
-    dn_feat = layout.dn_feat
+    _, refer, tab_rows, _, _, timestamps, sid_bytes, sid_off, group_start, group_pos, errors, st = rows
+    _, dn_feat, _, _, _ = layout
     ntables = tab_rows.shape[0]
     for k in range(ntables):
         tab_rows[k] = 0

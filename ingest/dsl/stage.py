@@ -120,7 +120,9 @@ class DslStage:
             ).checked_when_debugging()
         at = np.zeros(3, np.int64)  # plan, row, pairs written: where run_plans resumes
         while True:
-            status, need = K.run_plans(self._fused, inputs, refers, at, arena, output, self.limit)
+            status, need = K.run_plans(
+                self._fused.plain(), inputs.plain(), refers.plain(), at, arena.plain(), output.plain(), self.limit
+            )
             if status == K.DONE:
                 break
             if status == K.TOO_MANY:

@@ -56,7 +56,7 @@ def kept_rows(rows, nsid, ngroups, dense_cols, start):
         np.empty(ngroups + 1, np.int64),
         np.empty(ngroups, np.int64),
     ).checked_when_debugging()
-    trim_rows(rows, dense_cols, start, parts)
+    trim_rows(rows.plain(), dense_cols, start, parts.plain())
     dense = [parts.dense[a:b].reshape(tab_rows[t], w) for (t, _, w), a, b in zip(dense_list, dense_at, dense_at[1:])]
     refers = [parts.refer[a:b] for a, b in zip(refer_at, refer_at[1:])]
     return parts, dense, refers

@@ -296,7 +296,14 @@ class ProtobufFormat(UnitFormat):
                 final = whole_so_far(f, eof)
                 cols = room.columns(filled)
                 status, consumed, nrec, nerr = K.decode_chunk(
-                    buf, filled, final, options, self.names, self.features, cols, scratch.outputs
+                    buf,
+                    filled,
+                    final,
+                    options.plain(),
+                    self.names.plain(),
+                    self.features.plain(),
+                    cols.plain(),
+                    scratch.outputs.plain(),
                 )
                 room.decoded(consumed)
                 if nerr and records is None:

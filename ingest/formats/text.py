@@ -303,12 +303,12 @@ class TextFormat(UnitFormat):
                     0,
                     filled,
                     final,
-                    options,
-                    self.sp_table,
-                    self.dn_table,
-                    self.dense_columns,
-                    cols,
-                    scratch.outputs,
+                    options.plain(),
+                    self.sp_table.plain(),
+                    self.dn_table.plain(),
+                    self.dense_columns.plain(),
+                    cols.plain(),
+                    scratch.outputs.plain(),
                 )
                 room.decoded(consumed)
                 errors = []

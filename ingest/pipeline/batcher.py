@@ -145,9 +145,13 @@ class BatchBuilder:
         indicators_out = tuple(indicators) or (_NO_INDICATORS,)
         at = np.zeros(2 * nt + 1, np.int64)
         places = FeaturePlaces(self.pair, key_base, value_base, self.dense_table).checked_when_debugging().plain()
-        out = BatchArrays(
-            offsets, keys, pairs, values, dense_out, indicators_out, labels, timestamps, sid_bytes, sid_offsets
-        ).checked_when_debugging().plain()
+        out = (
+            BatchArrays(
+                offsets, keys, pairs, values, dense_out, indicators_out, labels, timestamps, sid_bytes, sid_offsets
+            )
+            .checked_when_debugging()
+            .plain()
+        )
         for (_, r0, r1), (src, ranges, m) in zip(pieces, plans):
             copy_piece(src.plain(), r0, r1, ranges, m, places, at, out)
         pad_batch(at, rows, offsets, dense_out, self.dense_table, indicators_out, labels, timestamps)
