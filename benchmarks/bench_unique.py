@@ -1,7 +1,8 @@
 """Benchmark of per-batch unique ids: what ``unique_ids(True)`` costs the reader, text and pb, 1 and 2 threads.
 
 The readers of ``bench_peers.py`` (every synthetic feature, ``batch_size(1024)``; pb converted with
-``--aux auto``, the user features in table 1), each read without and with unique ids.  Off and on
+``--aux auto``, the user features in table 1; text read 3 times over a run, pb 8 times, about a second, as in
+``bench_dsl.py``), each read without and with unique ids.  Off and on
 alternate run by run (``bench_peers.py`` measures them minutes apart, and the VM's speed moves more
 than the cost over minutes): one warm-up run each, then ``--runs`` rounds; the cost is 1 minus the
 median of the per-round ratios on/off, by wall time and by CPU time of the whole process.  Writes
@@ -11,7 +12,7 @@ median of the per-round ratios on/off, by wall time and by CPU time of the whole
 """
 
 from _common import RESULTS, alternated_runs, arguments, cost_table, measured_on, save_report, synthetic_inputs
-from bench_peers import THREADS, ingest_reader
+from bench_peers import EPOCHS, THREADS, ingest_reader
 
 
 def main(argv=None):
@@ -23,15 +24,18 @@ def main(argv=None):
         for threads in THREADS:
             results[f"{name} {threads}"] = alternated_runs(
                 {
-                    "off": lambda p=path, f=file_type, a=aux_of, t=threads: ingest_reader(p, f, a, t, False),
-                    "on": lambda p=path, f=file_type, a=aux_of, t=threads: ingest_reader(p, f, a, t, True),
+                    "off": lambda p=path, f=file_type, a=aux_of, t=threads: ingest_reader(p, f, a, t, False, EPOCHS[f]),
+                    "on": lambda p=path, f=file_type, a=aux_of, t=threads: ingest_reader(p, f, a, t, True, EPOCHS[f]),
                 },
-                args.samples,
+                args.samples * EPOCHS[file_type],
                 args.runs,
             )
-    report = save_report("bench_unique", samples=args.samples, runs=args.runs, aux=sorted(aux), read=results)
+    report = save_report(
+        "bench_unique", samples=args.samples, runs=args.runs, epochs=EPOCHS, aux=sorted(aux), read=results
+    )
     print(
-        f"{args.samples:,} samples, batch_size 1024, median of {args.runs} alternated rounds; {measured_on(report)}\n"
+        f"{args.samples:,} samples (read {EPOCHS['txt']} times over in text, {EPOCHS['pb']} in pb), batch_size 1024, "
+        f"median of {args.runs} alternated rounds; {measured_on(report)}\n"
     )
     print(cost_table(results, "samples/s on"))
     print(f"JSON: {RESULTS / 'bench_unique.json'}")
