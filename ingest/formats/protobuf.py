@@ -79,8 +79,8 @@ class _Scratch:
 
     @functools.cached_property
     def outputs(self):
-        """The ``Rows`` of the arrays above, made and checked once."""
-        return K.Rows(*(getattr(self, name) for name in K.Rows._fields)).checked()
+        """The ``Rows`` of the arrays above, made and checked once, as ``decode_chunk`` takes them (plain)."""
+        return K.Rows(*(getattr(self, name) for name in K.Rows._fields)).checked().plain()
 
     @functools.cached_property
     def kept(self):
@@ -219,7 +219,7 @@ class ProtobufFormat(UnitFormat):
         self._records = _RecordStarts()
         self._kept = Kept()
         specs = schema.specs
-        self.names = build_name_table([s.name for s in specs])
+        self.names = build_name_table([s.name for s in specs]).plain()  # only the kernels read these
         sparse_pos = {s.name: i for i, s in enumerate(schema.sparse)}
         dense_pos = {s.name: i for i, s in enumerate(schema.dense)}
         # per declared feature: kind, index among its kind, table
@@ -250,7 +250,7 @@ class ProtobufFormat(UnitFormat):
         tab_feat_off = np.cumsum([0] + [len(f) for f in self.table_sparse]).astype(np.int64)
         tab_feats = np.concatenate(self.table_sparse + [np.empty(0, np.int64)])
         self.cutoff = [np.array([s.cutoff for s in schema.sparse_in(t)], np.int64) for t in range(schema.tables)]
-        self.features = K.FeatureLayout(feat, dn_feat, self.layout.elem_col, tab_feats, tab_feat_off).checked()
+        self.features = K.FeatureLayout(feat, dn_feat, self.layout.elem_col, tab_feats, tab_feat_off).checked().plain()
 
     def _new_scratch(self):
         rows = max(1024, self.chunk_bytes // 64)
@@ -277,9 +277,13 @@ class ProtobufFormat(UnitFormat):
             base = int(starts[records])
             limit = (unit.size if last == len(starts) else int(starts[last])) - base
             f.seek(base)
-        options = K.DecodeOptions(
-            bool(self.simple), int(self.max_record_bytes), self.on_skip is None, int(self.schema.label_count)
-        ).checked()
+        options = (
+            K.DecodeOptions(
+                bool(self.simple), int(self.max_record_bytes), self.on_skip is None, int(self.schema.label_count)
+            )
+            .checked()
+            .plain()
+        )
         scratch, room, buf = self._kept.take() or (
             self._new_scratch(),
             Room(len(self.schema.sparse), value_bytes=4, high_keys=True),
@@ -296,14 +300,7 @@ class ProtobufFormat(UnitFormat):
                 final = whole_so_far(f, eof)
                 cols = room.columns(filled)
                 status, consumed, nrec, nerr = K.decode_chunk(
-                    buf,
-                    filled,
-                    final,
-                    options.plain(),
-                    self.names.plain(),
-                    self.features.plain(),
-                    cols.plain(),
-                    scratch.outputs.plain(),
+                    buf, filled, final, options, self.names, self.features, cols.plain(), scratch.outputs
                 )
                 room.decoded(consumed)
                 if nerr and records is None:

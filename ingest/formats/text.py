@@ -96,7 +96,8 @@ class _Scratch:
         self.group_pos = np.empty(rows + 1, np.int64)
         self.errors = np.empty((max(64, rows // 16), K.ERROR_COLUMNS), np.int64)
         self.dn_seen = np.zeros(n_dense, np.bool_)
-        self.outputs = K.TextOutputs(*(getattr(self, name) for name in K.TextOutputs._fields)).checked()
+        # as parse_text_chunk takes them (plain): only the kernel reads them
+        self.outputs = K.TextOutputs(*(getattr(self, name) for name in K.TextOutputs._fields)).checked().plain()
         # what a Block keeps of them (kept_rows): one table, with no refer
         self.tab_rows = np.zeros(1, np.int64)
         self.kept = ChunkRows(
@@ -251,12 +252,14 @@ class TextFormat(UnitFormat):
         self.sparse = list(schema.sparse_in(0))
         self.columns_of_table = np.arange(len(self.sparse), dtype=np.int64)  # region_offsets: every one of table 0
         self.dense = list(schema.dense_in(0))
-        self.sp_table = build_name_table([s.name for s in self.sparse])
-        self.dn_table = build_name_table([s.name for s in self.dense])
+        # as parse_text_chunk takes them (plain): only the kernel reads these
+        self.sp_table = build_name_table([s.name for s in self.sparse]).plain()
+        self.dn_table = build_name_table([s.name for s in self.dense]).plain()
         self.cutoff = np.array([s.cutoff for s in self.sparse], np.int64)
         self.layout = DenseLayout(self.dense)
         lay = self.layout
-        self.dense_columns = K.DenseColumns(lay.nvec, lay.first_elem, lay.elem_col, lay.first_col, lay.width).checked()
+        columns = K.DenseColumns(lay.nvec, lay.first_elem, lay.elem_col, lay.first_col, lay.width)
+        self.dense_columns = columns.checked().plain()
         self.dense_cols = np.array([(0, b, w) for b, w in zip(lay.first_col, lay.width)], np.int64).reshape(-1, 3)
 
     def _new_scratch(self):
@@ -279,7 +282,8 @@ class TextFormat(UnitFormat):
             if start >= end:
                 return
             f.seek(start)
-        options = K.TextOptions(self.on_skip is None, int(self.schema.label_count), int(self.max_group_size)).checked()
+        options = K.TextOptions(self.on_skip is None, int(self.schema.label_count), int(self.max_group_size))
+        options = options.checked().plain()
         scratch, room, buf = self._kept.take() or (
             self._new_scratch(),
             Room(len(self.sparse), value_bytes=2, high_keys=False),  # the shortest id: a digit and a separator
@@ -303,12 +307,12 @@ class TextFormat(UnitFormat):
                     0,
                     filled,
                     final,
-                    options.plain(),
-                    self.sp_table.plain(),
-                    self.dn_table.plain(),
-                    self.dense_columns.plain(),
+                    options,
+                    self.sp_table,
+                    self.dn_table,
+                    self.dense_columns,
                     cols.plain(),
-                    scratch.outputs.plain(),
+                    scratch.outputs,
                 )
                 room.decoded(consumed)
                 errors = []
