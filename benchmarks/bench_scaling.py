@@ -29,7 +29,7 @@ import os
 import time
 
 from _common import RESULTS, alternated_runs, arguments, markdown_table, measured_on, save_report, synthetic_inputs
-from bench_peers import EPOCHS, ingest_reader
+from bench_peers import BATCH_SIZE, EPOCHS, ingest_reader
 from ingest.cli.bench import measure
 
 # name: threads, and the cores the reader's threads may run on; "2 threads" first, the ratios' base
@@ -38,7 +38,9 @@ WAYS = {"2 threads": (2, None), "1 thread": (1, None), "1 core": (1, 1)}
 
 def main(argv=None):
     parser = arguments(__doc__)
-    parser.add_argument("--batch-size", type=int, default=1024, help="every reader's batch size (default: 1024)")
+    parser.add_argument(
+        "--batch-size", type=int, default=BATCH_SIZE, help=f"every reader's batch size (default: {BATCH_SIZE})"
+    )
     args = parser.parse_args(argv)
     allowed = os.sched_getaffinity(0)
     if len(allowed) < 2:
@@ -65,7 +67,7 @@ def main(argv=None):
                     )
     finally:
         os.sched_setaffinity(0, allowed)
-    name = "bench_scaling" if args.batch_size == 1024 else f"bench_scaling_batch{args.batch_size}"
+    name = "bench_scaling" if args.batch_size == BATCH_SIZE else f"bench_scaling_batch{args.batch_size}"
     report = save_report(
         name, samples=args.samples, runs=args.runs, epochs=EPOCHS, batch_size=args.batch_size, read=results
     )
