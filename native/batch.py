@@ -4,7 +4,7 @@ import numpy as np
 
 from .bundles import bundle
 from .index import _u
-from .jit import brief, helper, kernel, kernel_keeping_gil
+from .jit import brief, helper, kernel
 
 # The bundles ``copy_piece`` takes, as plain tuples (``plain()``, bundles.py): one argument each.
 # A block's arrays: per table (tuples) its sparse offsets, which features the DSL made, its dense matrices and its
@@ -233,24 +233,25 @@ def merge_adjacent(ranges, m):
     return k + 1 if m > 0 else 0
 
 
-@kernel_keeping_gil  # microseconds a piece, as a ``brief`` helper, but it allocates its ranges
-def measure_piece(group_offsets, refers, sp_offsets, sid_offsets, r0, r1, counts, rows, sid_bytes):
-    """Plan the piece of rows ``r0:r1`` of table 0 of a block, for a batch; returns ``(ranges, m)``.
+@brief
+def measure_piece(group_offsets, refers, sp_offsets, sid_offsets, r0, r1, room, c0, counts, rows, sid_bytes):
+    """Plan the piece of rows ``r0:r1`` of table 0 of a block, for a batch, in ``ranges = room[:, :, c0:]``;
+    returns ``m``.
 
     ``ranges[t, 0, g]:ranges[t, 1, g]`` (g < m) are the rows of table t the piece takes: one range per group (or
     run of groups, ``merge_adjacent``) when there are aux tables (``refers[k]``, the row of table k + 1 each row
-    of table k refers to), else the one range ``r0:r1``.  Adds the piece's sizes: to ``counts`` the values of every
-    sparse feature (tables in order, ``sp_offsets[t]`` theirs), to ``rows[t]`` the rows of table t and to
+    of table k refers to), else the one range ``r0:r1``: ``room`` (int64 ``[tables, 2, columns]``, the caller's
+    scratch) needs ``max(r1 - r0, 1)`` columns from ``c0`` on.  Adds the piece's sizes: to ``counts`` the values of
+    every sparse feature (tables in order, ``sp_offsets[t]`` theirs), to ``rows[t]`` the rows of table t and to
     ``sid_bytes[0]`` its sample id bytes.
     """
     tables = len(sp_offsets)
+    ranges = room[:, :, c0:]
     if tables == 1:
         m = 1
-        ranges = np.empty((1, 2, 1), np.int64)
         ranges[0, 0, 0] = r0
         ranges[0, 1, 0] = r1
     else:
-        ranges = np.empty((tables, 2, r1 - r0), np.int64)
         m = group_ranges(group_offsets, r0, r1, ranges[0, 0], ranges[0, 1])
         for k in range(tables - 1):
             refer_ranges(refers[k], ranges[k, 0], ranges[k, 1], m, ranges[k + 1, 0], ranges[k + 1, 1])
@@ -269,13 +270,13 @@ def measure_piece(group_offsets, refers, sp_offsets, sid_offsets, r0, r1, counts
             counts[f0 + f] += c
         f0 += offsets.shape[0]
     sid_bytes[0] += sid_offsets[r1] - sid_offsets[r0]
-    return ranges, m
+    return m
 
 
 @kernel
-def copy_piece(src, r0, r1, ranges, m, places, at, out):
-    """Copy rows ``r0:r1`` of a block (``src``), planned by ``measure_piece`` (``ranges``, ``m``), into the
-    arrays of a batch (``out``), its features placed by ``places``.
+def copy_piece(src, r0, r1, room, c0, m, places, at, out):
+    """Copy rows ``r0:r1`` of a block (``src``), planned by ``measure_piece`` (``m`` ranges in ``room`` from column
+    ``c0``), into the arrays of a batch (``out``), its features placed by ``places``.
 
     Per table t of the block: ``sp_offsets[t]`` and ``from_dsl[t]`` (see ``copy_sparse_ranges``);
     dense matrix d belongs to table ``dense_table[d]``.  Sparse features are numbered over all
@@ -303,6 +304,7 @@ def copy_piece(src, r0, r1, ranges, m, places, at, out):
     pair, key_base, value_base, dense_table = places
     offsets, keys, pairs, values, dense, indicators, labels, timestamps, sid_bytes, sid_offsets = out
     tables = len(sp_offsets)
+    ranges = room[:, :, c0:]
     row0 = at[0]
     # Table 0's rows are contiguous: one range copies them (its groups matter to the indicators only).
     whole = np.empty((2, 1), np.int64)
