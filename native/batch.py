@@ -4,7 +4,8 @@ import numpy as np
 
 from .bundles import bundle
 from .index import _u
-from .jit import brief, helper, kernel
+from .jit import brief, helper, inline, kernel
+from .unique import unique_sizes
 
 # The bundles ``copy_piece`` takes, as plain tuples (``plain()``, bundles.py): one argument each.
 # A block's arrays: per table (tuples) its sparse offsets, which features the DSL made, its dense matrices and its
@@ -189,7 +190,70 @@ def fixed_width_rows(blob, offsets, out):
             out[r, k] = 0
 
 
+@inline
+def _place(meta, k, at, rows, columns, itemsize):
+    """Part ``k`` of ``rows`` x ``columns`` items at byte ``at``; returns the 64-byte boundary after it."""
+    meta[3 * k] = at
+    meta[3 * k + 1] = rows
+    meta[3 * k + 2] = columns
+    return at + ((rows * columns * itemsize + 63) & -64)
+
+
 @brief
+def batch_layout(counts, pair, rows, pad_to, sid_bytes, table_features, dense_table, dense_width, labels, unique, out):
+    """Where every array of a batch lies in its one buffer; returns ``(bytes, samples)``.
+
+    ``rows`` (per table, as ``measure_piece`` added them up) become the batch's: when ``pad_to`` is above the samples,
+    table 0 gets ``pad_to`` rows and every aux table one more, the empty row padded rows point at.  Fills ``out``,
+    ``(key_base, value_base, meta)``: ``feature_bases``'s, and per part its byte offset, rows and columns (1 for a
+    vector) in ``meta[3k:3k + 3]``, in ``batch_part_kinds``' order: keys, pairs, values; the offsets
+    ``[table_features[t], rows + 1]`` of each table; each dense matrix ``[rows of dense_table[d], dense_width[d]]``;
+    the indicators of every table but the last; labels ``[rows, labels]``, timestamps, ``sid_bytes[0]`` sample id
+    bytes and their offsets; with ``unique``, ``unique_ids_of_batch``'s outputs.
+    """
+    key_base, value_base, meta = out
+    n = rows[0]
+    if pad_to > n:
+        for t in range(len(rows)):
+            rows[t] += 1
+        rows[0] = pad_to
+    nk, npair, nv = feature_bases(counts, pair, key_base, value_base)
+    at = _place(meta, 0, 0, nk, 1, 8)
+    at = _place(meta, 1, at, npair, 2, 8)
+    at = _place(meta, 2, at, nv, 1, 4)
+    k = 3
+    tables = len(rows)
+    for t in range(tables):
+        at = _place(meta, k, at, table_features[t], rows[t] + 1, 8)
+        k += 1
+    for d in range(len(dense_table)):
+        at = _place(meta, k, at, rows[dense_table[d]], dense_width[d], 4)
+        k += 1
+    for t in range(tables - 1):
+        at = _place(meta, k, at, rows[t], 1, 4)
+        k += 1
+    at = _place(meta, k, at, rows[0], labels, 4)
+    at = _place(meta, k + 1, at, rows[0], 1, 8)
+    at = _place(meta, k + 2, at, sid_bytes[0], 1, 1)
+    at = _place(meta, k + 3, at, n + 1, 1, 8)
+    if unique:
+        big, small, layout = unique_sizes(nk, npair, len(counts))
+        at = _place(meta, k + 4, at, big, 1, 8)
+        at = _place(meta, k + 5, at, small, 1, 4)
+        at = _place(meta, k + 6, at, layout, 1, 8)
+    return at, n
+
+
+def batch_part_kinds(tables, dense, unique):
+    """``(dtype, matrix)`` of each part ``batch_layout`` places, in its order, for ``tables`` tables and ``dense``
+    dense matrices."""
+    i8, f4, i4, u1 = (np.dtype(t) for t in (np.int64, np.float32, np.int32, np.uint8))
+    kinds = [(i8, False), (i8, True), (f4, False)] + [(i8, True)] * tables + [(f4, True)] * dense
+    kinds += [(i4, False)] * (tables - 1) + [(f4, True), (i8, False), (u1, False), (i8, False)]
+    return kinds + ([(i8, False), (i4, False), (i8, False)] if unique else [])
+
+
+@inline
 def feature_bases(counts, pair, key_base, value_base):
     """Where each feature's ids and values go in a batch's arrays; returns ``(keys, pairs, values)`` totals.
 

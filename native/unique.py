@@ -13,7 +13,7 @@ from .jit import brief, helper, inline
 from .mix import mix64
 
 _SPREAD = np.uint64(0x94D049BB133111EB)
-_INT64, _INT32 = np.dtype(np.int64), np.dtype(np.int32)  # made once: unique_parts runs every batch
+_INT64, _INT32 = np.dtype(np.int64), np.dtype(np.int32)
 
 # The ids of a batch's sparse features as the batch builder lays them (``unique_ids_of_batch``): feature ``f`` has
 # ``counts[f]`` ids from ``key_base[f]`` in ``keys`` (or ``pairs`` when ``pair[f]``) and row offsets
@@ -181,9 +181,16 @@ def unique_layout(counts, pair, at, words):
         words[f + 1] = words[f] + counts[f] * (2 if pair[f] else 1)
 
 
-def unique_parts(nkeys, npairs, nf):
-    """The ``(shape, dtype)`` of ``big``, ``small`` and ``layout`` of ``unique_ids_of_batch`` for ``nf``
-    features with ``nkeys`` ids in ``keys`` and ``npairs`` in ``pairs``, as ``BufferPool.lease_parts``
-    takes them (the batch builder leases them with the batch)."""
+@inline
+def unique_sizes(nkeys, npairs, nf):
+    """The items of ``big``, ``small`` and ``layout`` of ``unique_ids_of_batch`` for ``nf`` features with ``nkeys``
+    ids in ``keys`` and ``npairs`` in ``pairs`` (the batch builder's ``batch_layout`` places them in the batch's
+    buffer)."""
     total = nkeys + npairs
-    return [((nkeys + 2 * npairs + total + nf,), _INT64), ((2 * total,), _INT32), ((3 * nf + 2,), _INT64)]
+    return nkeys + 2 * npairs + total + nf, 2 * total, 3 * nf + 2
+
+
+def unique_parts(nkeys, npairs, nf):
+    """``unique_sizes`` as the ``(shape, dtype)`` pairs ``BufferPool.lease_parts`` takes."""
+    big, small, layout = unique_sizes(nkeys, npairs, nf)
+    return [((big,), _INT64), ((small,), _INT32), ((layout,), _INT64)]

@@ -5,8 +5,17 @@ import time
 
 import numpy as np
 
-from .._native.batch import BatchArrays, FeaturePlaces, PieceSource, copy_piece, feature_bases, measure_piece, pad_batch
-from .._native.unique import BatchIds, UniqueOutputs, table_size, unique_ids_of_batch, unique_parts
+from .._native.batch import (
+    BatchArrays,
+    FeaturePlaces,
+    PieceSource,
+    batch_layout,
+    batch_part_kinds,
+    copy_piece,
+    measure_piece,
+    pad_batch,
+)
+from .._native.unique import BatchIds, UniqueOutputs, table_size, unique_ids_of_batch
 from ..blocks import placeholder_block
 from ..pool import BufferPool
 from ..batch import Batch, SparseFeature
@@ -26,7 +35,7 @@ _NO_FLOAT32 = np.empty(0, np.float32)
 _NO_FLAGS = np.empty(0, np.bool_)
 _NO_DENSE = np.empty((0, 0), np.float32)
 _NO_INDICATORS = np.empty(0, np.int32)
-_INT32, _INT64, _FLOAT32, _UINT8 = (np.dtype(t) for t in (np.int32, np.int64, np.float32, np.uint8))
+_UINT8 = np.dtype(np.uint8)
 
 
 class BatchBuilder:
@@ -64,6 +73,7 @@ class BatchBuilder:
         sparse = [s for t in range(self.tables) for s in schema.sparse_in(t)]
         dense = [s for t in range(self.tables) for s in schema.dense_in(t)]
         self.pair = np.array([not s.serialized for s in sparse], np.bool_)
+        self.unique = unique and len(sparse) > 0
         self.dense_table = np.array([s.table for s in dense], np.int64)
         bounds = np.cumsum([0] + [len(schema.sparse_in(t)) for t in range(self.tables)]).tolist()
         self.table_bounds = list(enumerate(zip(bounds, bounds[1:])))  # (t, (first feature, end))
@@ -83,7 +93,15 @@ class BatchBuilder:
             for s in schema.specs
         ]
         self.dense_widths = [(s.table, s.width) for s in dense]
+        self.dense_width = np.array([s.width for s in dense], np.int64)
+        self.table_features = np.array([f1 - f0 for _, (f0, f1) in self.table_bounds], np.int64)
         self.label_count = schema.label_count
+        # where in batch_layout's meta each array of a batch is described, its dtype and whether it is a matrix;
+        # without and with unique ids
+        self.part_kinds = [
+            [(3 * i, dtype, matrix) for i, (dtype, matrix) in enumerate(batch_part_kinds(self.tables, len(dense), u))]
+            for u in (False, True)
+        ]
 
     def build(self, pieces):
         """The Batch of ``pieces``, unique ids included."""
@@ -93,9 +111,9 @@ class BatchBuilder:
         """The Batch of ``pieces`` without its unique ids: ``add_unique`` completes it (the pipeline
         runs that on a thread of its own, so that one batch's unique ids overlap the next one's build).
 
-        Two kernel calls a piece and one lease a batch: ``measure_piece`` sizes every array, one
-        pooled buffer holds them all, ``copy_piece`` fills them (the Python around the kernels was
-        half of a batch's build, and every call into a kernel is a point where the GIL changes hands).
+        Two kernel calls a piece and one lease a batch: ``measure_piece`` sizes every array,
+        ``batch_layout`` places them all in one pooled buffer, ``copy_piece`` fills them (the Python around the
+        kernels was half of a batch's build, and every call into a kernel is a point where the GIL changes hands).
         """
         if self.kernels_ready is not None:
             self.kernels_ready()
@@ -114,34 +132,44 @@ class BatchBuilder:
             if c1 > room.shape[2]:
                 room = scratch.grow_ranges(nt, max(c1, self.batch_size))  # earlier pieces keep the room they had
             m = measure_piece(
-                blk.group_offsets, src.refers, src.sp_offsets, blk.sid_offsets, r0, r1, room, c0, counts, rows, sid_total
+                blk.group_offsets,
+                src.refers,
+                src.sp_offsets,
+                blk.sid_offsets,
+                r0,
+                r1,
+                room,
+                c0,
+                counts,
+                rows,
+                sid_total,
             )
             plans.append((src, room, c0, m))
             c0 = c1
-        n = int(rows[0])
-        rows0 = self.batch_size if self.pad else n
-        if rows0 > n:
-            rows += 1  # aux tables: the empty row padded rows point at
-            rows[0] = rows0
         key_base = np.empty(len(self.pair), np.int64)
         value_base = np.empty(len(self.pair), np.int64)
-        nkeys, npairs, nvalues = feature_bases(counts, self.pair, key_base, value_base)
-        r = rows.tolist()
-        parts = [((nkeys,), _INT64), ((npairs, 2), _INT64), ((nvalues,), _FLOAT32)]
-        parts += [((f1 - f0, r[t] + 1), _INT64) for t, (f0, f1) in self.table_bounds]
-        parts += [((r[t], width), _FLOAT32) for t, width in self.dense_widths]
-        parts += [((r[k],), _INT32) for k in range(nt - 1)]
-        parts += [
-            ((rows0, self.label_count), _FLOAT32),
-            ((rows0,), _INT64),
-            ((int(sid_total[0]),), _UINT8),
-            ((n + 1,), _INT64),
+        kinds = self.part_kinds[self.unique]  # the unique-id thread's outputs share the batch's buffer
+        meta = np.empty(3 * len(kinds), np.int64)
+        nbytes, n = batch_layout(
+            counts,
+            self.pair,
+            rows,
+            self.batch_size if self.pad else 0,
+            sid_total,
+            self.table_features,
+            self.dense_table,
+            self.dense_width,
+            self.label_count,
+            self.unique,
+            (key_base, value_base, meta),
+        )
+        buf = self.pool.lease(nbytes, _UINT8)
+        w = meta.tolist()
+        arrays = [
+            np.ndarray((w[j + 1], w[j + 2]) if matrix else w[j + 1], dtype, buf, w[j]) for j, dtype, matrix in kinds
         ]
-        unique = self.unique and len(self.pair) > 0
-        if unique:  # the unique-id thread's outputs share the batch's buffer: one lease a batch in all
-            parts += unique_parts(nkeys, npairs, len(self.pair))
-        arrays = self.pool.lease_parts(parts)
-        if unique:
+        r = rows.tolist()
+        if self.unique:
             unique_out, arrays = arrays[-3:], arrays[:-3]
         keys, pairs, values = arrays[:3]
         offsets = tuple(arrays[3 : 3 + nt])
@@ -169,7 +197,7 @@ class BatchBuilder:
         batch.marks = Marks({blk.unit: blk.position(r1) for blk, _, r1 in pieces} if self.track else {})
         if self.keep_pieces:
             batch.pieces = list(pieces)
-        if unique:
+        if self.unique:
             ids = BatchIds(
                 keys, pairs, self.pair, key_base, counts, offsets, self.sparse_table, self.sparse_row
             ).checked_when_debugging()
