@@ -338,9 +338,10 @@ def measure_piece(group_offsets, refers, sp_offsets, sid_offsets, r0, r1, room, 
 
 
 @kernel
-def copy_piece(src, r0, r1, room, c0, m, places, at, out):
+def copy_piece(src, r0, r1, room, c0, m, places, at, out, rows, last):
     """Copy rows ``r0:r1`` of a block (``src``), planned by ``measure_piece`` (``m`` ranges in ``room`` from column
-    ``c0``), into the arrays of a batch (``out``), its features placed by ``places``.
+    ``c0``), into the arrays of a batch (``out``), its features placed by ``places``; after the ``last`` piece,
+    pad every table to its ``rows`` (``pad_batch``).
 
     Per table t of the block: ``sp_offsets[t]`` and ``from_dsl[t]`` (see ``copy_sparse_ranges``);
     dense matrix d belongs to table ``dense_table[d]``.  Sparse features are numbered over all
@@ -427,9 +428,11 @@ def copy_piece(src, r0, r1, room, c0, m, places, at, out):
     for r in range(k):
         sid_offsets[_u(row0 + r + 1)] = src_sid_offsets[_u(r0 + r + 1)] - a + s
     at[2 * tables] = s + b - a
+    if last:
+        pad_batch(at, rows, offsets, dense, dense_table, indicators, labels, timestamps)
 
 
-@brief
+@helper
 def pad_batch(at, rows, offsets, dense, dense_table, indicators, labels, timestamps):
     """Rows ``at[t]:rows[t]`` of every table, after the pieces: empty sparse rows, zero dense rows and
     labels, and indicators pointing at the next table's last row (the empty row padding adds)."""

@@ -1,4 +1,4 @@
-"""The batch kernels (measure_piece, copy_piece, pad_batch) against a pure-Python twin, on generated blocks."""
+"""The batch kernels (measure_piece, batch_layout, copy_piece) against a pure-Python twin, on generated blocks."""
 
 import numpy as np
 from hypothesis import given, settings, strategies as st

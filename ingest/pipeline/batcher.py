@@ -13,7 +13,6 @@ from .._native.batch import (
     batch_part_kinds,
     copy_piece,
     measure_piece,
-    pad_batch,
 )
 from .._native.unique import BatchIds, UniqueOutputs, table_size, unique_ids_of_batch
 from ..blocks import placeholder_block
@@ -187,9 +186,9 @@ class BatchBuilder:
             .checked_when_debugging()
             .plain()
         )
-        for (_, r0, r1), (src, room, c0, m) in zip(pieces, plans):
-            copy_piece(src.plain(), r0, r1, room, c0, m, places, at, out)
-        pad_batch(at, rows, offsets, dense_out, self.dense_table, indicators_out, labels, timestamps)
+        last = len(pieces) - 1
+        for i, ((_, r0, r1), (src, room, c0, m)) in enumerate(zip(pieces, plans)):
+            copy_piece(src.plain(), r0, r1, room, c0, m, places, at, out, rows, i == last)
         laid = LaidOut(self, keys, pairs, values, offsets, dense, key_base, value_base, counts)
         batch = Batch(
             n, labels, timestamps, sid_bytes, sid_offsets, laid, indicators, tables=self.table_of, table_rows=r
