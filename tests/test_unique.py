@@ -65,7 +65,8 @@ def test_kernel_matches_twin(data, tables, pair):
     big, small, layout = BufferPool().lease_parts(unique_parts(len(keys), len(pairs), len(pair)))
     ids = BatchIds(keys, pairs, pair, key_base, counts, offsets, table_of, row_of)
     out = UniqueOutputs(big, small, layout)
-    unique_views(feats, ids.pair, out, unique_ids_into(ids, out, Scratch()))
+    unique_ids_into(ids, out, Scratch())
+    unique_views(feats, ids.pair, out)
     for f, feat in enumerate(feats):
         order, inverse, rows_of = naive_unique(feat.ids, row_offsets[f])
         got_u = [tuple(u) for u in feat.unique_ids.tolist()] if pair[f] else feat.unique_ids.tolist()

@@ -218,7 +218,8 @@ class BatchBuilder:
         if work:
             t0 = time.perf_counter()
             laid, ids, out = work
-            laid.unique = (out, unique_ids_into(ids, out, self.scratch()))
+            unique_ids_into(ids, out, self.scratch())
+            laid.unique = out
             if self.stats is not None:
                 self.stats.stage("unique", t0, time.perf_counter())
         return batch
@@ -284,20 +285,20 @@ class Scratch:
 def unique_ids_into(ids, out, scratch):
     """Compute the unique ids of a batch's sparse features, whose ids are ``ids`` (a ``BatchIds``), into ``out``
     (``UniqueOutputs`` of ``unique_parts``; the batch builder leases them with the batch): one kernel call for
-    them all (each call into a kernel gives up the GIL, and the other pipeline threads hold it).  Returns where
-    each feature's outputs lie (a list, for ``unique_views``).
+    them all (each call into a kernel gives up the GIL, and the other pipeline threads hold it); ``out.layout``
+    says where each feature's outputs lie (``unique_views``).
 
     ``big`` holds, as int64, every feature's unique ids and then their row offsets, ``small``, as int32,
     every inverse and then every feature's unique rows.
     """
     unique_ids_of_batch(ids.plain(), scratch.room(len(out.small) // 2), out.plain())
-    return out.layout.tolist()
 
 
-def unique_views(feats, pair, out, where):
+def unique_views(feats, pair, out):
     """Set ``unique_ids``, ``inverse``, ``unique_rows`` and ``unique_row_offsets`` of the SparseFeatures ``feats``
-    (in kernel order) to their views of ``out`` as ``unique_ids_into`` placed them (``where``)."""
-    big, small, _ = out
+    (in kernel order) to their views of ``out`` as ``unique_ids_into`` placed them."""
+    big, small, layout = out
+    where = layout.tolist()  # here, when the consumer first asks for a feature, not by the thread that computed them
     nf = len(feats)
     total = len(small) // 2
     at, words, nunique = where[: nf + 1], where[nf + 1 : 2 * nf + 2], where[2 * nf + 2 :]
@@ -322,7 +323,7 @@ class LaidOut:
         self.builder = builder
         self.keys, self.pairs, self.values, self.offsets, self.dense = keys, pairs, values, offsets, dense
         self.key_base, self.value_base, self.counts = key_base, value_base, counts
-        self.unique = None  # (UniqueOutputs, where) once ``unique_ids_into`` has filled them
+        self.unique = None  # the UniqueOutputs, once ``unique_ids_into`` has filled them
 
     def features(self):
         """The batch's features by name, in schema order."""
@@ -337,7 +338,7 @@ class LaidOut:
             else:
                 features[name] = dense[i]
         if self.unique is not None:
-            unique_views(feats, self.builder.pair, *self.unique)
+            unique_views(feats, self.builder.pair, self.unique)
         return features
 
     def span(self, table):
