@@ -71,24 +71,48 @@ class Batch:
     table k + 1.  All arrays are C-contiguous numpy arrays owned by the batch.
     """
 
-    def __init__(
-        self, size, labels, timestamps, sid_bytes, sid_offsets, features, indicators=(), tables=None, table_rows=None
-    ):
+    def __init__(self, size, laid, tables, table_rows):
         self.size = size
-        self.labels = labels
-        self.timestamps = timestamps
-        self.sid_bytes = sid_bytes
-        self.sid_offsets = sid_offsets
-        # a dict, or the builder's LaidOut: made into one when first asked for
-        self._made, self._laid = (features, None) if isinstance(features, dict) else (None, features)
-        self.indicators = list(indicators)
-        self._tables = tables or {}
-        self.table_rows = list(table_rows) if table_rows is not None else [len(labels)]
+        self._laid = laid  # the builder's LaidOut: the arrays, and the features, are made when first asked for
+        self._made = None  # the features by name
+        self._samples = None  # (labels, timestamps, sid_bytes, sid_offsets, indicators)
+        self._tables = tables
+        self.table_rows = table_rows
         self._sample_ids = None
         self.marks = None  # what the batch delivers, for the reader state (pipeline.progress.Marks)
         self.pieces = None  # with keep_sample or pause: the (block, first row, end row) it was cut from
         self.release_groups = _nothing  # with keep_sample / pause: hands its groups back, once
         self.unique_work = ()  # the builder's, from assemble() until add_unique() fills the unique ids
+
+    def _sample_arrays(self):
+        if self._samples is None:
+            self._samples = self._laid.samples()
+        return self._samples
+
+    @property
+    def labels(self):
+        """float32 ``[rows, label_count]``."""
+        return self._sample_arrays()[0]
+
+    @property
+    def timestamps(self):
+        """int64 ``[rows]``."""
+        return self._sample_arrays()[1]
+
+    @property
+    def sid_bytes(self):
+        """uint8: the sample ids one after the other."""
+        return self._sample_arrays()[2]
+
+    @property
+    def sid_offsets(self):
+        """int64 ``[size + 1]``: sample ``r``'s id is ``sid_bytes[sid_offsets[r]:sid_offsets[r + 1]]``."""
+        return self._sample_arrays()[3]
+
+    @property
+    def indicators(self):
+        """Per aux table k, int32 ``[table_rows[k]]``: the row of table k + 1 each row of table k reads."""
+        return self._sample_arrays()[4]
 
     def __len__(self):
         return self.size
@@ -99,9 +123,9 @@ class Batch:
             self._made = self._laid.features()
         return self._made
 
-    def __getstate__(self):  # the builder's layout stays behind (its pool and locks do not pickle): the features go
+    def __getstate__(self):  # the builder's layout stays behind (its pool and locks do not pickle): the arrays go
         state = dict(self.__dict__)
-        state["_made"], state["_laid"] = self._features, None
+        state["_made"], state["_samples"], state["_laid"] = self._features, self._sample_arrays(), None
         return state
 
     def sparse_span(self, table):
@@ -133,7 +157,7 @@ class Batch:
     @property
     def rows(self):
         """Rows of table 0 (``batch_size`` when padded, else ``size``)."""
-        return len(self.labels)
+        return self.table_rows[0]
 
     @property
     def sample_ids(self):
@@ -213,9 +237,8 @@ class Batch:
         the batch before stay valid: a buffer is reused only when nothing refers to it)."""
         self.release_groups()
         self._made, self._laid = {}, None
-        self.labels = self.timestamps = self.sid_bytes = self.sid_offsets = None
+        self._samples = (None, None, None, None, [])
         self._sample_ids = None
-        self.indicators = []
 
     def validate(self) -> bool:
         """Check every invariant of docs/formats.md, the batch; raise ``InvalidBatchError`` on the first broken one."""

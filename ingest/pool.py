@@ -16,7 +16,7 @@ from collections import deque
 
 import numpy as np
 
-__all__ = ["BufferPool", "part_layout", "parts_over"]
+__all__ = ["BufferPool"]
 
 _MIN_BYTES = 4096
 
@@ -60,25 +60,3 @@ class BufferPool:
                 self.allocated += 1
                 self.allocated_bytes += size
         return np.ndarray(shape, dtype, buf)  # one call: half the time of slicing, viewing and reshaping
-
-    def lease_parts(self, parts):
-        """Arrays of the ``(shape, dtype)`` pairs ``parts`` (dtypes as ``np.dtype``), all over one pooled
-        buffer, each starting on a 64-byte boundary: one lease for many arrays."""
-        starts, total = part_layout(parts)
-        return parts_over(self.lease(total, np.uint8), starts, parts)
-
-
-def part_layout(parts):
-    """``(starts, total)``: where each ``(shape, dtype)`` of ``parts`` starts in one buffer (64-byte aligned), and
-    the bytes they need."""
-    starts = []
-    total = 0
-    for shape, dtype in parts:
-        starts.append(total)
-        total += (math.prod(shape) * dtype.itemsize + 63) & -64
-    return starts, total
-
-
-def parts_over(buf, starts, parts):
-    """The arrays of ``parts`` over the byte buffer ``buf`` at ``starts``."""
-    return [np.ndarray(shape, dtype, buf, a) for a, (shape, dtype) in zip(starts, parts)]

@@ -17,7 +17,6 @@ import numpy as np
 
 from .errors import ConfigError
 from .optional import require
-from .pool import part_layout, parts_over
 
 torch = require("torch", "torch", "torch")
 
@@ -49,14 +48,15 @@ class _SharedBatch:
     @classmethod
     def of(cls, batch):
         """The batch on its way, or None when its arrays are not all in one shared block."""
-        root = batch.labels.base
+        buf = batch.labels.base  # the batch's one buffer, a view of the block (SharedBuffers.lease)
+        root = getattr(buf, "base", None)
         block = getattr(root, "base", None)
         if not (isinstance(block, torch.Tensor) and block.is_shared()):
             return None
         base = root.__array_interface__["data"][0]
         layout = []
         for name, arr in _arrays(batch).items():
-            if arr.base is not root:
+            if arr.base is not buf:
                 return None
             # the dtype as its one-letter code: pickling dtype objects cost more than the rest of the batch
             layout.append((name, arr.__array_interface__["data"][0] - base, arr.dtype.char, arr.shape))
@@ -96,15 +96,16 @@ class SharedBuffers:
     def __init__(self):
         self._blocks = []  # numpy views of the blocks (a tensor's indexing costs microseconds, theirs does not)
 
-    def lease_parts(self, parts):
-        starts, total = part_layout(parts)
-        size = 1 << (total + _HEADER - 1).bit_length()
+    def lease(self, count, dtype):
+        """A vector of ``count`` ``dtype`` items in a free block, after its header (``BufferPool.lease``)."""
+        dtype = np.dtype(dtype)
+        size = 1 << (count * dtype.itemsize + _HEADER - 1).bit_length()
         root = next((b for b in self._blocks if len(b) == size and b[0] == 0), None)
         if root is None:
             root = torch.empty(size, dtype=torch.uint8).share_memory_().numpy()
             self._blocks.append(root)
         root[0] = 1
-        return parts_over(root, [_HEADER + a for a in starts], parts)
+        return np.ndarray(count, dtype, root, _HEADER)
 
 
 def shard_of_this_process():

@@ -5,6 +5,7 @@ import numpy as np
 from .bundles import bundle
 from .index import _u
 from .jit import brief, helper, inline, kernel
+from .parts import KEYS, OFFSETS, PAIRS, VALUES, dense_part, indicators_part, part, samples_part, vector
 from .unique import unique_sizes
 
 # The bundles ``copy_piece`` takes, as plain tuples (``plain()``, bundles.py): one argument each.
@@ -29,21 +30,9 @@ PieceSource = bundle(
 # Where a batch's features go: per sparse feature whether its ids are (hkey, key) pairs and where its ids and
 # values start; per dense matrix its table.
 FeaturePlaces = bundle("FeaturePlaces", pair="b1[:]", key_base="i8[:]", value_base="i8[:]", dense_table="i8[:]")
-# A batch's arrays: per table its sparse offsets (a tuple), ids, pairs, values, dense matrices and indicators
-# (tuples), labels, timestamps and sample ids.
-BatchArrays = bundle(
-    "BatchArrays",
-    offsets="(i8[:, :])",
-    keys="i8[:]",
-    pairs="i8[:, :]",
-    values="f4[:]",
-    dense="(f4[:, :])",
-    indicators="(i4[:])",
-    labels="f4[:, :]",
-    timestamps="i8[:]",
-    sid_bytes="u1[:]",
-    sid_offsets="i8[:]",
-)
+# A batch's one buffer and where its arrays lie in it (``batch_layout``'s ``meta``); the kernels view them there
+# (``part``), so Python makes no array of a batch until its consumer asks for one.
+BatchBuffer = bundle("BatchBuffer", buf="u1[:]", meta="i8[:]")
 
 
 @helper
@@ -201,7 +190,7 @@ def _place(meta, k, at, rows, columns, itemsize):
 
 @brief
 def batch_layout(counts, pair, rows, pad_to, sid_bytes, table_features, dense_table, dense_width, labels, unique, out):
-    """Where every array of a batch lies in its one buffer; returns ``(bytes, samples)``.
+    """Where every array of a batch lies in its one buffer; returns ``(bytes, samples, ids)``.
 
     ``rows`` (per table, as ``measure_piece`` added them up) become the batch's: when ``pad_to`` is above the samples,
     table 0 gets ``pad_to`` rows and every aux table one more, the empty row padded rows point at.  Fills ``out``,
@@ -218,20 +207,18 @@ def batch_layout(counts, pair, rows, pad_to, sid_bytes, table_features, dense_ta
             rows[t] += 1
         rows[0] = pad_to
     nk, npair, nv = feature_bases(counts, pair, key_base, value_base)
-    at = _place(meta, 0, 0, nk, 1, 8)
-    at = _place(meta, 1, at, npair, 2, 8)
-    at = _place(meta, 2, at, nv, 1, 4)
-    k = 3
+    at = _place(meta, KEYS, 0, nk, 1, 8)
+    at = _place(meta, PAIRS, at, npair, 2, 8)
+    at = _place(meta, VALUES, at, nv, 1, 4)
     tables = len(rows)
+    ndense = len(dense_table)
     for t in range(tables):
-        at = _place(meta, k, at, table_features[t], rows[t] + 1, 8)
-        k += 1
-    for d in range(len(dense_table)):
-        at = _place(meta, k, at, rows[dense_table[d]], dense_width[d], 4)
-        k += 1
+        at = _place(meta, OFFSETS + t, at, table_features[t], rows[t] + 1, 8)
+    for d in range(ndense):
+        at = _place(meta, dense_part(tables, d), at, rows[dense_table[d]], dense_width[d], 4)
     for t in range(tables - 1):
-        at = _place(meta, k, at, rows[t], 1, 4)
-        k += 1
+        at = _place(meta, indicators_part(tables, ndense, t), at, rows[t], 1, 4)
+    k = samples_part(tables, ndense)
     at = _place(meta, k, at, rows[0], labels, 4)
     at = _place(meta, k + 1, at, rows[0], 1, 8)
     at = _place(meta, k + 2, at, sid_bytes[0], 1, 1)
@@ -241,12 +228,12 @@ def batch_layout(counts, pair, rows, pad_to, sid_bytes, table_features, dense_ta
         at = _place(meta, k + 4, at, big, 1, 8)
         at = _place(meta, k + 5, at, small, 1, 4)
         at = _place(meta, k + 6, at, layout, 1, 8)
-    return at, n
+    return at, n, nk + npair
 
 
 def batch_part_kinds(tables, dense, unique):
-    """``(dtype, matrix)`` of each part ``batch_layout`` places, in its order, for ``tables`` tables and ``dense``
-    dense matrices."""
+    """``(dtype, matrix)`` of each part ``batch_layout`` places, in its order (``parts``), for ``tables`` tables and
+    ``dense`` dense matrices."""
     i8, f4, i4, u1 = (np.dtype(t) for t in (np.int64, np.float32, np.int32, np.uint8))
     kinds = [(i8, False), (i8, True), (f4, False)] + [(i8, True)] * tables + [(f4, True)] * dense
     kinds += [(i4, False)] * (tables - 1) + [(f4, True), (i8, False), (u1, False), (i8, False)]
@@ -340,14 +327,14 @@ def measure_piece(group_offsets, refers, sp_offsets, sid_offsets, r0, r1, room, 
 @kernel
 def copy_piece(src, r0, r1, room, c0, m, places, at, out, rows, last):
     """Copy rows ``r0:r1`` of a block (``src``), planned by ``measure_piece`` (``m`` ranges in ``room`` from column
-    ``c0``), into the arrays of a batch (``out``), its features placed by ``places``; after the ``last`` piece,
-    pad every table to its ``rows`` (``pad_batch``).
+    ``c0``), into the arrays of a batch (``out``, a ``BatchBuffer`` that ``batch_layout`` laid out), its features
+    placed by ``places``; after the ``last`` piece, pad every table to its ``rows`` (``pad_batch``).
 
     Per table t of the block: ``sp_offsets[t]`` and ``from_dsl[t]`` (see ``copy_sparse_ranges``);
     dense matrix d belongs to table ``dense_table[d]``.  Sparse features are numbered over all
     tables in order: feature f's ids go to ``key_base[f]`` on in ``keys`` (``pairs`` when
     ``pair[f]``), its values to ``value_base[f]`` on in ``values``, its row offsets to row f of
-    ``offsets[t]``.  ``at`` (int64 [2T + 1]) says where the piece goes, and is advanced past it:
+    table t's offsets.  ``at`` (int64 [2T + 1]) says where the piece goes, and is advanced past it:
     ``at[t]`` is the next row of table t, ``at[T + k]`` the rows of table k + 1 packed so far (what
     ``indicators[k]`` counts from), ``at[2T]`` the sample id bytes written.
     """
@@ -367,8 +354,17 @@ def copy_piece(src, r0, r1, room, c0, m, places, at, out, rows, last):
         src_sid_offsets,
     ) = src
     pair, key_base, value_base, dense_table = places
-    offsets, keys, pairs, values, dense, indicators, labels, timestamps, sid_bytes, sid_offsets = out
+    buf, meta = out
     tables = len(sp_offsets)
+    ndense = len(dense_table)
+    keys = vector(buf, meta, 0, np.int64)
+    pairs = part(buf, meta, 1, np.int64)
+    values = vector(buf, meta, 2, np.float32)
+    lab = samples_part(tables, ndense)
+    labels = part(buf, meta, lab, np.float32)
+    timestamps = vector(buf, meta, lab + 1, np.int64)
+    sid_bytes = vector(buf, meta, lab + 2, np.uint8)
+    sid_offsets = vector(buf, meta, lab + 3, np.int64)
     ranges = room[:, :, c0:]
     row0 = at[0]
     # Table 0's rows are contiguous: one range copies them (its groups matter to the indicators only).
@@ -382,8 +378,9 @@ def copy_piece(src, r0, r1, room, c0, m, places, at, out, rows, last):
         hi = whole[1] if t == 0 else ranges[t, 1]
         n = 1 if t == 0 else m
         row = at[t]
+        offsets = part(buf, meta, OFFSETS + t, np.int64)
         if row == 0:
-            offsets[t][:, 0] = 0
+            offsets[:, 0] = 0
         f1 = f0 + nf
         at[t] = copy_sparse_ranges(
             (sp_offsets[t], src_keys, src_hkeys, src_values, dsl_keys, dsl_values, from_dsl[t]),
@@ -392,11 +389,11 @@ def copy_piece(src, r0, r1, room, c0, m, places, at, out, rows, last):
             n,
             row,
             (pair[f0:f1], key_base[f0:f1], value_base[f0:f1]),
-            (offsets[t], keys, pairs, values),
+            (offsets, keys, pairs, values),
         )
-        for d in range(len(dense_table)):
+        for d in range(ndense):
             if dense_table[d] == t:
-                copy_dense_ranges(src_dense[d], lo, hi, n, dense[d], row)
+                copy_dense_ranges(src_dense[d], lo, hi, n, part(buf, meta, dense_part(tables, d), np.float32), row)
         if t < tables - 1:
             _, packed = write_indicators(
                 refers[t],
@@ -405,7 +402,7 @@ def copy_piece(src, r0, r1, room, c0, m, places, at, out, rows, last):
                 ranges[t + 1, 0],
                 ranges[t + 1, 1],
                 m,
-                indicators[t],
+                vector(buf, meta, indicators_part(tables, ndense, t), np.int32),
                 row,
                 at[tables + t],
             )
@@ -429,26 +426,28 @@ def copy_piece(src, r0, r1, room, c0, m, places, at, out, rows, last):
         sid_offsets[_u(row0 + r + 1)] = src_sid_offsets[_u(r0 + r + 1)] - a + s
     at[2 * tables] = s + b - a
     if last:
-        pad_batch(at, rows, offsets, dense, dense_table, indicators, labels, timestamps)
+        pad_batch(at, rows, buf, meta, dense_table)
 
 
-@helper
-def pad_batch(at, rows, offsets, dense, dense_table, indicators, labels, timestamps):
-    """Rows ``at[t]:rows[t]`` of every table, after the pieces: empty sparse rows, zero dense rows and
-    labels, and indicators pointing at the next table's last row (the empty row padding adds)."""
-    tables = len(offsets)
+@kernel
+def pad_batch(at, rows, buf, meta, dense_table):
+    """Rows ``at[t]:rows[t]`` of every table of a batch (``buf``, ``meta``), after the pieces: empty sparse rows, zero
+    dense rows and labels, and indicators pointing at the next table's last row (the empty row padding adds)."""
+    tables = len(rows)
+    ndense = len(dense_table)
     for t in range(tables):
         row = at[t]
-        o = offsets[t]
+        o = part(buf, meta, OFFSETS + t, np.int64)
         for f in range(o.shape[0]):
             o[f, row + 1 : rows[t] + 1] = o[f, row]
-        for d in range(len(dense_table)):
+        for d in range(ndense):
             if dense_table[d] == t:
-                dense[d][row:] = 0
+                part(buf, meta, dense_part(tables, d), np.float32)[row:] = 0
         if t < tables - 1:
-            indicators[t][row:] = rows[t + 1] - 1
-    labels[at[0] :] = 0
-    timestamps[at[0] :] = 0
+            vector(buf, meta, indicators_part(tables, ndense, t), np.int32)[row:] = rows[t + 1] - 1
+    lab = samples_part(tables, ndense)
+    part(buf, meta, lab, np.float32)[at[0] :] = 0
+    vector(buf, meta, lab + 1, np.int64)[at[0] :] = 0
 
 
 @brief

@@ -17,7 +17,7 @@ import pickle
 
 from numba import njit, types
 
-__all__ = ["kernel", "kernel_keeping_gil", "helper", "brief", "inline"]
+__all__ = ["kernel", "kernel_keeping_gil", "helper", "brief", "inline", "viewing"]
 
 
 def _tolerant_cache(dispatcher):
@@ -81,3 +81,7 @@ brief = _once_per_type(dict(cache=True, _nrt=False))
 # Inlined by LLVM (alwaysinline), as fast as numba's own inlining (inline="always"), which copies and re-types
 # the callee at every call site: with it the pb decoder took a minute to compile, now about 20 s.
 inline = _once_per_type(dict(nogil=True, cache=True, _nrt=False, forceinline=True))
+
+# A helper that returns a view of an array it is given (a part of a batch's buffer): a view needs numba's runtime,
+# which ``helper`` is compiled without.
+viewing = _once_per_type(dict(nogil=True, cache=True))

@@ -9,28 +9,25 @@ order: XDL's sidx/sseg).  A 128-bit id is the pair (hkey, key).
 import numpy as np
 
 from .bundles import bundle
-from .jit import brief, helper, inline
+from .jit import brief, helper, inline, kernel
 from .mix import mix64
+from .parts import KEYS, OFFSETS, PAIRS, part, unique_part, vector
 
 _SPREAD = np.uint64(0x94D049BB133111EB)
-_INT64, _INT32 = np.dtype(np.int64), np.dtype(np.int32)
 
-# The ids of a batch's sparse features as the batch builder lays them (``unique_ids_of_batch``): feature ``f`` has
-# ``counts[f]`` ids from ``key_base[f]`` in ``keys`` (or ``pairs`` when ``pair[f]``) and row offsets
-# ``offsets[table_of[f]][row_of[f]]``.
+# The ids of a batch's sparse features as the batch builder lays them in its buffer (``buf`` and ``meta``, parts.py),
+# for ``unique_ids_of_batch``: feature ``f`` has ``counts[f]`` ids from ``key_base[f]`` in the keys (or the pairs when
+# ``pair[f]``) and its row offsets in row ``row_of[f]`` of table ``table_of[f]``'s.
 BatchIds = bundle(
     "BatchIds",
-    keys="i8[:]",
-    pairs="i8[:, :]",
+    buf="u1[:]",
+    meta="i8[:]",
     pair="b1[:]",
     key_base="i8[:]",
     counts="i8[:]",
-    offsets="(i8[:, :])",
     table_of="i8[:]",
     row_of="i8[:]",
 )
-# What ``unique_ids_of_batch`` writes into (``unique_parts``): int64 ``big``, int32 ``small``, int64 ``layout``.
-UniqueOutputs = bundle("UniqueOutputs", big="i8[:]", small="i4[:]", layout="i8[:]")
 
 
 @inline
@@ -105,22 +102,28 @@ def unique_ids(hkeys, keys, offsets, slots, places, uniq_h, uniq_k, inverse, cou
     return nu
 
 
-@helper
-def unique_ids_of_batch(ids, scratch, out):
-    """``unique_ids`` for every sparse feature of a batch (``ids``, a ``BatchIds``), in one call, into ``out``
-    (``UniqueOutputs``) with ``scratch`` ``(slots, places, work_counts)``.
+@kernel  # views the batch's buffer: needs numba's runtime
+def unique_ids_of_batch(ids, scratch):
+    """``unique_ids`` for every sparse feature of a batch (``ids``, a ``BatchIds``), in one call, into the batch's
+    unique-id outputs (``big``, ``small`` and ``layout``, its last parts) with ``scratch`` ``(slots, places,
+    work_counts)``.
 
     With ``F`` features, ``layout``
     (int64 ``[3F + 2]``) gets ``at = layout[:F + 1]`` and ``words = layout[F + 1:2F + 2]`` of
     ``unique_layout`` and then each feature's count of unique ids.  Feature ``f``'s inverse goes to
     ``small[at[f]:]``, its unique rows to ``small[at[F] + at[f]:]``, its unique ids to ``big[words[f]:]``
     (pairs as (hkey, key) words) and its unique row offsets to ``big[words[F] + at[f] + f:]``
-    (``unique_parts`` sizes ``big``, ``small`` and ``layout``).  ``slots`` needs
+    (``unique_sizes`` sizes ``big``, ``small`` and ``layout``).  ``slots`` needs
     ``table_size(max(counts))`` entries, ``places`` room for max(counts), ``work_counts`` for one more.
     """
-    keys, pairs, pair, key_base, counts, offsets, table_of, row_of = ids
+    buf, meta, pair, key_base, counts, table_of, row_of = ids
     slots, places, work_counts = scratch
-    big, small, layout = out
+    keys = vector(buf, meta, KEYS, np.int64)
+    pairs = part(buf, meta, PAIRS, np.int64)
+    u = unique_part(meta)
+    big = vector(buf, meta, u, np.int64)
+    small = vector(buf, meta, u + 1, np.int32)
+    layout = vector(buf, meta, u + 2, np.int64)
     nf = len(counts)
     at = layout[: nf + 1]
     words = layout[nf + 1 : 2 * nf + 2]
@@ -137,7 +140,7 @@ def unique_ids_of_batch(ids, scratch, out):
         rows = small[at[nf] + a : at[nf] + a + n]
         o = words[nf] + a + f
         row_offsets = big[o : o + n + 1]
-        row_offsets_in = offsets[table_of[f]][row_of[f]]
+        row_offsets_in = part(buf, meta, OFFSETS + table_of[f], np.int64)[row_of[f]]
         if pair[f]:
             uniq = big[w : w + 2 * n].reshape((n, 2))
             nunique[f] = unique_ids(
@@ -188,9 +191,3 @@ def unique_sizes(nkeys, npairs, nf):
     buffer)."""
     total = nkeys + npairs
     return nkeys + 2 * npairs + total + nf, 2 * total, 3 * nf + 2
-
-
-def unique_parts(nkeys, npairs, nf):
-    """``unique_sizes`` as the ``(shape, dtype)`` pairs ``BufferPool.lease_parts`` takes."""
-    big, small, layout = unique_sizes(nkeys, npairs, nf)
-    return [((big,), _INT64), ((small,), _INT32), ((layout,), _INT64)]

@@ -8,7 +8,7 @@ import pytest
 
 import ingest._native as native
 from ingest._native import bundles
-from ingest._native.batch import BatchArrays
+from ingest._native.batch import PieceSource
 from ingest._native.dsl import Program
 from ingest._native.protobuf_parts import DecodeOptions
 
@@ -16,24 +16,26 @@ I8 = np.zeros(4, np.int64)
 M8 = np.zeros((2, 3), np.int64)
 F4 = np.zeros(4, np.float32)
 MF4 = np.zeros((2, 1), np.float32)
-I4 = np.zeros(2, np.int32)
 U1 = np.zeros(5, np.uint8)
 
 
-def batch_arrays(**changes):
+def piece_source(**changes):
     fields = dict(
-        offsets=(M8, M8),
-        keys=I8,
-        pairs=M8,
-        values=F4,
+        sp_offsets=(M8, M8),
+        from_dsl=(np.zeros(1, np.bool_),),
         dense=(MF4,),
-        indicators=(I4,),
+        refers=(I8,),
+        keys=I8,
+        hkeys=I8,
+        values=F4,
+        dsl_keys=I8,
+        dsl_values=F4,
         labels=MF4,
         timestamps=I8,
         sid_bytes=U1,
         sid_offsets=I8,
     )
-    return BatchArrays(**{**fields, **changes})
+    return PieceSource(**{**fields, **changes})
 
 
 def all_bundles():
@@ -54,10 +56,10 @@ def test_every_bundle_declares_a_type_per_field_and_names_its_module():
 
 
 def test_a_right_bundle_is_returned_unchanged():
-    arrays = batch_arrays()
+    arrays = piece_source()
     assert arrays.checked() is arrays
     read_only = np.frombuffer(b"abcde", np.uint8)
-    assert batch_arrays(sid_bytes=read_only).checked().sid_bytes is read_only
+    assert piece_source(sid_bytes=read_only).checked().sid_bytes is read_only
     assert DecodeOptions(np.bool_(True), np.int64(7), False, 1).checked().max_record == 7
 
 
@@ -66,26 +68,26 @@ def test_a_right_bundle_is_returned_unchanged():
     [
         (
             {"keys": I8.astype(np.int32)},
-            "BatchArrays.keys: expected a C-contiguous int64 array of 1 dimension, "
+            "PieceSource.keys: expected a C-contiguous int64 array of 1 dimension, "
             "got a C-contiguous int32 array of shape (4,)",
         ),
         (
             {"keys": M8},
-            "BatchArrays.keys: expected a C-contiguous int64 array of 1 dimension, got a C-contiguous int64",
+            "PieceSource.keys: expected a C-contiguous int64 array of 1 dimension, got a C-contiguous int64",
         ),
         (
             {"keys": I8[::2]},
-            "BatchArrays.keys: expected a C-contiguous int64 array of 1 dimension, got a strided int64",
+            "PieceSource.keys: expected a C-contiguous int64 array of 1 dimension, got a strided int64",
         ),
-        ({"labels": [[1.0]]}, "BatchArrays.labels: expected a C-contiguous float32 array of 2 dimensions, got list"),
-        ({"offsets": ()}, "BatchArrays.offsets: expected a non-empty tuple of a C-contiguous int64 array of 2"),
-        ({"offsets": M8}, "BatchArrays.offsets: expected a non-empty tuple of a C-contiguous int64 array of 2"),
-        ({"offsets": (M8, M8.T)}, "BatchArrays.offsets: item 1: expected a C-contiguous int64 array of 2 dimensions"),
+        ({"labels": [[1.0]]}, "PieceSource.labels: expected a C-contiguous float32 array of 2 dimensions, got list"),
+        ({"sp_offsets": ()}, "PieceSource.sp_offsets: expected a non-empty tuple of a C-contiguous int64 array of 2"),
+        ({"sp_offsets": M8}, "PieceSource.sp_offsets: expected a non-empty tuple of a C-contiguous int64 array of 2"),
+        ({"sp_offsets": (M8, M8.T)}, "PieceSource.sp_offsets: item 1: expected a C-contiguous int64 array of 2"),
     ],
 )
 def test_a_wrong_array_names_the_bundle_the_field_and_both_types(changes, message):
     with pytest.raises(TypeError) as caught:
-        batch_arrays(**changes).checked()
+        piece_source(**changes).checked()
     assert str(caught.value).startswith(message)
 
 
@@ -104,19 +106,19 @@ def test_a_wrong_scalar_names_the_field(bad, message):
 
 
 def test_plain_gives_the_fields_as_a_plain_tuple():
-    arrays = batch_arrays()
+    arrays = piece_source()
     plain = arrays.plain()
     assert type(plain) is tuple  # numba types a plain tuple in C, a namedtuple in Python
-    assert len(plain) == len(BatchArrays._fields)
+    assert len(plain) == len(PieceSource._fields)
     assert all(a is b for a, b in zip(plain, arrays))
 
 
 def test_per_batch_checks_follow_the_setting(monkeypatch):
-    wrong = batch_arrays(keys=I8.astype(np.int32))
+    wrong = piece_source(keys=I8.astype(np.int32))
     monkeypatch.setattr(bundles, "CHECK_EVERY_BATCH", False)
     assert wrong.checked_when_debugging() is wrong
     monkeypatch.setattr(bundles, "CHECK_EVERY_BATCH", True)
-    with pytest.raises(TypeError, match="BatchArrays.keys"):
+    with pytest.raises(TypeError, match="PieceSource.keys"):
         wrong.checked_when_debugging()
 
 

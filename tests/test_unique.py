@@ -6,9 +6,8 @@ from hypothesis import given, strategies as st
 import ingest
 from ingest import synthetic
 from ingest import SparseFeature
-from ingest._native.unique import BatchIds, UniqueOutputs, unique_layout, unique_parts
+from ingest._native.unique import BatchIds, unique_layout, unique_sizes
 from ingest.pipeline.batcher import Scratch, unique_ids_into, unique_views
-from ingest.pool import BufferPool
 
 from conftest import make_reader
 
@@ -24,6 +23,18 @@ def naive_unique(ids, offsets):
         for i in range(offsets[r], offsets[r + 1]):
             rows_of[inverse[i]].append(r)
     return list(order), inverse, rows_of
+
+
+def _packed(arrays):
+    """``(buf, meta, views)``: ``arrays`` copied one after the other into one buffer, described as ``batch_layout``
+    describes a batch's parts (parts.py), and the copies."""
+    starts = np.cumsum([0] + [(a.nbytes + 63) & -64 for a in arrays]).tolist()  # each on a 64-byte boundary
+    buf = np.zeros(starts[-1], np.uint8)
+    meta = np.array([[at, len(a), a.shape[1] if a.ndim == 2 else 1] for at, a in zip(starts, arrays)], np.int64)
+    views = [np.ndarray(a.shape, a.dtype, buf, at) for at, a in zip(starts, arrays)]
+    for view, a in zip(views, arrays):
+        view[...] = a
+    return buf, meta.reshape(-1), views
 
 
 _key = st.integers(-3, 3) | st.integers(-(2**63), 2**63 - 1)
@@ -62,11 +73,12 @@ def test_kernel_matches_twin(data, tables, pair):
     feats = [
         SparseFeature(f"f{f}", a, np.ones(len(a), np.float32), o) for f, (a, o) in enumerate(zip(ids, row_offsets))
     ]
-    big, small, layout = BufferPool().lease_parts(unique_parts(len(keys), len(pairs), len(pair)))
-    ids = BatchIds(keys, pairs, pair, key_base, counts, offsets, table_of, row_of)
-    out = UniqueOutputs(big, small, layout)
-    unique_ids_into(ids, out, Scratch())
-    unique_views(feats, ids.pair, out)
+    sizes = unique_sizes(len(keys), len(pairs), len(pair))
+    outputs = [np.zeros(sizes[0], np.int64), np.zeros(sizes[1], np.int32), np.zeros(sizes[2], np.int64)]
+    buf, meta, parts = _packed([keys, pairs, np.empty(0, np.float32), *offsets, *outputs])
+    ids = BatchIds(buf, meta, pair, key_base, counts, table_of, row_of)
+    unique_ids_into(ids, len(keys) + len(pairs), Scratch())
+    unique_views(feats, pair, parts[-3:])
     for f, feat in enumerate(feats):
         order, inverse, rows_of = naive_unique(feat.ids, row_offsets[f])
         got_u = [tuple(u) for u in feat.unique_ids.tolist()] if pair[f] else feat.unique_ids.tolist()

@@ -6,7 +6,7 @@ import time
 import numpy as np
 
 from .._native.batch import (
-    BatchArrays,
+    BatchBuffer,
     FeaturePlaces,
     PieceSource,
     batch_layout,
@@ -14,7 +14,8 @@ from .._native.batch import (
     copy_piece,
     measure_piece,
 )
-from .._native.unique import BatchIds, UniqueOutputs, table_size, unique_ids_of_batch
+from .._native.parts import OFFSETS, samples_part
+from .._native.unique import BatchIds, table_size, unique_ids_of_batch
 from ..blocks import placeholder_block
 from ..pool import BufferPool
 from ..batch import Batch, SparseFeature
@@ -33,7 +34,6 @@ _NO_INT64 = np.empty(0, np.int64)
 _NO_FLOAT32 = np.empty(0, np.float32)
 _NO_FLAGS = np.empty(0, np.bool_)
 _NO_DENSE = np.empty((0, 0), np.float32)
-_NO_INDICATORS = np.empty(0, np.int32)
 _UINT8 = np.dtype(np.uint8)
 
 
@@ -149,7 +149,7 @@ class BatchBuilder:
         value_base = np.empty(len(self.pair), np.int64)
         kinds = self.part_kinds[self.unique]  # the unique-id thread's outputs share the batch's buffer
         meta = np.empty(3 * len(kinds), np.int64)
-        nbytes, n = batch_layout(
+        nbytes, n, nids = batch_layout(
             counts,
             self.pair,
             rows,
@@ -163,44 +163,20 @@ class BatchBuilder:
             (key_base, value_base, meta),
         )
         buf = self.pool.lease(nbytes, _UINT8)
-        w = meta.tolist()
-        arrays = [
-            np.ndarray((w[j + 1], w[j + 2]) if matrix else w[j + 1], dtype, buf, w[j]) for j, dtype, matrix in kinds
-        ]
-        r = rows.tolist()
-        if self.unique:
-            unique_out, arrays = arrays[-3:], arrays[:-3]
-        keys, pairs, values = arrays[:3]
-        offsets = tuple(arrays[3 : 3 + nt])
-        dense = tuple(arrays[3 + nt : 3 + nt + len(self.dense_widths)])
-        indicators = arrays[3 + nt + len(dense) : -4]
-        labels, timestamps, sid_bytes, sid_offsets = arrays[-4:]
-        dense_out = dense or (_NO_DENSE,)
-        indicators_out = tuple(indicators) or (_NO_INDICATORS,)
         at = np.zeros(2 * nt + 1, np.int64)
         places = FeaturePlaces(self.pair, key_base, value_base, self.dense_table).checked_when_debugging().plain()
-        out = (
-            BatchArrays(
-                offsets, keys, pairs, values, dense_out, indicators_out, labels, timestamps, sid_bytes, sid_offsets
-            )
-            .checked_when_debugging()
-            .plain()
-        )
+        out = BatchBuffer(buf, meta).checked_when_debugging().plain()
         last = len(pieces) - 1
         for i, ((_, r0, r1), (src, room, c0, m)) in enumerate(zip(pieces, plans)):
             copy_piece(src.plain(), r0, r1, room, c0, m, places, at, out, rows, i == last)
-        laid = LaidOut(self, keys, pairs, values, offsets, dense, key_base, value_base, counts)
-        batch = Batch(
-            n, labels, timestamps, sid_bytes, sid_offsets, laid, indicators, tables=self.table_of, table_rows=r
-        )
+        laid = LaidOut(self, buf, meta, key_base, value_base, counts)
+        batch = Batch(n, laid, tables=self.table_of, table_rows=rows.tolist())
         batch.marks = Marks({blk.unit: blk.position(r1) for blk, _, r1 in pieces} if self.track else {})
         if self.keep_pieces:
             batch.pieces = list(pieces)
         if self.unique:
-            ids = BatchIds(
-                keys, pairs, self.pair, key_base, counts, offsets, self.sparse_table, self.sparse_row
-            ).checked_when_debugging()
-            batch.unique_work = (laid, ids, UniqueOutputs(*unique_out).checked_when_debugging())
+            ids = BatchIds(buf, meta, self.pair, key_base, counts, self.sparse_table, self.sparse_row)
+            batch.unique_work = (laid, ids.checked_when_debugging(), nids)
         if self.stats is not None:
             self.stats.stage("batch", t0, time.perf_counter(), size=n)
         return batch
@@ -217,9 +193,9 @@ class BatchBuilder:
         work, batch.unique_work = batch.unique_work, ()
         if work:
             t0 = time.perf_counter()
-            laid, ids, out = work
-            unique_ids_into(ids, out, self.scratch())
-            laid.unique = out
+            laid, ids, nids = work
+            unique_ids_into(ids, nids, self.scratch())
+            laid.unique = True
             if self.stats is not None:
                 self.stats.stage("unique", t0, time.perf_counter())
         return batch
@@ -282,21 +258,20 @@ class Scratch:
         return self.slots, self.places, self.work_counts
 
 
-def unique_ids_into(ids, out, scratch):
-    """Compute the unique ids of a batch's sparse features, whose ids are ``ids`` (a ``BatchIds``), into ``out``
-    (``UniqueOutputs`` of ``unique_parts``; the batch builder leases them with the batch): one kernel call for
-    them all (each call into a kernel gives up the GIL, and the other pipeline threads hold it); ``out.layout``
-    says where each feature's outputs lie (``unique_views``).
+def unique_ids_into(ids, nids, scratch):
+    """Compute the unique ids of a batch's sparse features, whose ``nids`` ids are ``ids`` (a ``BatchIds``), into the
+    batch's buffer (``batch_layout`` places the outputs with the batch's arrays): one kernel call for them all (each
+    call into a kernel gives up the GIL, and the other pipeline threads hold it).
 
     ``big`` holds, as int64, every feature's unique ids and then their row offsets, ``small``, as int32,
-    every inverse and then every feature's unique rows.
+    every inverse and then every feature's unique rows; ``layout`` says where each feature's lie (``unique_views``).
     """
-    unique_ids_of_batch(ids.plain(), scratch.room(len(out.small) // 2), out.plain())
+    unique_ids_of_batch(ids.plain(), scratch.room(nids))
 
 
 def unique_views(feats, pair, out):
     """Set ``unique_ids``, ``inverse``, ``unique_rows`` and ``unique_row_offsets`` of the SparseFeatures ``feats``
-    (in kernel order) to their views of ``out`` as ``unique_ids_into`` placed them."""
+    (in kernel order) to their views of ``out``, ``(big, small, layout)``, as ``unique_ids_into`` placed them."""
     big, small, layout = out
     where = layout.tolist()  # here, when the consumer first asks for a feature, not by the thread that computed them
     nf = len(feats)
@@ -313,22 +288,54 @@ def unique_views(feats, pair, out):
 
 
 class LaidOut:
-    """A built batch's features as the builder laid them out in its arrays: made into a dict of SparseFeature
-    views (and dense arrays) only when the batch is first asked for one, on the consumer's thread, so that a
-    parse worker spends no Python on them (``Batch._features``)."""
+    """A built batch as the builder laid it out in its one buffer (``batch_layout``'s ``meta``): its arrays are made
+    only when the batch is first asked for one, on the consumer's thread, so that a parse worker spends no Python
+    on them (``Batch``), and its features into a dict of SparseFeature views (and dense arrays)."""
 
-    __slots__ = ("builder", "keys", "pairs", "values", "offsets", "dense", "key_base", "value_base", "counts", "unique")
+    __slots__ = ("builder", "buf", "meta", "key_base", "value_base", "counts", "unique", "_arrays")
 
-    def __init__(self, builder, keys, pairs, values, offsets, dense, key_base, value_base, counts):
+    def __init__(self, builder, buf, meta, key_base, value_base, counts):
         self.builder = builder
-        self.keys, self.pairs, self.values, self.offsets, self.dense = keys, pairs, values, offsets, dense
+        self.buf, self.meta = buf, meta
         self.key_base, self.value_base, self.counts = key_base, value_base, counts
-        self.unique = None  # the UniqueOutputs, once ``unique_ids_into`` has filled them
+        self.unique = False  # whether ``unique_ids_into`` has filled the unique-id outputs
+        self._arrays = None
+
+    def arrays(self):
+        """Every array of the batch in ``batch_layout``'s order (parts.py), made once."""
+        if self._arrays is None:
+            w, buf = self.meta.tolist(), self.buf
+            kinds = self.builder.part_kinds[self.builder.unique]
+            self._arrays = [
+                np.ndarray((w[j + 1], w[j + 2]) if matrix else w[j + 1], dtype, buf, w[j]) for j, dtype, matrix in kinds
+            ]
+        return self._arrays
+
+    def _parts(self):
+        """``(keys, pairs, values, offsets, dense, indicators, (labels, timestamps, sid_bytes, sid_offsets))``,
+        the tables' offsets, dense matrices and indicators as lists."""
+        arrays, nt, nd = self.arrays(), self.builder.tables, len(self.builder.dense_widths)
+        keys, pairs, values = arrays[:OFFSETS]
+        dense_at, s = OFFSETS + nt, samples_part(nt, nd)
+        return (
+            keys,
+            pairs,
+            values,
+            arrays[OFFSETS:dense_at],
+            arrays[dense_at : dense_at + nd],
+            arrays[dense_at + nd : s],
+            arrays[s : s + 4],
+        )
+
+    def samples(self):
+        """``(labels, timestamps, sid_bytes, sid_offsets, indicators)``."""
+        *_, indicators, (labels, timestamps, sid_bytes, sid_offsets) = self._parts()
+        return labels, timestamps, sid_bytes, sid_offsets, indicators
 
     def features(self):
         """The batch's features by name, in schema order."""
         kb, vb, c = self.key_base.tolist(), self.value_base.tolist(), self.counts.tolist()
-        keys, pairs, values, offsets, dense = self.keys, self.pairs, self.values, self.offsets, self.dense
+        keys, pairs, values, offsets, dense, _, _ = self._parts()
         features = {}
         feats = [None] * len(c)  # the SparseFeatures in kernel order
         for name, is_sparse, i, t, row, is_pair in self.builder.layout:
@@ -337,8 +344,8 @@ class LaidOut:
                 features[name] = feats[i] = SparseFeature(name, ids, values[vb[i] : vb[i] + c[i]], offsets[t][row])
             else:
                 features[name] = dense[i]
-        if self.unique is not None:
-            unique_views(feats, self.builder.pair, self.unique)
+        if self.unique:
+            unique_views(feats, self.builder.pair, self.arrays()[-3:])
         return features
 
     def span(self, table):
@@ -348,10 +355,11 @@ class LaidOut:
         t, (f0, f1) = b.table_bounds[table]
         if f1 == f0:
             return None
+        keys, _, values, offsets, *_ = self._parts()
         kb, vb, c = self.key_base, self.value_base, self.counts
         keys_end, values_end = int(kb[f1 - 1] + c[f1 - 1]), int(vb[f1 - 1] + c[f1 - 1])
-        keys = self.keys[int(kb[f0]) : keys_end] if b.keys_only[t] else None
-        return keys, self.values[int(vb[f0]) : values_end], self.offsets[t], b.sparse_names[t]
+        keys = keys[int(kb[f0]) : keys_end] if b.keys_only[t] else None
+        return keys, values[int(vb[f0]) : values_end], offsets[t], b.sparse_names[t]
 
 
 def cut_batches(
