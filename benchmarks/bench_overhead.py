@@ -11,8 +11,10 @@ call, the counter), measured around a numba function that does nothing, is taken
 benchmark's, not the reader's (``wrapper_us_per_call`` in the JSON). A run reads the file once, then ``--epochs``
 times: the difference between the two, divided by the batches it adds, is the time per batch without what a reader
 pays once (start-up, threads, opening the file), which the JSON reports apart (``once_ms``: a few ms, within the
-runs' noise). Each configuration runs ``--runs`` times, the configurations in turn; medians per batch of 1024 samples,
-with the kernel calls a batch makes. Writes ``benchmarks/results/bench_overhead.json``.
+runs' noise). The consumer takes nothing of a batch but its size, except in the configurations where it takes every
+array (``batch.arrays()``): a reader makes a batch's arrays only when its consumer asks for them, so those show the
+Python a batch costs its consumer too. Each configuration runs ``--runs`` times, the configurations in turn; medians
+per batch of 1024 samples, with the kernel calls a batch makes. Writes ``benchmarks/results/bench_overhead.json``.
 
     python benchmarks/bench_overhead.py [--samples 120000] [--runs 5] [--epochs 4]
 """
@@ -33,8 +35,18 @@ from ingest.sources import read_into
 from _common import arguments, markdown_table, measured_on, save_report, synthetic_inputs
 from bench_peers import BATCH_SIZE, ingest_reader
 
-# (format, unique ids, parse threads): threads(0) reads in the consumer's thread, with no batch handed between threads
-CONFIGS = [("pb", True, 1), ("pb", True, 0), ("pb", False, 1), ("pb", False, 0), ("txt", False, 1)]
+# (format, unique ids, parse threads, the consumer takes every array): threads(0) reads in the consumer's thread,
+# with no batch handed between threads; a consumer that takes every array (``batch.arrays()``: the views of every
+# feature and unique-id output) pays the Python that a batch's arrays cost, which a reader leaves to it
+CONFIGS = [
+    ("pb", True, 1, False),
+    ("pb", True, 0, False),
+    ("pb", True, 1, True),
+    ("pb", True, 0, True),
+    ("pb", False, 1, False),
+    ("pb", False, 0, False),
+    ("txt", False, 1, False),
+]
 
 
 class KernelClock:
@@ -107,22 +119,23 @@ def cpu_seconds():
     return usage.ru_utime + usage.ru_stime
 
 
-def timed_read(path, file_type, aux, unique, threads, epochs):
-    """(batches, CPU seconds, CPU seconds in kernels and file reads, their calls) of one reader."""
+def timed_read(path, file_type, aux, unique, threads, epochs, takes):
+    """(batches, CPU seconds, CPU seconds in kernels and file reads, their calls) of one reader; with ``takes``, the
+    consumer takes every array of every batch."""
     reader = ingest_reader(path, file_type, aux, threads=threads, unique=unique, epochs=epochs)
     with KernelClock() as clock:
         cpu0 = cpu_seconds()
         reader.startup()
-        batches = sum(1 for _ in reader)
+        batches = sum(1 for batch in reader if not takes or batch.arrays())
         cpu = cpu_seconds() - cpu0
     return batches, cpu, clock.seconds, clock.calls
 
 
-def one_run(path, file_type, aux, unique, threads, epochs, wrapper):
+def one_run(path, file_type, aux, unique, threads, takes, epochs, wrapper):
     """Per batch: user CPU, in kernels, outside them (less ``wrapper`` seconds a kernel call) and kernel calls, from
     a run of ``epochs`` less a run of one; and the time outside kernels a reader spends once."""
-    b1, cpu1, k1, calls1 = timed_read(path, file_type, aux, unique, threads, 1)
-    bn, cpun, kn, callsn = timed_read(path, file_type, aux, unique, threads, epochs)
+    b1, cpu1, k1, calls1 = timed_read(path, file_type, aux, unique, threads, 1, takes)
+    bn, cpun, kn, callsn = timed_read(path, file_type, aux, unique, threads, epochs, takes)
     added = bn - b1
     per_batch = 1e6 / added
     wrapped = wrapper * (sum(callsn.values()) - sum(calls1.values()))
@@ -144,18 +157,18 @@ def main():
     args = parser.parse_args()
     inputs = synthetic_inputs(args.samples)
     wrapper = wrapper_seconds_per_call()
-    for fmt, unique, _ in CONFIGS:  # compiles or loads every kernel before any is wrapped
+    for fmt, unique, _, _ in CONFIGS:  # compiles or loads every kernel before any is wrapped
         warm = ingest_reader(*inputs["pb" if fmt == "pb" else "text"], threads=1, unique=unique, epochs=1)
         for _ in warm.startup():
             pass
     runs = {config: [] for config in CONFIGS}
     for _ in range(args.runs):  # the configurations alternate, so that the machine's drift falls on each alike
-        for fmt, unique, threads in CONFIGS:
-            path, file_type, aux = inputs["pb" if fmt == "pb" else "text"]
-            runs[fmt, unique, threads].append(one_run(path, file_type, aux, unique, threads, args.epochs, wrapper))
+        for config in CONFIGS:
+            path, file_type, aux = inputs["pb" if config[0] == "pb" else "text"]
+            runs[config].append(one_run(path, file_type, aux, *config[1:], args.epochs, wrapper))
     results = {}
-    for (fmt, unique, threads), done in runs.items():
-        name = f"{fmt}{', unique ids' if unique else ''}, threads({threads})"
+    for (fmt, unique, threads, takes), done in runs.items():
+        name = f"{fmt}{', unique ids' if unique else ''}, threads({threads}){', every array taken' if takes else ''}"
         keys = ("cpu_us_per_batch", "kernel_us_per_batch", "outside_us_per_batch", "once_ms", "kernel_calls_per_batch")
         results[name] = {key: statistics.median(r[key] for r in done) for key in keys}
         results[name]["calls"] = done[-1]["calls"]

@@ -6,6 +6,7 @@ kafka-python's protocol classes encode the requests and decode the responses.
 
 import socket
 import struct
+import time
 
 import numpy as np
 
@@ -73,6 +74,14 @@ class _Connection:
         self.sock.close()
 
 
+class _LeaderNotReady(Exception):
+    """A partition's leader is not elected yet or moved: ``error``, the ``SourceError`` if it lasts."""
+
+    def __init__(self, error):
+        super().__init__(str(error))
+        self.error = error
+
+
 class Cluster:
     """What the brokers say of a topic, asked over ingest's own connections: partitions and their leaders,
     and offsets.  Its methods are named as ``KafkaConsumer``'s, which plans the units of the
@@ -129,7 +138,21 @@ class Cluster:
 
     def _list(self, tps, timestamp):
         """``{tp: offset or None}``: the first offset at or after ``timestamp`` (-2: earliest, -1: latest);
-        one request per leader."""
+        one request per leader.  A partition without a leader yet, or whose leader moved (a retriable error:
+        a topic just created, a broker restarting), is asked again with fresh leaders, backing off, for up to
+        ``request_timeout_ms``; then its error is raised."""
+        deadline = time.monotonic() + self.timeout_s
+        wait = 0.05
+        while True:
+            try:
+                return self._list_once(tps, timestamp)
+            except _LeaderNotReady as exc:
+                if time.monotonic() + wait > deadline:
+                    raise exc.error from None
+                time.sleep(wait)
+                wait = min(2 * wait, 1.0)
+
+    def _list_once(self, tps, timestamp):
         from kafka import TopicPartition
         from kafka.errors import for_code
         from kafka.protocol.consumer.offsets import ListOffsetsRequest, ListOffsetsResponse
@@ -142,7 +165,8 @@ class Cluster:
                     by_leader.setdefault(leaders.get(tp.partition), []).append(tp)
         if None in by_leader:
             tp = by_leader[None][0]
-            raise SourceError(f"kafka://{','.join(self.brokers)}/{tp.topic}:{tp.partition}: no leader", source=tp.topic)
+            url = f"kafka://{','.join(self.brokers)}/{tp.topic}:{tp.partition}"
+            raise _LeaderNotReady(SourceError(f"{url}: no leader", source=tp.topic))
         out = {}
         for leader, asked in by_leader.items():
             topics = [
@@ -167,11 +191,13 @@ class Cluster:
             for t in got.topics:
                 for answer in t.partitions:
                     if answer.error_code:
-                        raise SourceError(
+                        error = for_code(answer.error_code)
+                        failed = SourceError(
                             f"kafka://{','.join(self.brokers)}/{t.name}:{answer.partition_index}: "
-                            f"cannot list offsets: {for_code(answer.error_code).__name__}",
+                            f"cannot list offsets: {error.__name__}",
                             source=t.name,
                         )
+                        raise _LeaderNotReady(failed) if error.retriable else failed
                     out[TopicPartition(t.name, answer.partition_index)] = answer.offset if answer.offset >= 0 else None
         return out
 
