@@ -39,24 +39,29 @@ class BufferPool:
         self.allocated = 0  # buffers created so far
         self.allocated_bytes = 0
 
-    def lease(self, shape, dtype):
-        """A C-contiguous array of ``shape`` and ``dtype`` over a pooled buffer (contents undefined)."""
-        dtype = np.dtype(dtype)
-        count = math.prod(shape) if isinstance(shape, tuple) else shape
-        size = max(_MIN_BYTES, 1 << (int(count) * dtype.itemsize - 1).bit_length())  # int: a kernel's count
+    def lease_bytes(self, nbytes):
+        """A pooled uint8 buffer of at least ``nbytes``: all of its size class (a power of two, at least 4 KiB),
+        contents undefined."""
+        size = max(_MIN_BYTES, 1 << (int(nbytes) - 1).bit_length())  # int: a kernel's count
         with self._lock:
-            queue = self._classes.setdefault(size, deque())
-            buf = None
+            queue = self._classes.get(size)
+            if queue is None:
+                queue = self._classes[size] = deque()
             for _ in range(len(queue)):
                 candidate = queue.popleft()
                 queue.append(candidate)  # oldest first: the next lease looks at the next one
                 if sys.getrefcount(candidate) == self._free_refs:
-                    buf = candidate
-                    break
+                    return candidate
                 del candidate
-            if buf is None:
-                buf = np.empty(size, np.uint8)
-                queue.append(buf)
-                self.allocated += 1
-                self.allocated_bytes += size
-        return np.ndarray(shape, dtype, buf)  # one call: half the time of slicing, viewing and reshaping
+            buf = np.empty(size, np.uint8)
+            queue.append(buf)
+            self.allocated += 1
+            self.allocated_bytes += size
+            return buf
+
+    def lease(self, shape, dtype):
+        """A C-contiguous array of ``shape`` and ``dtype`` over a pooled buffer (contents undefined)."""
+        dtype = np.dtype(dtype)
+        count = math.prod(shape) if isinstance(shape, tuple) else shape
+        # one call: half the time of slicing, viewing and reshaping
+        return np.ndarray(shape, dtype, self.lease_bytes(int(count) * dtype.itemsize))

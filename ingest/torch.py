@@ -48,7 +48,7 @@ class _SharedBatch:
     @classmethod
     def of(cls, batch):
         """The batch on its way, or None when its arrays are not all in one shared block."""
-        buf = batch.labels.base  # the batch's one buffer, a view of the block (SharedBuffers.lease)
+        buf = batch.labels.base  # the batch's one buffer, a view of the block (SharedBuffers.lease_bytes)
         root = getattr(buf, "base", None)
         block = getattr(root, "base", None)
         if not (isinstance(block, torch.Tensor) and block.is_shared()):
@@ -96,16 +96,15 @@ class SharedBuffers:
     def __init__(self):
         self._blocks = []  # numpy views of the blocks (a tensor's indexing costs microseconds, theirs does not)
 
-    def lease(self, count, dtype):
-        """A vector of ``count`` ``dtype`` items in a free block, after its header (``BufferPool.lease``)."""
-        dtype = np.dtype(dtype)
-        size = 1 << (count * dtype.itemsize + _HEADER - 1).bit_length()
+    def lease_bytes(self, nbytes):
+        """``nbytes`` of a free block, after its header (``BufferPool.lease_bytes``)."""
+        size = 1 << (nbytes + _HEADER - 1).bit_length()
         root = next((b for b in self._blocks if len(b) == size and b[0] == 0), None)
         if root is None:
             root = torch.empty(size, dtype=torch.uint8).share_memory_().numpy()
             self._blocks.append(root)
         root[0] = 1
-        return np.ndarray(count, dtype, root, _HEADER)
+        return root[_HEADER : _HEADER + nbytes]
 
 
 def shard_of_this_process():

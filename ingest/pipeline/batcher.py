@@ -34,7 +34,6 @@ _NO_INT64 = np.empty(0, np.int64)
 _NO_FLOAT32 = np.empty(0, np.float32)
 _NO_FLAGS = np.empty(0, np.bool_)
 _NO_DENSE = np.empty((0, 0), np.float32)
-_UINT8 = np.dtype(np.uint8)
 
 
 class BatchBuilder:
@@ -162,7 +161,7 @@ class BatchBuilder:
             self.unique,
             (key_base, value_base, meta),
         )
-        buf = self.pool.lease(nbytes, _UINT8)
+        buf = self.pool.lease_bytes(nbytes)
         at = np.zeros(2 * nt + 1, np.int64)
         places = FeaturePlaces(self.pair, key_base, value_base, self.dense_table).checked_when_debugging().plain()
         out = BatchBuffer(buf, meta).checked_when_debugging().plain()
