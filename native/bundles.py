@@ -108,8 +108,10 @@ def bundle(name, **fields):
     """A namedtuple type ``name`` with ``fields`` (name -> type, in order) and two methods that return the bundle
     itself after checking every field's type (``TypeError`` naming the bundle, the field, what was expected and
     what came): ``checked()``, and ``checked_when_debugging()`` that checks only under
-    ``INGEST_CHECK_KERNEL_ARGS=1``; and ``plain()``, its fields as a plain tuple.  The type belongs to the calling
-    module, so that numba's cache can name it."""
+    ``INGEST_CHECK_KERNEL_ARGS=1``; ``plain()``, its fields as a plain tuple; and ``args(*fields)``, a bundle's
+    fields as the plain tuple a kernel takes, checked only under that setting (no namedtuple is made without it:
+    for a bundle made per batch that no Python reads by name).  The type belongs to the calling module, so that
+    numba's cache can name it."""
     module = sys._getframe(1).f_globals["__name__"]
     cls = collections.namedtuple(name, list(fields), module=module)
     checks = tuple(_Field(field, text) for field, text in fields.items())
@@ -124,8 +126,12 @@ def bundle(name, **fields):
     def checked_when_debugging(self):
         return checked(self) if CHECK_EVERY_BATCH else self
 
+    def args(*values):
+        return tuple(checked(cls(*values))) if CHECK_EVERY_BATCH else values
+
     cls.checked = checked
     cls.checked_when_debugging = checked_when_debugging
     cls.plain = _plain
+    cls.args = staticmethod(args)
     cls.types = dict(fields)
     return cls

@@ -113,6 +113,20 @@ def test_plain_gives_the_fields_as_a_plain_tuple():
     assert all(a is b for a, b in zip(plain, arrays))
 
 
+def test_args_give_the_fields_as_a_plain_tuple_checked_when_debugging(monkeypatch):
+    fields = tuple(piece_source())
+    wrong = tuple(piece_source(keys=I8.astype(np.int32)))
+    monkeypatch.setattr(bundles, "CHECK_EVERY_BATCH", False)
+    got = PieceSource.args(*fields)
+    assert type(got) is tuple and all(a is b for a, b in zip(got, fields))
+    assert PieceSource.args(*wrong)[4].dtype == np.int32  # not checked
+    monkeypatch.setattr(bundles, "CHECK_EVERY_BATCH", True)
+    got = PieceSource.args(*fields)
+    assert type(got) is tuple and all(a is b for a, b in zip(got, fields))
+    with pytest.raises(TypeError, match="PieceSource.keys"):
+        PieceSource.args(*wrong)
+
+
 def test_per_batch_checks_follow_the_setting(monkeypatch):
     wrong = piece_source(keys=I8.astype(np.int32))
     monkeypatch.setattr(bundles, "CHECK_EVERY_BATCH", False)

@@ -76,7 +76,7 @@ def test_kernel_matches_twin(data, tables, pair):
     sizes = unique_sizes(len(keys), len(pairs), len(pair))
     outputs = [np.zeros(sizes[0], np.int64), np.zeros(sizes[1], np.int32), np.zeros(sizes[2], np.int64)]
     buf, meta, parts = _packed([keys, pairs, np.empty(0, np.float32), *offsets, *outputs])
-    ids = BatchIds(buf, meta, pair, key_base, counts, table_of, row_of)
+    ids = BatchIds.args(buf, meta, pair, key_base, counts, table_of, row_of)
     unique_ids_into(ids, len(keys) + len(pairs), Scratch())
     unique_views(feats, pair, parts[-3:])
     for f, feat in enumerate(feats):

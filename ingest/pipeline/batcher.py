@@ -163,8 +163,8 @@ class BatchBuilder:
         )
         buf = self.pool.lease_bytes(nbytes)
         at = np.zeros(2 * nt + 1, np.int64)
-        places = FeaturePlaces(self.pair, key_base, value_base, self.dense_table).checked_when_debugging().plain()
-        out = BatchBuffer(buf, meta).checked_when_debugging().plain()
+        places = FeaturePlaces.args(self.pair, key_base, value_base, self.dense_table)
+        out = BatchBuffer.args(buf, meta)
         last = len(pieces) - 1
         for i, ((_, r0, r1), (src, room, c0, m)) in enumerate(zip(pieces, plans)):
             copy_piece(src.plain(), r0, r1, room, c0, m, places, at, out, rows, i == last)
@@ -174,8 +174,8 @@ class BatchBuilder:
         if self.keep_pieces:
             batch.pieces = list(pieces)
         if self.unique:
-            ids = BatchIds(buf, meta, self.pair, key_base, counts, self.sparse_table, self.sparse_row)
-            batch.unique_work = (laid, ids.checked_when_debugging(), nids)
+            ids = BatchIds.args(buf, meta, self.pair, key_base, counts, self.sparse_table, self.sparse_row)
+            batch.unique_work = (laid, ids, nids)
         if self.stats is not None:
             self.stats.stage("batch", t0, time.perf_counter(), size=n)
         return batch
@@ -258,14 +258,14 @@ class Scratch:
 
 
 def unique_ids_into(ids, nids, scratch):
-    """Compute the unique ids of a batch's sparse features, whose ``nids`` ids are ``ids`` (a ``BatchIds``), into the
+    """Compute the unique ids of a batch's sparse features, whose ``nids`` ids are ``ids`` (``BatchIds.args``), into the
     batch's buffer (``batch_layout`` places the outputs with the batch's arrays): one kernel call for them all (each
     call into a kernel gives up the GIL, and the other pipeline threads hold it).
 
     ``big`` holds, as int64, every feature's unique ids and then their row offsets, ``small``, as int32,
     every inverse and then every feature's unique rows; ``layout`` says where each feature's lie (``unique_views``).
     """
-    unique_ids_of_batch(ids.plain(), scratch.room(nids))
+    unique_ids_of_batch(ids, scratch.room(nids))
 
 
 def unique_views(feats, pair, out):
