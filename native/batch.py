@@ -357,9 +357,9 @@ def copy_piece(src, r0, r1, room, c0, m, places, at, out, rows, last):
     buf, meta = out
     tables = len(sp_offsets)
     ndense = len(dense_table)
-    keys = vector(buf, meta, 0, np.int64)
-    pairs = part(buf, meta, 1, np.int64)
-    values = vector(buf, meta, 2, np.float32)
+    keys = vector(buf, meta, KEYS, np.int64)
+    pairs = part(buf, meta, PAIRS, np.int64)
+    values = vector(buf, meta, VALUES, np.float32)
     lab = samples_part(tables, ndense)
     labels = part(buf, meta, lab, np.float32)
     timestamps = vector(buf, meta, lab + 1, np.int64)

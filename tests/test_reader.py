@@ -381,6 +381,22 @@ def test_a_batch_pickles_with_its_features(synthetic_file):
     assert copy.sample_ids.tolist() == batch.sample_ids.tolist() and len(copy) == 100
 
 
+def test_a_batch_makes_its_arrays_when_its_consumer_first_asks(synthetic_file):
+    """The thread that builds a batch makes no array of it (the kernels view them in its one buffer); the first
+    array asked for makes them all, views of that buffer, and a released batch keeps none."""
+    reader = _all_features(ingest.DataReader("s", paths=[str(synthetic_file)])).unique_ids(True).batch_size(100)
+    with reader.startup():
+        batch = next(reader)
+        laid = batch._laid
+        assert laid._arrays is None and batch.rows == 100
+        labels = batch.labels
+        assert laid._arrays is not None and labels.base is laid.buf
+        assert all(a.base is laid.buf for a in batch.arrays().values())
+        batch.validate()
+        batch.release()
+        assert batch.labels is None and batch.indicators == [] and batch.rows == 100
+
+
 @pytest.mark.parametrize(
     "option,what",
     [
