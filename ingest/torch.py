@@ -48,15 +48,14 @@ class _SharedBatch:
     @classmethod
     def of(cls, batch):
         """The batch on its way, or None when its arrays are not all in one shared block."""
-        buf = batch.labels.base  # the batch's one buffer, a view of the block (SharedBuffers.lease_bytes)
-        root = getattr(buf, "base", None)
+        root = batch.labels.base  # the block's array: numpy bases a view of a view of it on it
         block = getattr(root, "base", None)
         if not (isinstance(block, torch.Tensor) and block.is_shared()):
             return None
         base = root.__array_interface__["data"][0]
         layout = []
         for name, arr in _arrays(batch).items():
-            if arr.base is not buf:
+            if arr.base is not root:
                 return None
             # the dtype as its one-letter code: pickling dtype objects cost more than the rest of the batch
             layout.append((name, arr.__array_interface__["data"][0] - base, arr.dtype.char, arr.shape))

@@ -4,6 +4,7 @@ fixed-shape JAX batches, and the examples that train."""
 import collections
 import json
 import os
+import pickle
 import subprocess
 import sys
 
@@ -102,6 +103,24 @@ def test_a_loader_item_is_the_batch_as_tensors(pb_files):
         np.testing.assert_array_equal(item[name].numpy(), arr)
     assert item["size"] == batch.size == 100
     assert _sample_keys(item, batch) == [batch.sample_id(r) for r in range(batch.size)]
+
+
+def test_a_batch_built_in_shared_buffers_travels_as_its_block(pb_files):
+    """A DataLoader worker builds its batches in shared memory (``SharedBuffers``): each travels as its block and
+    where each array lies (``_SharedBatch``), and arrives as the dict of tensors ``batch_tensors`` would give."""
+    paths, _ = pb_files
+    reader = _reader(paths)
+    reader._buffers = ingest.torch.SharedBuffers()
+    with reader:
+        batch = next(reader.startup())
+        shared = ingest.torch._SharedBatch.of(batch)
+        assert shared is not None
+        arrived = pickle.loads(pickle.dumps(shared))
+        want = ingest.torch.batch_tensors(batch)
+        assert arrived.keys() == want.keys() and arrived["size"] == batch.size
+        for name, tensor in want.items():
+            if name != "size":
+                assert torch.equal(arrived[name], tensor), name
 
 
 @pytest.mark.parametrize("workers", [0, 1, 2])
