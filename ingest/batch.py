@@ -60,6 +60,11 @@ def _nothing():
     pass
 
 
+def _sample_array(index, doc):
+    """A property of a Batch: item ``index`` of its ``_sample_arrays()``."""
+    return property(lambda batch: batch._sample_arrays()[index], doc=doc)
+
+
 class Batch:
     """One batch: ``n`` samples (``len(batch)``), padded to ``batch_size`` rows when asked.
 
@@ -89,30 +94,15 @@ class Batch:
             self._samples = self._laid.samples()
         return self._samples
 
-    @property
-    def labels(self):
-        """float32 ``[rows, label_count]``."""
-        return self._sample_arrays()[0]
-
-    @property
-    def timestamps(self):
-        """int64 ``[rows]``."""
-        return self._sample_arrays()[1]
-
-    @property
-    def sid_bytes(self):
-        """uint8: the sample ids one after the other."""
-        return self._sample_arrays()[2]
-
-    @property
-    def sid_offsets(self):
-        """int64 ``[size + 1]``: sample ``r``'s id is ``sid_bytes[sid_offsets[r]:sid_offsets[r + 1]]``."""
-        return self._sample_arrays()[3]
-
-    @property
-    def indicators(self):
-        """Per aux table k, int32 ``[table_rows[k]]``: the row of table k + 1 each row of table k reads."""
-        return self._sample_arrays()[4]
+    labels = _sample_array(0, "float32 ``[rows, label_count]``.")
+    timestamps = _sample_array(1, "int64 ``[rows]``.")
+    sid_bytes = _sample_array(2, "uint8: the sample ids one after the other.")
+    sid_offsets = _sample_array(
+        3, "int64 ``[size + 1]``: sample ``r``'s id is ``sid_bytes[sid_offsets[r]:sid_offsets[r + 1]]``."
+    )
+    indicators = _sample_array(
+        4, "Per aux table k, int32 ``[table_rows[k]]``: the row of table k + 1 each row of table k reads."
+    )
 
     def __len__(self):
         return self.size
