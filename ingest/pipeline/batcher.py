@@ -14,7 +14,7 @@ from .._native.batch import (
     copy_piece,
     measure_piece,
 )
-from .._native.parts import OFFSETS, samples_part
+from .._native.parts import KEYS, OFFSETS, VALUES, samples_part
 from .._native.unique import BatchIds, table_size, unique_ids_of_batch
 from ..blocks import placeholder_block
 from ..pool import BufferPool
@@ -354,11 +354,18 @@ class LaidOut:
         t, (f0, f1) = b.table_bounds[table]
         if f1 == f0:
             return None
-        keys, _, values, offsets, *_ = self._parts()
         kb, vb, c = self.key_base, self.value_base, self.counts
         keys_end, values_end = int(kb[f1 - 1] + c[f1 - 1]), int(vb[f1 - 1] + c[f1 - 1])
-        keys = keys[int(kb[f0]) : keys_end] if b.keys_only[t] else None
-        return keys, values[int(vb[f0]) : values_end], offsets[t], b.sparse_names[t]
+        keys = self._array(KEYS)[int(kb[f0]) : keys_end] if b.keys_only[t] else None
+        return keys, self._array(VALUES)[int(vb[f0]) : values_end], self._array(OFFSETS + t), b.sparse_names[t]
+
+    def _array(self, k):
+        """Part ``k``, alone when the batch's arrays are not made yet (``span`` takes three of twenty)."""
+        if self._arrays is not None:
+            return self._arrays[k]
+        j, dtype, matrix = self.builder.part_kinds[self.builder.unique][k]
+        at, rows, columns = self.meta[j : j + 3].tolist()
+        return np.ndarray((rows, columns) if matrix else rows, dtype, self.buf, at)
 
 
 def cut_batches(
