@@ -12,7 +12,7 @@ median of the per-round ratios on/off, by wall time and by CPU time of the whole
 """
 
 from _common import RESULTS, alternated_runs, arguments, cost_table, measured_on, save_report, synthetic_inputs
-from bench_peers import EPOCHS, THREADS, ingest_reader
+from bench_peers import BATCH_SIZE, EPOCHS, THREADS, ingest_reader
 
 
 def main(argv=None):
@@ -34,8 +34,8 @@ def main(argv=None):
         "bench_unique", samples=args.samples, runs=args.runs, epochs=EPOCHS, aux=sorted(aux), read=results
     )
     print(
-        f"{args.samples:,} samples (read {EPOCHS['txt']} times over in text, {EPOCHS['pb']} in pb), batch_size 1024, "
-        f"median of {args.runs} alternated rounds; {measured_on(report)}\n"
+        f"{args.samples:,} samples (read {EPOCHS['txt']} times over in text, {EPOCHS['pb']} in pb), "
+        f"batch_size {BATCH_SIZE}, median of {args.runs} alternated rounds; {measured_on(report)}\n"
     )
     print(cost_table(results, "samples/s on"))
     print(f"JSON: {RESULTS / 'bench_unique.json'}")

@@ -5,7 +5,24 @@ import numpy as np
 from .bundles import bundle
 from .index import _u
 from .jit import brief, helper, inline, kernel
-from .parts import KEYS, OFFSETS, PAIRS, VALUES, dense_part, indicators_part, part, samples_part, vector
+from .parts import (
+    BIG,
+    KEYS,
+    LABELS,
+    LAYOUT,
+    OFFSETS,
+    PAIRS,
+    SID_BYTES,
+    SID_OFFSETS,
+    SMALL,
+    TIMESTAMPS,
+    VALUES,
+    dense_part,
+    indicators_part,
+    part,
+    samples_part,
+    vector,
+)
 from .unique import unique_sizes
 
 # The bundles ``copy_piece`` takes, as plain tuples (``plain()``, bundles.py): one argument each.
@@ -219,15 +236,16 @@ def batch_layout(counts, pair, rows, pad_to, sid_bytes, table_features, dense_ta
     for t in range(tables - 1):
         at = _place(meta, indicators_part(tables, ndense, t), at, rows[t], 1, 4)
     k = samples_part(tables, ndense)
-    at = _place(meta, k, at, rows[0], labels, 4)
-    at = _place(meta, k + 1, at, rows[0], 1, 8)
-    at = _place(meta, k + 2, at, sid_bytes[0], 1, 1)
-    at = _place(meta, k + 3, at, n + 1, 1, 8)
-    if unique:
+    at = _place(meta, k + LABELS, at, rows[0], labels, 4)
+    at = _place(meta, k + TIMESTAMPS, at, rows[0], 1, 8)
+    at = _place(meta, k + SID_BYTES, at, sid_bytes[0], 1, 1)
+    at = _place(meta, k + SID_OFFSETS, at, n + 1, 1, 8)
+    if unique:  # the last three parts (unique_part)
+        u = k + SID_OFFSETS + 1
         big, small, layout = unique_sizes(nk, npair, len(counts))
-        at = _place(meta, k + 4, at, big, 1, 8)
-        at = _place(meta, k + 5, at, small, 1, 4)
-        at = _place(meta, k + 6, at, layout, 1, 8)
+        at = _place(meta, u + BIG, at, big, 1, 8)
+        at = _place(meta, u + SMALL, at, small, 1, 4)
+        at = _place(meta, u + LAYOUT, at, layout, 1, 8)
     return at, n, nk + npair
 
 
@@ -360,11 +378,11 @@ def copy_piece(src, r0, r1, room, c0, m, places, at, out, rows, last):
     keys = vector(buf, meta, KEYS, np.int64)
     pairs = part(buf, meta, PAIRS, np.int64)
     values = vector(buf, meta, VALUES, np.float32)
-    lab = samples_part(tables, ndense)
-    labels = part(buf, meta, lab, np.float32)
-    timestamps = vector(buf, meta, lab + 1, np.int64)
-    sid_bytes = vector(buf, meta, lab + 2, np.uint8)
-    sid_offsets = vector(buf, meta, lab + 3, np.int64)
+    samples_at = samples_part(tables, ndense)
+    labels = part(buf, meta, samples_at + LABELS, np.float32)
+    timestamps = vector(buf, meta, samples_at + TIMESTAMPS, np.int64)
+    sid_bytes = vector(buf, meta, samples_at + SID_BYTES, np.uint8)
+    sid_offsets = vector(buf, meta, samples_at + SID_OFFSETS, np.int64)
     ranges = room[:, :, c0:]
     row0 = at[0]
     # Table 0's rows are contiguous: one range copies them (its groups matter to the indicators only).
@@ -445,9 +463,9 @@ def pad_batch(at, rows, buf, meta, dense_table):
                 part(buf, meta, dense_part(tables, d), np.float32)[row:] = 0
         if t < tables - 1:
             vector(buf, meta, indicators_part(tables, ndense, t), np.int32)[row:] = rows[t + 1] - 1
-    lab = samples_part(tables, ndense)
-    part(buf, meta, lab, np.float32)[at[0] :] = 0
-    vector(buf, meta, lab + 1, np.int64)[at[0] :] = 0
+    samples_at = samples_part(tables, ndense)
+    part(buf, meta, samples_at + LABELS, np.float32)[at[0] :] = 0
+    vector(buf, meta, samples_at + TIMESTAMPS, np.int64)[at[0] :] = 0
 
 
 @brief

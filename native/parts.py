@@ -7,6 +7,9 @@ consumer asks for one."""
 from .jit import inline, viewing
 
 KEYS, PAIRS, VALUES, OFFSETS = 0, 1, 2, 3  # OFFSETS + t: table t's
+# from samples_part on: labels, timestamps, sample id bytes and their offsets; from unique_part on: big, small, layout
+LABELS, TIMESTAMPS, SID_BYTES, SID_OFFSETS = 0, 1, 2, 3
+BIG, SMALL, LAYOUT = 0, 1, 2
 
 
 @inline
@@ -21,13 +24,13 @@ def indicators_part(tables, dense, t):
 
 @inline
 def samples_part(tables, dense):
-    """The labels' part; timestamps, sample id bytes and their offsets follow."""
+    """The first of the samples' parts (``LABELS`` ... ``SID_OFFSETS`` from it)."""
     return OFFSETS + tables + dense + tables - 1
 
 
 @inline
 def unique_part(meta):
-    """The first of the unique-id outputs (big, small, layout), the last three parts."""
+    """The first of the unique-id outputs (``BIG``, ``SMALL``, ``LAYOUT`` from it), the last three parts."""
     return len(meta) // 3 - 3
 
 

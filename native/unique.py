@@ -11,7 +11,7 @@ import numpy as np
 from .bundles import bundle
 from .jit import brief, helper, inline, kernel
 from .mix import mix64
-from .parts import KEYS, OFFSETS, PAIRS, part, unique_part, vector
+from .parts import BIG, KEYS, LAYOUT, OFFSETS, PAIRS, SMALL, part, unique_part, vector
 
 _SPREAD = np.uint64(0x94D049BB133111EB)
 
@@ -121,9 +121,9 @@ def unique_ids_of_batch(ids, scratch):
     keys = vector(buf, meta, KEYS, np.int64)
     pairs = part(buf, meta, PAIRS, np.int64)
     u = unique_part(meta)
-    big = vector(buf, meta, u, np.int64)
-    small = vector(buf, meta, u + 1, np.int32)
-    layout = vector(buf, meta, u + 2, np.int64)
+    big = vector(buf, meta, u + BIG, np.int64)
+    small = vector(buf, meta, u + SMALL, np.int32)
+    layout = vector(buf, meta, u + LAYOUT, np.int64)
     nf = len(counts)
     at = layout[: nf + 1]
     words = layout[nf + 1 : 2 * nf + 2]

@@ -90,16 +90,13 @@ class BatchBuilder:
             else (s.name, False, dense_index[s.name], s.table, None, None)
             for s in schema.specs
         ]
-        self.dense_widths = [(s.table, s.width) for s in dense]
         self.dense_width = np.array([s.width for s in dense], np.int64)
         self.table_features = np.array([f1 - f0 for _, (f0, f1) in self.table_bounds], np.int64)
         self.label_count = schema.label_count
-        # where in batch_layout's meta each array of a batch is described, its dtype and whether it is a matrix;
-        # without and with unique ids
-        self.part_kinds = [
-            [(3 * i, dtype, matrix) for i, (dtype, matrix) in enumerate(batch_part_kinds(self.tables, len(dense), u))]
-            for u in (False, True)
-        ]
+        # where in batch_layout's meta each array of a batch is described, its dtype and whether it is a matrix
+        kinds = batch_part_kinds(self.tables, len(dense), self.unique)
+        self.part_kinds = [(3 * i, dtype, matrix) for i, (dtype, matrix) in enumerate(kinds)]
+        self.samples_at = samples_part(self.tables, len(dense))  # where the labels' part is
 
     def build(self, pieces):
         """The Batch of ``pieces``, unique ids included."""
@@ -146,8 +143,7 @@ class BatchBuilder:
             c0 = c1
         key_base = np.empty(len(self.pair), np.int64)
         value_base = np.empty(len(self.pair), np.int64)
-        kinds = self.part_kinds[self.unique]  # the unique-id thread's outputs share the batch's buffer
-        meta = np.empty(3 * len(kinds), np.int64)
+        meta = np.empty(3 * len(self.part_kinds), np.int64)  # the unique-id outputs share the batch's buffer
         nbytes, n, nids = batch_layout(
             counts,
             self.pair,
@@ -304,18 +300,18 @@ class LaidOut:
         """Every array of the batch in ``batch_layout``'s order (parts.py), made once."""
         if self._arrays is None:
             w, buf = self.meta.tolist(), self.buf
-            kinds = self.builder.part_kinds[self.builder.unique]
             self._arrays = [
-                np.ndarray((w[j + 1], w[j + 2]) if matrix else w[j + 1], dtype, buf, w[j]) for j, dtype, matrix in kinds
+                np.ndarray((w[j + 1], w[j + 2]) if matrix else w[j + 1], dtype, buf, w[j])
+                for j, dtype, matrix in self.builder.part_kinds
             ]
         return self._arrays
 
     def _parts(self):
         """``(keys, pairs, values, offsets, dense, indicators, (labels, timestamps, sid_bytes, sid_offsets))``,
         the tables' offsets, dense matrices and indicators as lists."""
-        arrays, nt, nd = self.arrays(), self.builder.tables, len(self.builder.dense_widths)
+        arrays, nt, nd, s = self.arrays(), self.builder.tables, len(self.builder.dense_width), self.builder.samples_at
         keys, pairs, values = arrays[:OFFSETS]
-        dense_at, s = OFFSETS + nt, samples_part(nt, nd)
+        dense_at = OFFSETS + nt
         return (
             keys,
             pairs,
@@ -363,7 +359,7 @@ class LaidOut:
         """Part ``k``, alone when the batch's arrays are not made yet (``span`` takes three of twenty)."""
         if self._arrays is not None:
             return self._arrays[k]
-        j, dtype, matrix = self.builder.part_kinds[self.builder.unique][k]
+        j, dtype, matrix = self.builder.part_kinds[k]
         at, rows, columns = self.meta[j : j + 3].tolist()
         return np.ndarray((rows, columns) if matrix else rows, dtype, self.buf, at)
 
