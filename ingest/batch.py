@@ -23,17 +23,60 @@ class SparseFeature:
     offsets : int64 [R + 1]
         Row pointers, ``offsets[0] == 0``; row ``r`` is ``ids[offsets[r]:offsets[r + 1]]``.
     unique_ids, inverse, unique_rows, unique_row_offsets
-        Filled with ``reader.unique_ids(True)``, else None.
+        Filled with ``reader.unique_ids(True)``, else None.  A reader computes ``unique_rows`` and
+        ``unique_row_offsets`` when they are first read, for every feature of the batch at once.
+    rows_pending
+        The batch's layout that computes those two (``LaidOut.fill_rows``), None once it has.
     """
 
-    __slots__ = ("name", "ids", "values", "offsets", "unique_ids", "inverse", "unique_rows", "unique_row_offsets")
+    __slots__ = (
+        "name",
+        "ids",
+        "values",
+        "offsets",
+        "unique_ids",
+        "inverse",
+        "_unique_rows",
+        "_unique_row_offsets",
+        "rows_pending",
+    )
 
     def __init__(self, name, ids, values, offsets):
         self.name = name
         self.ids = ids
         self.values = values
         self.offsets = offsets
-        self.unique_ids = self.inverse = self.unique_rows = self.unique_row_offsets = None
+        self.unique_ids = self.inverse = self._unique_rows = self._unique_row_offsets = self.rows_pending = None
+
+    @property
+    def unique_rows(self):
+        """int32 ``[N]``: the rows of each unique id, ``unique_row_offsets[u]:unique_row_offsets[u + 1]`` of them."""
+        if self.rows_pending is not None:
+            self.rows_pending.fill_rows()
+        return self._unique_rows
+
+    @unique_rows.setter
+    def unique_rows(self, rows):
+        self._unique_rows = rows
+
+    @property
+    def unique_row_offsets(self):
+        """int64 ``[U + 1]``."""
+        if self.rows_pending is not None:
+            self.rows_pending.fill_rows()
+        return self._unique_row_offsets
+
+    @unique_row_offsets.setter
+    def unique_row_offsets(self, offsets):
+        self._unique_row_offsets = offsets
+
+    def __getstate__(self):  # filled first: the layout that fills them stays behind
+        return {name: getattr(self, name) for name in _FEATURE_STATE}
+
+    def __setstate__(self, state):
+        self.rows_pending = None
+        for name, value in state.items():
+            setattr(self, name, value)
 
     @property
     def segments(self):
@@ -54,6 +97,9 @@ class SparseFeature:
 
     def __repr__(self):
         return f"SparseFeature({self.name!r}, rows={self.rows}, ids={len(self.ids)})"
+
+
+_FEATURE_STATE = ("name", "ids", "values", "offsets", "unique_ids", "inverse", "unique_rows", "unique_row_offsets")
 
 
 def _nothing():

@@ -9,7 +9,7 @@ order: XDL's sidx/sseg).  A 128-bit id is the pair (hkey, key).
 import numpy as np
 
 from .bundles import bundle
-from .jit import brief, helper, inline, kernel
+from .jit import brief, helper, inline, kernel, viewing
 from .mix import mix64
 from .parts import BIG, KEYS, LAYOUT, OFFSETS, PAIRS, SMALL, part, unique_part, vector
 
@@ -45,14 +45,12 @@ def table_size(n):
 
 
 @helper
-def unique_ids(hkeys, keys, offsets, slots, places, uniq_h, uniq_k, inverse, counts, unique_row_offsets, unique_rows):
-    """Fill the outputs for ids ``(hkeys[i], keys[i])`` (``hkeys`` empty: all 0); returns ``U``.
+def unique_ids(hkeys, keys, slots, places, uniq_h, uniq_k, inverse):
+    """Fill the distinct ids of ``(hkeys[i], keys[i])`` (``hkeys`` empty: all 0) and ``inverse``; returns ``U``.
 
-    ``slots`` (int32, a power of two > N, all -1) is the table.  ``places`` (each id's first slot, then its
-    rank among the occurrences of the same id), ``uniq_k``, ``unique_rows`` and ``inverse`` need room for N
-    entries, and ``uniq_h`` too unless ``hkeys`` is empty (it is then neither written nor read);
-    ``counts`` (each unique id's occurrences, then where rows start) and ``unique_row_offsets`` for N + 1.
-    Row ``r`` holds ids ``offsets[r]:offsets[r + 1]``.
+    ``slots`` (int32, a power of two > N, all -1) is the table.  ``places`` (each id's first slot), ``uniq_k``
+    and ``inverse`` need room for N entries, and ``uniq_h`` too unless ``hkeys`` is empty (it is then neither
+    written nor read).
     """
     n = len(keys)
     has_h = len(hkeys) > 0
@@ -60,7 +58,6 @@ def unique_ids(hkeys, keys, offsets, slots, places, uniq_h, uniq_k, inverse, cou
     # Hashing first, in a loop of its own, takes the hash off the path from one probe to the next.
     for i in range(n):
         places[i] = _hash(hkeys[i] if has_h else 0, keys[i]) & mask
-        counts[i] = 0
     nu = 0
     for i in range(n):
         k = keys[i]
@@ -80,13 +77,29 @@ def unique_ids(hkeys, keys, offsets, slots, places, uniq_h, uniq_k, inverse, cou
             at = u if u >= 0 else nu
         slots[s] = at
         inverse[i] = at
-        places[i] = counts[at]  # the slot is spent: keep the id's occurrences before this one
-        counts[at] += 1
         nu += at == nu
+    return nu
+
+
+@helper
+def unique_rows(inverse, nu, offsets, ranks, counts, unique_row_offsets, rows):
+    """Fill the rows each of ``nu`` distinct ids occurs in, ``rows[unique_row_offsets[u]:unique_row_offsets[u + 1]]``
+    in occurrence order, from the ``inverse`` of ids whose row ``r`` is ``offsets[r]:offsets[r + 1]``.
+
+    ``ranks`` needs room for N entries (N = ``len(inverse)``) and ``counts`` for N + 1.
+    """
+    n = len(inverse)
+    occurrences = counts[:nu]
+    occurrences[:] = 0
+    for i in range(n):
+        # Each occurrence keeps its rank among its id's, so no write of the last loop waits on the one before.
+        u = inverse[i]
+        ranks[i] = occurrences[u]
+        occurrences[u] += 1
     total = 0  # in a register: the loop does not reload what it just stored
     unique_row_offsets[0] = 0
     for u in range(nu):
-        total += counts[u]
+        total += occurrences[u]
         unique_row_offsets[u + 1] = total
     # Each id's row counts the rows that start at or before it, marked where they start: one flat loop over
     # the ids (a loop a row cost more than its ids in the one-id rows of most features: 0.95-0.97x the time).
@@ -97,16 +110,14 @@ def unique_ids(hkeys, keys, offsets, slots, places, uniq_h, uniq_k, inverse, cou
     r = 0
     for i in range(n):
         r += starts[i]
-        # Each occurrence knows its place, so no write waits on the one before (a running count per id did).
-        unique_rows[unique_row_offsets[inverse[i]] + np.int64(places[i])] = r
-    return nu
+        rows[unique_row_offsets[inverse[i]] + np.int64(ranks[i])] = r
 
 
 @kernel  # views the batch's buffer: needs numba's runtime
 def unique_ids_of_batch(ids, scratch):
     """``unique_ids`` for every sparse feature of a batch (``ids``, a ``BatchIds``), in one call, into the batch's
-    unique-id outputs (``big``, ``small`` and ``layout``, its last parts) with ``scratch`` ``(slots, places,
-    work_counts)``.
+    unique-id outputs (``big``, ``small`` and ``layout``, its last parts) with ``scratch`` ``(slots, places)``;
+    ``unique_rows_of_batch`` fills the rest of them when a consumer asks.
 
     With ``F`` features, ``layout``
     (int64 ``[3F + 2]``) gets ``at = layout[:F + 1]`` and ``words = layout[F + 1:2F + 2]`` of
@@ -114,16 +125,13 @@ def unique_ids_of_batch(ids, scratch):
     ``small[at[f]:]``, its unique rows to ``small[at[F] + at[f]:]``, its unique ids to ``big[words[f]:]``
     (pairs as (hkey, key) words) and its unique row offsets to ``big[words[F] + at[f] + f:]``
     (``unique_sizes`` sizes ``big``, ``small`` and ``layout``).  ``slots`` needs
-    ``table_size(max(counts))`` entries, ``places`` room for max(counts), ``work_counts`` for one more.
+    ``table_size(max(counts))`` entries, ``places`` room for max(counts).
     """
-    buf, meta, pair, key_base, counts, table_of, row_of = ids
-    slots, places, work_counts = scratch
+    buf, meta, pair, key_base, counts, _, _ = ids
+    slots, places = scratch
     keys = vector(buf, meta, KEYS, np.int64)
     pairs = part(buf, meta, PAIRS, np.int64)
-    u = unique_part(meta)
-    big = vector(buf, meta, u + BIG, np.int64)
-    small = vector(buf, meta, u + SMALL, np.int32)
-    layout = vector(buf, meta, u + LAYOUT, np.int64)
+    big, small, layout = _outputs(buf, meta)
     nf = len(counts)
     at = layout[: nf + 1]
     words = layout[nf + 1 : 2 * nf + 2]
@@ -132,44 +140,48 @@ def unique_ids_of_batch(ids, scratch):
     for f in range(nf):
         n = counts[f]
         kb = key_base[f]
-        a = at[f]
         w = words[f]
         table = slots[: table_size(n)]
         table[:] = -1
-        inverse = small[a : a + n]
-        rows = small[at[nf] + a : at[nf] + a + n]
-        o = words[nf] + a + f
-        row_offsets = big[o : o + n + 1]
-        row_offsets_in = part(buf, meta, OFFSETS + table_of[f], np.int64)[row_of[f]]
+        inverse = small[at[f] : at[f] + n]
         if pair[f]:
             uniq = big[w : w + 2 * n].reshape((n, 2))
-            nunique[f] = unique_ids(
-                pairs[kb : kb + n, 0],
-                pairs[kb : kb + n, 1],
-                row_offsets_in,
-                table,
-                places,
-                uniq[:, 0],
-                uniq[:, 1],
-                inverse,
-                work_counts,
-                row_offsets,
-                rows,
-            )
+            hkeys, fkeys, uniq_h, uniq_k = pairs[kb : kb + n, 0], pairs[kb : kb + n, 1], uniq[:, 0], uniq[:, 1]
+            nunique[f] = unique_ids(hkeys, fkeys, table, places, uniq_h, uniq_k, inverse)
         else:
-            nunique[f] = unique_ids(
-                keys[:0],
-                keys[kb : kb + n],
-                row_offsets_in,
-                table,
-                places,
-                keys[:0],
-                big[w : w + n],
-                inverse,
-                work_counts,
-                row_offsets,
-                rows,
-            )
+            nunique[f] = unique_ids(keys[:0], keys[kb : kb + n], table, places, keys[:0], big[w : w + n], inverse)
+
+
+@kernel  # views the batch's buffer: needs numba's runtime
+def unique_rows_of_batch(ids, scratch):
+    """``unique_rows`` for every sparse feature of a batch whose unique ids ``unique_ids_of_batch`` computed, into
+    its unique rows and unique row offsets (placed as that kernel says), with ``scratch`` ``(ranks, counts)``:
+    room for max(counts) entries and one more."""
+    buf, meta, _, _, counts, table_of, row_of = ids
+    ranks, work_counts = scratch
+    big, small, layout = _outputs(buf, meta)
+    nf = len(counts)
+    at = layout[: nf + 1]
+    words = layout[nf + 1 : 2 * nf + 2]
+    nunique = layout[2 * nf + 2 :]
+    for f in range(nf):
+        n = counts[f]
+        a = at[f]
+        o = words[nf] + a + f
+        offsets = part(buf, meta, OFFSETS + table_of[f], np.int64)[row_of[f]]
+        rows = small[at[nf] + a : at[nf] + a + n]
+        unique_rows(small[a : a + n], nunique[f], offsets, ranks, work_counts, big[o : o + n + 1], rows)
+
+
+@viewing
+def _outputs(buf, meta):
+    """The unique-id outputs ``(big, small, layout)`` of a batch's buffer."""
+    u = unique_part(meta)
+    return (
+        vector(buf, meta, u + BIG, np.int64),
+        vector(buf, meta, u + SMALL, np.int32),
+        vector(buf, meta, u + LAYOUT, np.int64),
+    )
 
 
 @helper

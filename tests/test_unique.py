@@ -1,5 +1,7 @@
 """Per-batch unique ids: the hash-table kernel against a dict, and through the reader."""
 
+import pickle
+
 import numpy as np
 from hypothesis import given, strategies as st
 
@@ -7,7 +9,7 @@ import ingest
 from ingest import synthetic
 from ingest import SparseFeature
 from ingest._native.unique import BatchIds, unique_layout, unique_sizes
-from ingest.pipeline.batcher import Scratch, unique_ids_into, unique_views
+from ingest.pipeline.batcher import Scratch, unique_ids_into, unique_rows_into, unique_views
 
 from conftest import make_reader
 
@@ -49,7 +51,8 @@ _row = st.lists(st.tuples(st.integers(-1, 1) | st.integers(-(2**63), 2**63 - 1),
 def test_kernel_matches_twin(data, tables, pair):
     """The sparse features of a batch over its tables (``tables`` gives each table's rows), laid out as
     the batch builder lays them (the ids of every serialized feature in one array, of every pair feature
-    in another), in one call."""
+    in another), in one call for the unique ids and one for their rows, on a scratch of its own (a consumer's
+    thread computes the rows)."""
     pair = np.array(pair, np.bool_)
     table_of = np.array(
         sorted(data.draw(st.lists(st.integers(0, len(tables) - 1), min_size=len(pair), max_size=len(pair)))), np.int64
@@ -78,6 +81,7 @@ def test_kernel_matches_twin(data, tables, pair):
     buf, meta, parts = _packed([keys, pairs, np.empty(0, np.float32), *offsets, *outputs])
     ids = BatchIds.args(buf, meta, pair, key_base, counts, table_of, row_of)
     unique_ids_into(ids, len(keys) + len(pairs), Scratch())
+    unique_rows_into(ids, len(keys) + len(pairs), Scratch())
     unique_views(feats, pair, parts[-3:])
     for f, feat in enumerate(feats):
         order, inverse, rows_of = naive_unique(feat.ids, row_offsets[f])
@@ -117,6 +121,26 @@ def test_reader_fills_unique_ids_for_every_sparse_feature(tmp_path):
     assert first["y"].unique_ids.tolist() == [[0, 1]]
     assert batches[1]["x"].unique_ids.tolist() == [9]  # per batch
     assert "unique" in reader.stats()["seconds"]
+
+
+def test_unique_rows_are_computed_when_first_asked_for(synthetic_file):
+    """A batch's unique rows wait for the consumer: reading one feature's fills every feature's, batches kept
+    while later ones are built keep theirs, and a pickled batch carries them."""
+    reader = make_reader([synthetic_file], batch_size=(256,), unique_ids=True)
+    synthetic.declare(reader, serialized=True)
+    batches = reader.startup().read_all()
+    first, last = batches[0], batches[-1]
+    sparse = [first[name] for name in first.sparse_names]
+    assert all(feat.rows_pending is not None for feat in sparse)
+    sparse[-1].unique_rows
+    assert all(feat.rows_pending is None for feat in sparse)
+    copy = pickle.loads(pickle.dumps(last))
+    for batch in (first, copy):
+        for name in batch.sparse_names:
+            feat = batch[name]
+            order, _, rows_of = naive_unique(feat.ids, feat.offsets)
+            uo = feat.unique_row_offsets
+            assert [feat.unique_rows[uo[u] : uo[u + 1]].tolist() for u in range(len(order))] == rows_of
 
 
 def test_unique_ids_off_by_default(tmp_path):

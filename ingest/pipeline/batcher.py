@@ -15,7 +15,7 @@ from .._native.batch import (
     measure_piece,
 )
 from .._native.parts import KEYS, OFFSETS, VALUES, samples_part
-from .._native.unique import BatchIds, table_size, unique_ids_of_batch
+from .._native.unique import BatchIds, table_size, unique_ids_of_batch, unique_rows_of_batch
 from ..blocks import placeholder_block
 from ..pool import BufferPool
 from ..batch import Batch, SparseFeature
@@ -190,7 +190,7 @@ class BatchBuilder:
             t0 = time.perf_counter()
             laid, ids, nids = work
             unique_ids_into(ids, nids, self.scratch())
-            laid.unique = True
+            laid.unique, laid.rows_from = True, (ids, nids)
             if self.stats is not None:
                 self.stats.stage("unique", t0, time.perf_counter())
         return batch
@@ -201,7 +201,8 @@ def warm(payload):
     Block.  ``payload``: ``{"specs": [FeatureSpec fields], "label_count", "batch_size", "pad", "unique"}``."""
     schema = Schema([make_feature(**spec) for spec in payload["specs"]], payload["label_count"]).raw
     builder = BatchBuilder(schema, payload["batch_size"], payload["pad"], unique=payload["unique"])
-    builder.build([(placeholder_block(schema), 0, 1)])
+    batch = builder.build([(placeholder_block(schema), 0, 1)])
+    batch.arrays()  # the unique rows too, which a batch computes when first asked
 
 
 def _piece_source(blk):
@@ -228,7 +229,7 @@ def _piece_source(blk):
 
 class Scratch:
     """A thread's work arrays for building batches, kept and grown when needed: the ranges ``measure_piece`` plans
-    a batch's pieces in, and the hash table and work arrays of ``unique_ids_into``.
+    a batch's pieces in, and the hash table and work arrays of ``unique_ids_into`` and ``LaidOut.fill_rows``.
 
     Slots, places and counts are 32-bit, as ``inverse`` is (a batch holds fewer than 2**31 ids): half the
     memory traffic of 64-bit ones, 0.96-0.97x the kernel's time."""
@@ -244,7 +245,7 @@ class Scratch:
         return self.ranges
 
     def room(self, n):
-        """The scratch arrays for features of at most ``n`` ids (``unique_ids_into`` passes all of a batch's)."""
+        """``(slots, places, work_counts)`` for features of at most ``n`` ids (the callers pass all of a batch's)."""
         if len(self.slots) <= 2 * n:  # a power of two above 2n holds the table of any feature of at most n ids
             self.slots = np.empty(table_size(n), np.int32)
         if len(self.work_counts) <= n:  # counts: n + 1
@@ -261,12 +262,20 @@ def unique_ids_into(ids, nids, scratch):
     ``big`` holds, as int64, every feature's unique ids and then their row offsets, ``small``, as int32,
     every inverse and then every feature's unique rows; ``layout`` says where each feature's lie (``unique_views``).
     """
-    unique_ids_of_batch(ids, scratch.room(nids))
+    unique_ids_of_batch(ids, scratch.room(nids)[:2])
+
+
+def unique_rows_into(ids, nids, scratch):
+    """Compute the rows each unique id of a batch occurs in (its unique rows and unique row offsets), once
+    ``unique_ids_into`` has computed its unique ids, into the places that left for them: when a consumer first asks
+    for them (``LaidOut.fill_rows``), as most trainers never do and they were a third of the unique ids' time."""
+    unique_rows_of_batch(ids, scratch.room(nids)[1:])
 
 
 def unique_views(feats, pair, out):
     """Set ``unique_ids``, ``inverse``, ``unique_rows`` and ``unique_row_offsets`` of the SparseFeatures ``feats``
-    (in kernel order) to their views of ``out``, ``(big, small, layout)``, as ``unique_ids_into`` placed them."""
+    (in kernel order) to their views of ``out``, ``(big, small, layout)``, as ``unique_ids_into`` placed them (the
+    unique rows and their offsets filled or not: ``LaidOut.fill_rows``)."""
     big, small, layout = out
     where = layout.tolist()  # here, when the consumer first asks for a feature, not by the thread that computed them
     nf = len(feats)
@@ -287,14 +296,16 @@ class LaidOut:
     only when the batch is first asked for one, on the consumer's thread, so that a parse worker spends no Python
     on them (``Batch``), and its features into a dict of SparseFeature views (and dense arrays)."""
 
-    __slots__ = ("builder", "buf", "meta", "key_base", "value_base", "counts", "unique", "_arrays")
+    __slots__ = ("builder", "buf", "meta", "key_base", "value_base", "counts", "unique", "rows_from", "_arrays", "_feats")
 
     def __init__(self, builder, buf, meta, key_base, value_base, counts):
         self.builder = builder
         self.buf, self.meta = buf, meta
         self.key_base, self.value_base, self.counts = key_base, value_base, counts
         self.unique = False  # whether ``unique_ids_into`` has filled the unique-id outputs
+        self.rows_from = None  # (ids, nids) for ``unique_rows_into`` until it has run
         self._arrays = None
+        self._feats = ()  # the SparseFeatures whose unique rows wait for ``fill_rows``
 
     def arrays(self):
         """Every array of the batch in ``batch_layout``'s order (parts.py), made once."""
@@ -341,7 +352,22 @@ class LaidOut:
                 features[name] = dense[i]
         if self.unique:
             unique_views(feats, self.builder.pair, self.arrays()[-3:])
+            if self.rows_from is not None:
+                for feat in feats:
+                    feat.rows_pending = self
+                self._feats = feats
         return features
+
+    def fill_rows(self):
+        """Fill the unique rows and unique row offsets of the batch's features, on the thread that first asks for
+        them.  Two threads that ask at once both compute the same values into the same places."""
+        work = self.rows_from
+        if work is not None:
+            unique_rows_into(*work, self.builder.scratch())
+            self.rows_from = None
+        for feat in self._feats:
+            feat.rows_pending = None
+        self._feats = ()
 
     def span(self, table):
         """A table's features' ids (or None unless they are all int64 keys), values and offsets, each one array,
