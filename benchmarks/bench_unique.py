@@ -69,7 +69,9 @@ def main(argv=None):
     )
     print(cost_table(results, "samples/s on"))
     print("\nThe consumer reading every feature's unique rows:\n")
-    print(cost_table({key: {"off": r["off"], "on": r["rows read"]} for key, r in results.items()}, "samples/s rows read"))
+    print(
+        cost_table({key: {"off": r["off"], "on": r["rows read"]} for key, r in results.items()}, "samples/s rows read")
+    )
     print(f"JSON: {RESULTS / 'bench_unique.json'}")
 
 

@@ -234,8 +234,7 @@ class DataReader:
         return self._set(deterministic=bool(on))
 
     def unique_ids(self, on=True) -> "DataReader":
-        """Per batch and sparse feature: ``unique_ids``, ``inverse``, ``unique_rows``, ``unique_row_offsets`` (the
-        last two computed when the consumer first reads one)."""
+        """Per batch and sparse feature: ``unique_ids``, ``inverse``; ``unique_rows`` and their offsets when read."""
         return self._set(unique=bool(on))
 
     def kafka(

@@ -29,11 +29,11 @@ _log = logging.getLogger("ingest")
 KERNELS = {
     "text": (
         ("text", ("parse_text_chunk",)),
-        ("columns", ("region_offsets", "region_room", "region_decoded", "trim_rows")),
+        ("columns", ("region_room", "region_decoded", "trim_rows")),
     ),
     "pb": (
         ("protobuf", ("decode_chunk",)),
-        ("columns", ("region_offsets", "region_room", "region_decoded", "trim_rows")),
+        ("columns", ("region_room", "region_decoded", "trim_rows")),
     ),
     "scan-text": (("scan", ("scan_names",)),),
     "scan-pb": (("protobuf", ("scan_record_names",)),),

@@ -1,25 +1,27 @@
 """What a chunk's Block keeps of what the parse kernels write: sparse CSR columns, and the rest of its rows.
 
 The text and pb parsers write each sparse feature's values straight into a region of its own
-(``Columns``), sized by ``region_room``; ``region_offsets`` makes the table's offsets of where its
-rows end (and applies cutoffs).  Everything else a parser writes into its reused scratch (``ChunkRows``),
-``trim_rows`` copies into arrays of the Block's own (``BlockParts``).
+(``Columns``), sized by ``region_room``, and where each row of it ends.  Everything else a parser writes into its
+reused scratch (``ChunkRows``).  ``trim_rows`` makes every table's offsets of where its rows end (applying cutoffs)
+and copies the rest into arrays of the Block's own (``BlockParts``), in one call a chunk.
 """
 
 import numpy as np
 
 from .bundles import bundle
 from .index import _u
-from .jit import brief, kernel
+from .jit import brief, helper, kernel
 
 # The sparse columns of a chunk: ids, high ids (length 0 when the format has none), values (the pb decoder writes
 # them as their float32 bits), and per feature where its region starts, is filled up to and ends.
 Columns = bundle("Columns", keys="i8[:]", hkeys="i8[:]", values="f4[:]", first="i8[:]", cur="i8[:]", lim="i8[:]")
-# The rest of a chunk's rows, in a parser's scratch (more rows than the chunk's): per table its rows, refers (the row
-# of the next table each row refers to) and dense columns; labels, timestamps, sample ids and their offsets, where
-# each group starts and its position in the source.  Text fills table 0 only.
+# The rest of a chunk's rows, in a parser's scratch (more rows than the chunk's): where each row of each sparse
+# feature's region ends (``ends[row, f]``, f among the chunk's sparse features); per table its rows, refers (the
+# row of the next table each row refers to) and dense columns; labels, timestamps, sample ids and their offsets,
+# where each group starts and its position in the source.  Text fills table 0 only.
 ChunkRows = bundle(
     "ChunkRows",
+    ends="i8[:, :]",
     tab_rows="i8[:]",
     refer="i8[:, :]",
     dense="f4[:, :, :]",
@@ -30,13 +32,21 @@ ChunkRows = bundle(
     group_start="i8[:]",
     group_pos="i8[:]",
 )
+# What a format's Blocks keep, the same for every chunk: per sparse feature of the block, in table order, its index
+# among the chunk's sparse features and its cutoff; how many each table has; per dense feature, in table order, its
+# table, first column and width.
+KeptLayout = bundle("KeptLayout", sparse="i8[:]", cutoff="i8[:]", table_features="i8[:]", dense="i8[:, :]")
 # What a chunk's Block keeps of its ``ChunkRows``, in arrays of the block's sizes (``trim_rows`` fills them): every
-# dense feature's columns over its table's rows, one after the other in ``dense`` (feature k's from ``dense_at[k]``),
+# table's sparse offsets ``[F_t, rows_t + 1]``, one after the other in ``offsets`` (table t's from ``offsets_at[t]``),
+# every dense feature's columns over its table's rows, one after the other in ``dense`` (feature k's from
+# ``dense_at[k]``),
 # every table's refer but the last one's in ``refer`` (table t's from ``refer_at[t]``), labels, timestamps, sample
 # ids, the group offsets and the groups' positions in the source.  Flat arrays, not tuples: a kernel compiles once
 # per tuple length, and these lengths are the schema's.
 BlockParts = bundle(
     "BlockParts",
+    offsets="i8[:]",
+    offsets_at="i8[:]",
     dense="f4[:]",
     dense_at="i8[:]",
     refer="i8[:]",
@@ -50,7 +60,7 @@ BlockParts = bundle(
 )
 
 
-@kernel
+@helper
 def region_offsets(first, ends, feats, nrows, cutoff, keys, hkeys, values, offsets):
     """Fill ``offsets`` (int64 ``[F_t, nrows + 1]``) of one table from columns written in regions.
 
@@ -122,16 +132,22 @@ def region_decoded(ids, first, cur, floor, consumed):
 
 
 @kernel
-def trim_rows(rows, dense_cols, start, out):
-    """Copy what a chunk's Block keeps of ``rows`` (``ChunkRows``, as the parser left them) into ``out``
-    (``BlockParts``, sized by the front end from the rows of each table, samples, groups and sample-id bytes): dense
-    feature ``k``, ``dense_cols[k, 2]`` columns from column ``dense_cols[k, 1]`` of table ``dense_cols[k, 0]``, row by
-    row; the refer of every table but the last; labels, timestamps, sample ids and their offsets; the group offsets
-    (ending at the sample count) and the groups' positions plus ``start``.  One call without the GIL where numpy took
-    a dozen, each a few microseconds of Python a chunk (a text chunk's strided dense copies ~35 us).  Unsigned
-    indices let LLVM vectorise the copies."""
-    tab_rows, refer, dense, labels, timestamps, sid_bytes, sid_off, group_start, group_pos = rows
+def trim_rows(rows, cols, high, layout, start, out):
+    """Make what a chunk's Block keeps of ``rows`` (``ChunkRows``, as the parser left them) and ``cols`` (its
+    ``Columns``; ``high``: keep their high ids) into ``out`` (``BlockParts``, sized by the front end from the rows
+    of each table, samples, groups and sample-id bytes), as ``layout`` (``KeptLayout``) says: every table's sparse
+    offsets (``region_offsets``); dense feature ``k``, ``dense[k, 2]`` columns from column ``dense[k, 1]`` of table
+    ``dense[k, 0]``, row by row; the refer of every table but the last; labels, timestamps, sample ids and their
+    offsets; the group offsets (ending at the sample count) and the groups' positions plus ``start``.  One call
+    without the GIL where numpy took a dozen, each a few microseconds of Python a chunk (a text chunk's strided
+    dense copies ~35 us), and a call per table made the offsets.  Unsigned indices let LLVM vectorise the
+    copies."""
+    ends, tab_rows, refer, dense, labels, timestamps, sid_bytes, sid_off, group_start, group_pos = rows
+    keys, hkeys, values, first, _, _ = cols
+    sparse, cutoff, table_features, dense_cols = layout
     (
+        out_offsets,
+        offsets_at,
         out_dense,
         dense_at,
         out_refer,
@@ -143,6 +159,13 @@ def trim_rows(rows, dense_cols, start, out):
         out_group_offsets,
         out_group_pos,
     ) = out
+    f0 = 0
+    for t in range(len(table_features)):
+        nf, n, at = table_features[t], tab_rows[t], offsets_at[t]
+        offsets = out_offsets[at : at + nf * (n + 1)].reshape((nf, n + 1))
+        kept_h = hkeys if high else hkeys[:0]
+        region_offsets(first, ends, sparse[f0 : f0 + nf], n, cutoff[f0 : f0 + nf], keys, kept_h, values, offsets)
+        f0 += nf
     for k in range(dense_cols.shape[0]):
         t, b, w = dense_cols[k, 0], dense_cols[k, 1], dense_cols[k, 2]
         at = dense_at[k]

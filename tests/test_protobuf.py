@@ -12,10 +12,10 @@ from hypothesis import given, strategies as st
 
 import ingest
 from ingest import sample_pb2 as pb
-from ingest._native.columns import ChunkRows
+from ingest._native.columns import ChunkRows, Columns
 from ingest.features import Schema, make_feature
 from ingest.formats import protobuf as pf
-from ingest.formats.base import Room, kept_rows
+from ingest.formats.base import KeptRows, Room
 from ingest.formats.protobuf import ProtobufDecodeError, ProtobufFormat
 from ingest.pipeline.batcher import BatchBuilder, cut_batches
 from ingest.sources import FileRange
@@ -303,18 +303,41 @@ def test_region_room_matches_twin(ids, data, filled, consumed, value_bytes, high
     assert room.floor.tolist() == ([0] * n if consumed else floor.tolist())
 
 
+def twin_offsets(first, ends, feats, nrows, cutoff, keys, hkeys, values):
+    """One table's sparse offsets and the ids and values they keep, in lists: each row of feature ``feats[j]`` is
+    ``ends[r - 1, f]:ends[r, f]`` of its region from ``first[f]``, cut to its first (cutoff > 0) or last (< 0)
+    ``abs(cutoff[j])`` values, the kept ones one after the other from ``first[f]``."""
+    offsets, kept = [], []
+    for f, cut in zip(feats, cutoff):
+        row_offsets, a, w, ids = [first[f]], first[f], first[f], []
+        for r in range(nrows):
+            b = ends[r, f]
+            take = list(range(a, b))
+            if cut:
+                take = take[:cut] if cut > 0 else take[len(take) + cut :] if len(take) > -cut else take
+            ids += [(keys[i], hkeys[i] if len(hkeys) else None, values[i]) for i in take]
+            w += len(take)
+            row_offsets.append(w)
+            a = b
+        offsets.append(row_offsets)
+        kept.append(ids)
+    return offsets, kept
+
+
 @given(
     tab_rows=st.lists(st.integers(0, 9), min_size=1, max_size=3),
     widths=st.lists(st.integers(1, 3), max_size=4),
     labels=st.integers(1, 3),
     groups=st.integers(0, 9),
     start=st.integers(0, 1 << 40),
+    high=st.booleans(),
     data=st.data(),
 )
-def test_trim_rows_matches_twin(tab_rows, widths, labels, groups, start, data):
-    """What a Block keeps of a chunk's decoded rows (``kept_rows``: the parts sized, then ``trim_rows``, for pb and
-    text) against numpy slices of them, as the front ends took them before: dense features of any table and columns,
-    refers, labels, timestamps, sample ids, groups."""
+def test_trim_rows_matches_twin(tab_rows, widths, labels, groups, start, high, data):
+    """What a Block keeps of a chunk's decoded rows (``KeptRows.of``: the parts sized, then ``trim_rows``, for pb
+    and text) against slices of them, as the front ends took them before: every table's sparse offsets, ids and
+    values cut as cutoffs say, dense features of any table and columns, refers, labels, timestamps, sample ids,
+    groups."""
     rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
     tables, cap = len(tab_rows), 12  # the scratch holds more rows than the chunk decoded
     nrows = tab_rows[0]
@@ -325,7 +348,32 @@ def test_trim_rows_matches_twin(tab_rows, widths, labels, groups, start, data):
         col += w
     dense_cols.sort(key=lambda c: c[0])  # in table order, as the front end lists them
     nsid = data.draw(st.integers(0, 30))
+    # sparse features: per table a few, numbered among the chunk's in any order, each with its region
+    per_table = [data.draw(st.integers(0, 3)) for _ in range(tables)]
+    order = rng.permutation(sum(per_table)).tolist()
+    table_sparse = [order[sum(per_table[:t]) : sum(per_table[: t + 1])] for t in range(tables)]
+    cutoff = [[data.draw(st.integers(-2, 2)) for _ in feats] for feats in table_sparse]
+    nsparse = len(order)
+    ends = rng.integers(-9, 9, (cap, max(nsparse, 1)))
+    first = np.zeros(max(nsparse, 1), np.int64)
+    total = 0
+    for t, feats in enumerate(table_sparse):
+        for f in feats:
+            first[f] = total
+            for r in range(tab_rows[t]):
+                total += int(rng.integers(0, 4))
+                ends[r, f] = total
+            total += int(rng.integers(0, 3))  # room the region did not fill
+    keys = rng.integers(-(2**62), 2**62, total)
+    hkeys = rng.integers(-(2**62), 2**62, total)
+    values = rng.random(total, np.float32)
+    want_offsets = [
+        twin_offsets(first, ends, feats, tab_rows[t], cut, keys, hkeys if high else [], values)
+        for t, (feats, cut) in enumerate(zip(table_sparse, cutoff))
+    ]
+    cols = Columns(keys.copy(), hkeys.copy(), values.copy(), first, first.copy(), first.copy()).checked()
     rows = ChunkRows(
+        ends,
         np.array(tab_rows, np.int64),
         rng.integers(-5, 5, (tables, cap)),
         rng.random((tables, cap, max(width, 1)), np.float32),
@@ -339,7 +387,16 @@ def test_trim_rows_matches_twin(tab_rows, widths, labels, groups, start, data):
     ngroups = min(groups, nrows)
     dense_at = np.cumsum([0] + [tab_rows[t] * w for t, _, w in dense_cols])
     refer_at = np.cumsum([0] + tab_rows[:-1])
-    parts, dense, refers = kept_rows(rows, nsid, ngroups, np.array(dense_cols, np.int64).reshape(-1, 3), start)
+    table_arrays = [np.array(feats, np.int64) for feats in table_sparse]
+    kept = KeptRows(table_arrays, cutoff, np.array(dense_cols, np.int64).reshape(-1, 3))
+    parts, offsets, dense, refers = kept.of(rows, cols, high, nsid, ngroups, start)
+    for t, (want, want_ids) in enumerate(want_offsets):
+        assert offsets[t].shape == (len(table_sparse[t]), tab_rows[t] + 1)
+        assert offsets[t].tolist() == want
+        for f, ids in zip(table_sparse[t], want_ids):
+            at = range(first[f], first[f] + len(ids))
+            got = [(cols.keys[i], cols.hkeys[i] if high else None, cols.values[i]) for i in at]
+            assert got == ids
     for (t, b, w), a in zip(dense_cols, dense_at):
         got = parts.dense[a : a + tab_rows[t] * w].reshape(tab_rows[t], w)
         assert np.array_equal(got, rows.dense[t, : tab_rows[t], b : b + w])

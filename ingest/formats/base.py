@@ -5,10 +5,10 @@ import time
 
 import numpy as np
 
-from .._native.columns import BlockParts, Columns, region_decoded, region_room, trim_rows
+from .._native.columns import BlockParts, Columns, KeptLayout, region_decoded, region_room, trim_rows
 from ..sources import UnitStream, read_into
 
-__all__ = ["UnitFormat", "ReadClock", "Kept", "Room", "kept_rows", "refill", "grown", "whole_so_far"]
+__all__ = ["UnitFormat", "ReadClock", "Kept", "KeptRows", "Room", "refill", "grown", "whole_so_far"]
 
 
 class Kept:
@@ -29,37 +29,67 @@ class Kept:
         self._local.kept = kept
 
 
-def kept_rows(rows, nsid, ngroups, dense_cols, start):
-    """What a Block keeps of a chunk's ``rows`` (the ``ChunkRows`` of a parser's scratch, ``tab_rows`` set), in arrays
-    of its own, by one ``trim_rows`` call: ``(parts, dense, refers)``, the ``BlockParts`` of its samples (the rows of
-    table 0), ``nsid`` sample-id bytes and ``ngroups`` groups at ``start`` of the source, every dense feature's
-    ``[rows, width]`` matrix (``dense_cols``: a row ``(table, first column, width)`` a feature, in table order) and
-    the refer of every table but the last."""
-    tab_rows = rows.tab_rows.tolist()
-    nrows = tab_rows[0]
-    dense_list = dense_cols.tolist()
-    dense_at = [0]
-    for t, _, w in dense_list:
-        dense_at.append(dense_at[-1] + tab_rows[t] * w)
-    refer_at = [0]
-    for n in tab_rows[:-1]:
-        refer_at.append(refer_at[-1] + n)
-    parts = BlockParts(
-        np.empty(dense_at[-1], np.float32),
-        np.array(dense_at, np.int64),
-        np.empty(refer_at[-1], np.int64),
-        np.array(refer_at, np.int64),
-        np.empty((nrows, rows.labels.shape[1]), np.float32),
-        np.empty(nrows, np.int64),
-        np.empty(nsid, np.uint8),
-        np.empty(nrows + 1, np.int64),
-        np.empty(ngroups + 1, np.int64),
-        np.empty(ngroups, np.int64),
-    ).checked_when_debugging()
-    trim_rows(rows.plain(), dense_cols, start, parts.plain())
-    dense = [parts.dense[a:b].reshape(tab_rows[t], w) for (t, _, w), a, b in zip(dense_list, dense_at, dense_at[1:])]
-    refers = [parts.refer[a:b] for a, b in zip(refer_at, refer_at[1:])]
-    return parts, dense, refers
+class KeptRows:
+    """What a format's Blocks keep of a chunk, the same for every chunk: ``sparse`` (per table, the indices of its
+    sparse features among the chunk's), their ``cutoff`` (per table, as ``sparse``) and ``dense_cols`` (a row
+    ``(table, first column, width)`` a dense feature, in table order)."""
+
+    def __init__(self, sparse, cutoff, dense_cols):
+        self.table_features = [len(feats) for feats in sparse]
+        self.dense_list = dense_cols.tolist()
+        self.layout = (
+            KeptLayout(
+                np.concatenate([np.empty(0, np.int64), *sparse]).astype(np.int64),
+                np.concatenate([np.empty(0, np.int64), *cutoff]).astype(np.int64),
+                np.array(self.table_features, np.int64),
+                dense_cols,
+            )
+            .checked()
+            .plain()
+        )
+
+    def of(self, rows, cols, high, nsid, ngroups, start):
+        """What a Block keeps of a chunk's ``rows`` (the ``ChunkRows`` of a parser's scratch, ``tab_rows`` set) and
+        ``cols`` (its ``Columns``; ``high``: its high ids too), in arrays of its own, by one ``trim_rows`` call:
+        ``(parts, offsets, dense, refers)``, the ``BlockParts`` of its samples (the rows of table 0), ``nsid``
+        sample-id bytes and ``ngroups`` groups at ``start`` of the source, every table's sparse offsets
+        ``[F_t, rows + 1]``, every dense feature's ``[rows, width]`` matrix and the refer of every table but the
+        last."""
+        tab_rows = rows.tab_rows.tolist()
+        nrows = tab_rows[0]
+        offsets_at = [0]
+        for nf, n in zip(self.table_features, tab_rows):
+            offsets_at.append(offsets_at[-1] + nf * (n + 1))
+        dense_at = [0]
+        for t, _, w in self.dense_list:
+            dense_at.append(dense_at[-1] + tab_rows[t] * w)
+        refer_at = [0]
+        for n in tab_rows[:-1]:
+            refer_at.append(refer_at[-1] + n)
+        parts = BlockParts(
+            np.empty(offsets_at[-1], np.int64),
+            np.array(offsets_at, np.int64),
+            np.empty(dense_at[-1], np.float32),
+            np.array(dense_at, np.int64),
+            np.empty(refer_at[-1], np.int64),
+            np.array(refer_at, np.int64),
+            np.empty((nrows, rows.labels.shape[1]), np.float32),
+            np.empty(nrows, np.int64),
+            np.empty(nsid, np.uint8),
+            np.empty(nrows + 1, np.int64),
+            np.empty(ngroups + 1, np.int64),
+            np.empty(ngroups, np.int64),
+        ).checked_when_debugging()
+        trim_rows(rows.plain(), cols.plain(), high, self.layout, start, parts.plain())
+        offsets = [
+            parts.offsets[a:b].reshape(nf, n + 1)
+            for nf, n, a, b in zip(self.table_features, tab_rows, offsets_at, offsets_at[1:])
+        ]
+        dense = [
+            parts.dense[a:b].reshape(tab_rows[t], w) for (t, _, w), a, b in zip(self.dense_list, dense_at, dense_at[1:])
+        ]
+        refers = [parts.refer[a:b] for a, b in zip(refer_at, refer_at[1:])]
+        return parts, offsets, dense, refers
 
 
 class Room:

@@ -12,13 +12,13 @@ import threading
 import numpy as np
 
 from .._native import protobuf as K
-from .._native.columns import ChunkRows, region_offsets
+from .._native.columns import ChunkRows
 from .._native.names import build_name_table
 from ..errors import DataError
 from ..features import DenseLayout
 from ..blocks import Block, Table
 from ..sources.files.streams import skip
-from .base import Kept, Room, UnitFormat, grown, kept_rows, refill, whole_so_far
+from .base import Kept, KeptRows, Room, UnitFormat, grown, refill, whole_so_far
 
 __all__ = [
     "ProtobufFormat",
@@ -234,22 +234,23 @@ class ProtobufFormat(UnitFormat):
         dense = schema.dense
         self.layout = DenseLayout(dense)
         dn_feat = np.stack([self.layout.nvec, self.layout.first_elem], axis=1).reshape(len(dense), 2)
-        # per dense feature, in table order: its table, first column and width (kept_rows), and per table which of
-        # those are its own
+        # per dense feature, in table order: its table, first column and width, and per table which of those are
+        # its own
         by_table = [
             [(t, int(self.layout.first_col[i]), s.width) for i, s in enumerate(dense) if s.table == t]
             for t in range(schema.tables)
         ]
-        self.dense_cols = np.array([c for cols in by_table for c in cols], np.int64).reshape(-1, 3)
+        dense_cols = np.array([c for cols in by_table for c in cols], np.int64).reshape(-1, 3)
         ends = np.cumsum([0] + [len(cols) for cols in by_table]).tolist()
         self.dense_of_table = [slice(a, b) for a, b in zip(ends, ends[1:])]
         # per table: its sparse features (indices among all sparse ones) and their cutoffs
-        self.table_sparse = [
+        table_sparse = [
             np.array([sparse_pos[s.name] for s in schema.sparse_in(t)], np.int64) for t in range(schema.tables)
         ]
-        tab_feat_off = np.cumsum([0] + [len(f) for f in self.table_sparse]).astype(np.int64)
-        tab_feats = np.concatenate(self.table_sparse + [np.empty(0, np.int64)])
-        self.cutoff = [np.array([s.cutoff for s in schema.sparse_in(t)], np.int64) for t in range(schema.tables)]
+        tab_feat_off = np.cumsum([0] + [len(f) for f in table_sparse]).astype(np.int64)
+        tab_feats = np.concatenate(table_sparse + [np.empty(0, np.int64)])
+        cutoff = [[s.cutoff for s in schema.sparse_in(t)] for t in range(schema.tables)]
+        self.kept_rows = KeptRows(table_sparse, cutoff, dense_cols)
         self.features = K.FeatureLayout(feat, dn_feat, self.layout.elem_col, tab_feats, tab_feat_off).checked().plain()
 
     def _new_scratch(self):
@@ -337,24 +338,23 @@ class ProtobufFormat(UnitFormat):
             self._kept.keep((scratch, room, buf))
 
     def _block(self, s, cols, unit, start, end):
-        keys, hkeys, values, first = cols.keys, cols.hkeys, cols.values, cols.first
         st = s.st
-        if not st[K.S_ANY_HKEY]:
-            hkeys = hkeys[:0]
+        high = bool(st[K.S_ANY_HKEY])
+        parts, offsets, dense, refers = self.kept_rows.of(
+            s.kept, cols, high, int(st[K.S_NSID]), int(st[K.S_NGROUPS]), start
+        )
         rows = s.tab_rows.tolist()
-        parts, dense, refers = kept_rows(s.kept, int(st[K.S_NSID]), int(st[K.S_NGROUPS]), self.dense_cols, start)
-        tables = []
-        for t, rows_t in enumerate(rows):
-            offsets = np.empty((len(self.table_sparse[t]), rows_t + 1), np.int64)
-            region_offsets(first, s.ends, self.table_sparse[t], rows_t, self.cutoff[t], keys, hkeys, values, offsets)
-            refer = refers[t] if t < len(rows) - 1 else None
-            tables.append(Table(rows_t, offsets, tuple(dense[self.dense_of_table[t]]), refer))
+        last = len(rows) - 1
+        tables = tuple(
+            Table(rows_t, offsets[t], tuple(dense[self.dense_of_table[t]]), refers[t] if t < last else None)
+            for t, rows_t in enumerate(rows)
+        )
         return Block(
-            tables=tuple(tables),
+            tables=tables,
             group_offsets=parts.group_offsets,
-            sp_keys=keys,
-            sp_hkeys=hkeys if len(hkeys) else None,
-            sp_values=values,
+            sp_keys=cols.keys,
+            sp_hkeys=cols.hkeys if high else None,
+            sp_values=cols.values,
             labels=parts.labels,
             timestamps=parts.timestamps,
             sid_bytes=parts.sid_bytes,

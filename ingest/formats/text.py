@@ -8,12 +8,12 @@ Python work is O(1): a few kernel calls (parsing, the offsets, what the Block ke
 import numpy as np
 
 from .._native import text as K
-from .._native.columns import ChunkRows, region_offsets
+from .._native.columns import ChunkRows
 from .._native.names import build_name_table
 from ..errors import TextParseError
 from ..features import DenseLayout
 from ..blocks import Block, Table, empty_aux_tables
-from .base import Kept, Room, UnitFormat, grown, kept_rows, refill, whole_so_far
+from .base import Kept, KeptRows, Room, UnitFormat, grown, refill, whole_so_far
 
 __all__ = ["TextFormat", "group_start_at_or_after", "range_span", "count_lines_before"]
 
@@ -98,9 +98,10 @@ class _Scratch:
         self.dn_seen = np.zeros(n_dense, np.bool_)
         # as parse_text_chunk takes them (plain): only the kernel reads them
         self.outputs = K.TextOutputs(*(getattr(self, name) for name in K.TextOutputs._fields)).checked().plain()
-        # what a Block keeps of them (kept_rows): one table, with no refer
+        # what a Block keeps of them (KeptRows): one table, with no refer
         self.tab_rows = np.zeros(1, np.int64)
         self.kept = ChunkRows(
+            self.ends,
             self.tab_rows,
             np.empty((1, 0), np.int64),
             self.dense.reshape(1, rows, dense_width),
@@ -250,17 +251,17 @@ class TextFormat(UnitFormat):
         self._kept = Kept()
         # text carries table 0 only: features of aux tables stay empty
         self.sparse = list(schema.sparse_in(0))
-        self.columns_of_table = np.arange(len(self.sparse), dtype=np.int64)  # region_offsets: every one of table 0
         self.dense = list(schema.dense_in(0))
         # as parse_text_chunk takes them (plain): only the kernel reads these
         self.sp_table = build_name_table([s.name for s in self.sparse]).plain()
         self.dn_table = build_name_table([s.name for s in self.dense]).plain()
-        self.cutoff = np.array([s.cutoff for s in self.sparse], np.int64)
         self.layout = DenseLayout(self.dense)
         lay = self.layout
         columns = K.DenseColumns(lay.nvec, lay.first_elem, lay.elem_col, lay.first_col, lay.width)
         self.dense_columns = columns.checked().plain()
-        self.dense_cols = np.array([(0, b, w) for b, w in zip(lay.first_col, lay.width)], np.int64).reshape(-1, 3)
+        dense_cols = np.array([(0, b, w) for b, w in zip(lay.first_col, lay.width)], np.int64).reshape(-1, 3)
+        every = np.arange(len(self.sparse), dtype=np.int64)  # table 0's sparse features: all the chunk's
+        self.kept_rows = KeptRows([every], [[s.cutoff for s in self.sparse]], dense_cols)
 
     def _new_scratch(self):
         rows = max(256, self.chunk_bytes // 256)
@@ -349,19 +350,16 @@ class TextFormat(UnitFormat):
             self._kept.keep((scratch, room, buf))
 
     def _block(self, s, cols, nrows, ngroups, nsid, unit, start, end):
-        keys, values = cols.keys, cols.values
-        offsets = np.empty((len(self.sparse), nrows + 1), np.int64)
-        region_offsets(cols.first, s.ends, self.columns_of_table, nrows, self.cutoff, keys, cols.hkeys, values, offsets)
         s.tab_rows[0] = nrows
-        parts, dense, _ = kept_rows(s.kept, nsid, ngroups, self.dense_cols, start)
+        parts, [offsets], dense, _ = self.kept_rows.of(s.kept, cols, False, nsid, ngroups, start)
         refer0, aux = empty_aux_tables(self.schema, parts.group_offsets, 0)
         main = Table(nrows, offsets, tuple(dense), refer0)
         return Block(
             tables=(main, *aux),
             group_offsets=parts.group_offsets,
-            sp_keys=keys,
+            sp_keys=cols.keys,
             sp_hkeys=None,
-            sp_values=values,
+            sp_values=cols.values,
             labels=parts.labels,
             timestamps=parts.timestamps,
             sid_bytes=parts.sid_bytes,

@@ -296,7 +296,18 @@ class LaidOut:
     only when the batch is first asked for one, on the consumer's thread, so that a parse worker spends no Python
     on them (``Batch``), and its features into a dict of SparseFeature views (and dense arrays)."""
 
-    __slots__ = ("builder", "buf", "meta", "key_base", "value_base", "counts", "unique", "rows_from", "_arrays", "_feats")
+    __slots__ = (
+        "builder",
+        "buf",
+        "meta",
+        "key_base",
+        "value_base",
+        "counts",
+        "unique",
+        "rows_from",
+        "_arrays",
+        "_feats",
+    )
 
     def __init__(self, builder, buf, meta, key_base, value_base, counts):
         self.builder = builder
