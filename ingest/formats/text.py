@@ -2,7 +2,7 @@
 
 The bytes of a work unit are read into a reusable buffer; ``parse_text_chunk`` takes the
 whole groups in it, the open group at the end is kept for the next read.  Per chunk the
-Python work is O(1): a few kernel calls (parsing, the offsets, what the Block keeps) and a Block.
+Python work is O(1): a few kernel calls (parsing, what the Block keeps: offsets and rows) and a Block.
 """
 
 import numpy as np
