@@ -13,6 +13,21 @@ class InvalidBatchError(IngestError):
     """``Batch.validate()`` found a broken invariant (a bug in ``ingest`` or in a user op)."""
 
 
+def _filled_when_read(slot, doc):
+    """A property of a SparseFeature: its array ``slot``, which the batch fills when first read
+    (``LaidOut.fill_rows``)."""
+
+    def get(feat):
+        if feat.rows_pending is not None:
+            feat.rows_pending.fill_rows()
+        return getattr(feat, slot)
+
+    def put(feat, value):
+        setattr(feat, slot, value)
+
+    return property(get, put, doc=doc)
+
+
 class SparseFeature:
     """CSR rows of one sparse feature in a batch.
 
@@ -48,27 +63,8 @@ class SparseFeature:
         self.offsets = offsets
         self.unique_ids = self.inverse = self._unique_rows = self._unique_row_offsets = self.rows_pending = None
 
-    @property
-    def unique_rows(self):
-        """int32 ``[N]``: the rows of each unique id, ``unique_row_offsets[u]:unique_row_offsets[u + 1]`` of them."""
-        if self.rows_pending is not None:
-            self.rows_pending.fill_rows()
-        return self._unique_rows
-
-    @unique_rows.setter
-    def unique_rows(self, rows):
-        self._unique_rows = rows
-
-    @property
-    def unique_row_offsets(self):
-        """int64 ``[U + 1]``."""
-        if self.rows_pending is not None:
-            self.rows_pending.fill_rows()
-        return self._unique_row_offsets
-
-    @unique_row_offsets.setter
-    def unique_row_offsets(self, offsets):
-        self._unique_row_offsets = offsets
+    unique_rows = _filled_when_read("_unique_rows", "int32 ``[N]``: each unique id's rows, as its offsets say.")
+    unique_row_offsets = _filled_when_read("_unique_row_offsets", "int64 ``[U + 1]``.")
 
     def __getstate__(self):  # filled first: the layout that fills them stays behind
         return {name: getattr(self, name) for name in _FEATURE_STATE}
