@@ -1,5 +1,7 @@
 """The batch handed to the trainer (docs/formats.md, the batch)."""
 
+import functools
+
 import numpy as np
 
 from ._native.batch import fixed_width_rows, row_lengths
@@ -83,19 +85,41 @@ class SparseFeature:
     def rows(self):
         return len(self.offsets) - 1
 
+    def set_unique(self, unique_ids, inverse, unique_rows, unique_row_offsets, rows_pending=None):
+        """Set the unique-id arrays, in one call (a batch's consumer makes them for every feature)."""
+        self.unique_ids, self.inverse = unique_ids, inverse
+        self._unique_rows, self._unique_row_offsets, self.rows_pending = unique_rows, unique_row_offsets, rows_pending
+
     def arrays(self) -> dict:
         """The arrays of this feature by name (unique ones only when computed)."""
-        out = {"ids": self.ids, "values": self.values, "offsets": self.offsets}
-        for name in ("unique_ids", "inverse", "unique_rows", "unique_row_offsets"):
-            if getattr(self, name) is not None:
-                out[name] = getattr(self, name)
-        return out
+        return {key: arr for key, arr in zip(_ARRAY_KEYS, self._array_list()) if arr is not None}
+
+    def _array_list(self):
+        """The arrays in the order of ``_ARRAY_KEYS`` (None where not computed)."""
+        if self.rows_pending is not None:
+            self.rows_pending.fill_rows()
+        return (
+            self.ids,
+            self.values,
+            self.offsets,
+            self.unique_ids,
+            self.inverse,
+            self._unique_rows,
+            self._unique_row_offsets,
+        )
 
     def __repr__(self):
         return f"SparseFeature({self.name!r}, rows={self.rows}, ids={len(self.ids)})"
 
 
-_FEATURE_STATE = ("name", "ids", "values", "offsets", "unique_ids", "inverse", "unique_rows", "unique_row_offsets")
+_ARRAY_KEYS = ("ids", "values", "offsets", "unique_ids", "inverse", "unique_rows", "unique_row_offsets")
+_FEATURE_STATE = ("name", *_ARRAY_KEYS)
+
+
+@functools.lru_cache(maxsize=None)
+def _flat_names(feature):
+    """The names ``Batch.arrays()`` gives a sparse feature's arrays, made once per feature name."""
+    return tuple(f"{feature}.{key}" for key in _ARRAY_KEYS)
 
 
 def _nothing():
@@ -214,8 +238,9 @@ class Batch:
         out = {"labels": self.labels, "timestamps": self.timestamps}
         for name, feat in self._features.items():
             if isinstance(feat, SparseFeature):
-                for key, arr in feat.arrays().items():
-                    out[f"{name}.{key}"] = arr
+                for flat, arr in zip(_flat_names(name), feat._array_list()):
+                    if arr is not None:
+                        out[flat] = arr
             else:
                 out[name] = feat
         for k, ind in enumerate(self.indicators):

@@ -272,10 +272,10 @@ def unique_rows_into(ids, nids, scratch):
     unique_rows_of_batch(ids, scratch.room(nids)[1:])
 
 
-def unique_views(feats, pair, out):
+def unique_views(feats, pair, out, rows_pending=None):
     """Set ``unique_ids``, ``inverse``, ``unique_rows`` and ``unique_row_offsets`` of the SparseFeatures ``feats``
-    (in kernel order) to their views of ``out``, ``(big, small, layout)``, as ``unique_ids_into`` placed them (the
-    unique rows and their offsets filled or not: ``LaidOut.fill_rows``)."""
+    (in kernel order) to their views of ``out``, ``(big, small, layout)``, as ``unique_ids_into`` placed them, with
+    ``rows_pending`` the ``LaidOut`` that fills the unique rows and their offsets when first read (None: filled)."""
     big, small, layout = out
     where = layout.tolist()  # here, when the consumer first asks for a feature, not by the thread that computed them
     nf = len(feats)
@@ -284,11 +284,14 @@ def unique_views(feats, pair, out):
     nwords = words[nf]
     for f, feat in enumerate(feats):
         a, n, w, u = at[f], at[f + 1] - at[f], words[f], nunique[f]
-        feat.inverse = small[a : a + n]
-        feat.unique_rows = small[total + a : total + a + n]
-        feat.unique_ids = big[w : w + 2 * u].reshape(u, 2) if pair[f] else big[w : w + u]
         o = nwords + a + f
-        feat.unique_row_offsets = big[o : o + u + 1]
+        feat.set_unique(
+            big[w : w + 2 * u].reshape(u, 2) if pair[f] else big[w : w + u],
+            small[a : a + n],
+            small[total + a : total + a + n],
+            big[o : o + u + 1],
+            rows_pending,
+        )
 
 
 class LaidOut:
@@ -362,10 +365,9 @@ class LaidOut:
             else:
                 features[name] = dense[i]
         if self.unique:
-            unique_views(feats, self.builder.pair, self.arrays()[-3:])
-            if self.rows_from is not None:
-                for feat in feats:
-                    feat.rows_pending = self
+            pending = self if self.rows_from is not None else None
+            unique_views(feats, self.builder.pair, self.arrays()[-3:], pending)
+            if pending is not None:
                 self._feats = feats
         return features
 
