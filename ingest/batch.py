@@ -20,8 +20,8 @@ def _filled_when_read(slot, doc):
     (``LaidOut.fill_rows``)."""
 
     def get(feat):
-        if feat.rows_pending is not None:
-            feat.rows_pending.fill_rows()
+        if feat.rows_filler is not None:
+            feat.rows_filler.fill_rows()
         return getattr(feat, slot)
 
     def put(feat, value):
@@ -42,8 +42,9 @@ class SparseFeature:
     unique_ids, inverse, unique_rows, unique_row_offsets
         Filled with ``reader.unique_ids(True)``, else None.  A reader computes ``unique_rows`` and
         ``unique_row_offsets`` when they are first read, for every feature of the batch at once.
-    rows_pending
-        The batch's layout that computes those two (``LaidOut.fill_rows``), None once it has.
+    rows_filler
+        The batch's layout that computes those two when first read (``LaidOut.fill_rows``, at once if done), or
+        None.
     """
 
     __slots__ = (
@@ -55,7 +56,7 @@ class SparseFeature:
         "inverse",
         "_unique_rows",
         "_unique_row_offsets",
-        "rows_pending",
+        "rows_filler",
     )
 
     def __init__(self, name, ids, values, offsets):
@@ -63,7 +64,7 @@ class SparseFeature:
         self.ids = ids
         self.values = values
         self.offsets = offsets
-        self.unique_ids = self.inverse = self._unique_rows = self._unique_row_offsets = self.rows_pending = None
+        self.unique_ids = self.inverse = self._unique_rows = self._unique_row_offsets = self.rows_filler = None
 
     unique_rows = _filled_when_read("_unique_rows", "int32 ``[N]``: each unique id's rows, as its offsets say.")
     unique_row_offsets = _filled_when_read("_unique_row_offsets", "int64 ``[U + 1]``.")
@@ -72,7 +73,7 @@ class SparseFeature:
         return {name: getattr(self, name) for name in _FEATURE_STATE}
 
     def __setstate__(self, state):
-        self.rows_pending = None
+        self.rows_filler = None
         for name, value in state.items():
             setattr(self, name, value)
 
@@ -85,10 +86,10 @@ class SparseFeature:
     def rows(self):
         return len(self.offsets) - 1
 
-    def set_unique(self, unique_ids, inverse, unique_rows, unique_row_offsets, rows_pending=None):
+    def set_unique(self, unique_ids, inverse, unique_rows, unique_row_offsets, rows_filler=None):
         """Set the unique-id arrays, in one call (a batch's consumer makes them for every feature)."""
         self.unique_ids, self.inverse = unique_ids, inverse
-        self._unique_rows, self._unique_row_offsets, self.rows_pending = unique_rows, unique_row_offsets, rows_pending
+        self._unique_rows, self._unique_row_offsets, self.rows_filler = unique_rows, unique_row_offsets, rows_filler
 
     def arrays(self) -> dict:
         """The arrays of this feature by name (unique ones only when computed)."""
@@ -96,8 +97,8 @@ class SparseFeature:
 
     def _array_list(self):
         """The arrays in the order of ``_ARRAY_KEYS`` (None where not computed)."""
-        if self.rows_pending is not None:
-            self.rows_pending.fill_rows()
+        if self.rows_filler is not None:
+            self.rows_filler.fill_rows()
         return (
             self.ids,
             self.values,

@@ -1,5 +1,7 @@
 """Batch buffers come from a pool: reused once dropped, never while any array of a batch is held."""
 
+import gc
+
 import numpy as np
 
 from ingest import synthetic
@@ -41,6 +43,23 @@ def test_steady_state_allocates_no_batch_buffers(tmp_path):
     # size can cross a power of two): the pool is bounded by that, not by the ~1,250 batches of ~60 arrays
     # read.
     assert batches > 1200 and arrays > 60 * batches
+    assert 0 < pool.allocated <= 2 * 6
+
+
+def test_a_consumer_that_reads_no_unique_rows_frees_each_batch_when_it_drops_it(tmp_path):
+    """A batch computes its unique rows only when they are read: until then its features wait on its layout,
+    and the layout must not refer back to them, or each dropped batch would wait for the garbage collector to
+    free its buffer (the cyclic one, not reference counting)."""
+    path = tmp_path / "s.txt"
+    synthetic.write(path, 20000)
+    reader = _reader(path, unique_ids=True, epochs=4).startup()
+    pool = reader._pipeline.builder.pool
+    gc.disable()
+    try:
+        batches = sum(1 for batch in reader if len(batch["item"].inverse))
+    finally:
+        gc.enable()
+    assert batches > 300
     assert 0 < pool.allocated <= 2 * 6
 
 

@@ -131,9 +131,9 @@ def test_unique_rows_are_computed_when_first_asked_for(synthetic_file):
     batches = reader.startup().read_all()
     first, last = batches[0], batches[-1]
     sparse = [first[name] for name in first.sparse_names]
-    assert all(feat.rows_pending is not None for feat in sparse)
+    assert first._laid.rows_from is not None and all(feat.rows_filler is first._laid for feat in sparse)
     sparse[-1].unique_rows
-    assert all(feat.rows_pending is None for feat in sparse)
+    assert first._laid.rows_from is None
     copy = pickle.loads(pickle.dumps(last))
     for batch in (first, copy):
         for name in batch.sparse_names:

@@ -272,10 +272,10 @@ def unique_rows_into(ids, nids, scratch):
     unique_rows_of_batch(ids, scratch.room(nids)[1:])
 
 
-def unique_views(feats, pair, out, rows_pending=None):
+def unique_views(feats, pair, out, rows_filler=None):
     """Set ``unique_ids``, ``inverse``, ``unique_rows`` and ``unique_row_offsets`` of the SparseFeatures ``feats``
     (in kernel order) to their views of ``out``, ``(big, small, layout)``, as ``unique_ids_into`` placed them, with
-    ``rows_pending`` the ``LaidOut`` that fills the unique rows and their offsets when first read (None: filled)."""
+    ``rows_filler`` the ``LaidOut`` that fills the unique rows and their offsets when first read (None: filled)."""
     big, small, layout = out
     where = layout.tolist()  # here, when the consumer first asks for a feature, not by the thread that computed them
     nf = len(feats)
@@ -290,7 +290,7 @@ def unique_views(feats, pair, out, rows_pending=None):
             small[a : a + n],
             small[total + a : total + a + n],
             big[o : o + u + 1],
-            rows_pending,
+            rows_filler,
         )
 
 
@@ -309,7 +309,6 @@ class LaidOut:
         "unique",
         "rows_from",
         "_arrays",
-        "_feats",
     )
 
     def __init__(self, builder, buf, meta, key_base, value_base, counts):
@@ -319,7 +318,6 @@ class LaidOut:
         self.unique = False  # whether ``unique_ids_into`` has filled the unique-id outputs
         self.rows_from = None  # (ids, nids) for ``unique_rows_into`` until it has run
         self._arrays = None
-        self._feats = ()  # the SparseFeatures whose unique rows wait for ``fill_rows``
 
     def arrays(self):
         """Every array of the batch in ``batch_layout``'s order (parts.py), made once."""
@@ -365,22 +363,18 @@ class LaidOut:
             else:
                 features[name] = dense[i]
         if self.unique:
-            pending = self if self.rows_from is not None else None
-            unique_views(feats, self.builder.pair, self.arrays()[-3:], pending)
-            if pending is not None:
-                self._feats = feats
+            # the features refer to their layout, never the layout to them: a batch dropped is freed at once
+            filler = self if self.rows_from is not None else None
+            unique_views(feats, self.builder.pair, self.arrays()[-3:], filler)
         return features
 
     def fill_rows(self):
-        """Fill the unique rows and unique row offsets of the batch's features, on the thread that first asks for
-        them.  Two threads that ask at once both compute the same values into the same places."""
+        """Fill the unique rows and unique row offsets of the batch's features, once, on the thread that first asks
+        for them.  Two threads that ask at once both compute the same values into the same places."""
         work = self.rows_from
         if work is not None:
             unique_rows_into(*work, self.builder.scratch())
             self.rows_from = None
-        for feat in self._feats:
-            feat.rows_pending = None
-        self._feats = ()
 
     def span(self, table):
         """A table's features' ids (or None unless they are all int64 keys), values and offsets, each one array,
