@@ -97,7 +97,7 @@ class SparseFeature:
 
     def _array_list(self):
         """The arrays in the order of ``_ARRAY_KEYS`` (None where not computed)."""
-        if self.rows_filler is not None:
+        if self.rows_filler is not None:  # as the properties do, without two property calls a feature a batch
             self.rows_filler.fill_rows()
         return (
             self.ids,

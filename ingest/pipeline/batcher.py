@@ -244,14 +244,23 @@ class Scratch:
         self.ranges = np.empty((tables, 2, max(columns, 2 * self.ranges.shape[2])), np.int64)
         return self.ranges
 
-    def room(self, n):
-        """``(slots, places, work_counts)`` for features of at most ``n`` ids (the callers pass all of a batch's)."""
+    def table_room(self, n):
+        """``(slots, places)`` for the unique ids of features of at most ``n`` ids (the caller passes a batch's)."""
         if len(self.slots) <= 2 * n:  # a power of two above 2n holds the table of any feature of at most n ids
             self.slots = np.empty(table_size(n), np.int32)
+        return self.slots, self._places(n)
+
+    def rows_room(self, n):
+        """``(ranks, counts)`` for the unique rows of features of at most ``n`` ids: the consumer's thread, which
+        computes them, needs no hash table."""
         if len(self.work_counts) <= n:  # counts: n + 1
-            self.places = np.empty(2 * n, np.uint32)
             self.work_counts = np.empty(2 * n + 1, np.int32)
-        return self.slots, self.places, self.work_counts
+        return self._places(n), self.work_counts
+
+    def _places(self, n):
+        if len(self.places) < n:
+            self.places = np.empty(2 * n, np.uint32)
+        return self.places
 
 
 def unique_ids_into(ids, nids, scratch):
@@ -262,14 +271,14 @@ def unique_ids_into(ids, nids, scratch):
     ``big`` holds, as int64, every feature's unique ids and then their row offsets, ``small``, as int32,
     every inverse and then every feature's unique rows; ``layout`` says where each feature's lie (``unique_views``).
     """
-    unique_ids_of_batch(ids, scratch.room(nids)[:2])
+    unique_ids_of_batch(ids, scratch.table_room(nids))
 
 
 def unique_rows_into(ids, nids, scratch):
     """Compute the rows each unique id of a batch occurs in (its unique rows and unique row offsets), once
     ``unique_ids_into`` has computed its unique ids, into the places that left for them: when a consumer first asks
     for them (``LaidOut.fill_rows``): most trainers never do, and they took nearly half the unique ids' time."""
-    unique_rows_of_batch(ids, scratch.room(nids)[1:])
+    unique_rows_of_batch(ids, scratch.rows_room(nids))
 
 
 def unique_views(feats, pair, out, rows_filler=None):
