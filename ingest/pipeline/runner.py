@@ -258,12 +258,13 @@ class Runner:
                 return
             yield unit
 
-    def _stream(self, w, q=None):
+    def _stream(self, w, q=None, before_read=None):
         """Worker ``w``'s Blocks through the ops and the DSL, each unit's followed by ``UnitDone``.  ``q`` is the
-        queue that recirculated blocks go to straight while the gate of ``pause`` is closed."""
+        queue that recirculated blocks go to straight while the gate of ``pause`` is closed; ``before_read`` is
+        called before the worker reads and parses its next block (``read_units``)."""
         # a worker takes its next unit early only where no other worker could have read it sooner
         ahead = self.unit_source is None and (self.deterministic or self.threads <= 1)
-        items = read_units(self._units_for(w), self.stages.fmt, self.stop, self.stats, ahead)
+        items = read_units(self._units_for(w), self.stages.fmt, self.stop, self.stats, ahead, before_read)
         if self.rounds is None:
             return prepared(items, self.prepare)
         items = admitted(items, self.rounds, self.stop, lambda used: self._put(q, self.prepare(used)[0]))
@@ -366,8 +367,9 @@ class WorkerBatches(Runner):
     def _work(self, w):
         done, rest = [], []
         flow = self.flow
+        handover = _Handover(self, self.out)
         try:
-            with contextlib.closing(self._stream(w)) as items:
+            with contextlib.closing(self._stream(w, before_read=handover.release)) as items:
                 batches = cut_batches(
                     noting_units(items, done),
                     self.builder,
@@ -376,7 +378,7 @@ class WorkerBatches(Runner):
                     build=self.builder.assemble,
                     rest=rest,
                 )
-                if not self._deliver(with_unique_ids(marked(batches, done, self.stats), self.builder), self.out):
+                if not handover.deliver(with_unique_ids(marked(batches, done, self.stats), self.builder)):
                     return
             with self._rests_lock:
                 self._rests[w] = (rest, done)
@@ -402,6 +404,35 @@ class WorkerBatches(Runner):
         )
         if self._deliver(with_unique_ids(marked(batches, done, self.stats), self.builder), self.out):
             self._put(self.out, _End(Marks(done=list(done))))
+
+
+class _Handover:
+    """The batches a parse worker has built, put on the consumer's queue together just before the worker reads and
+    parses its next block (``read_units``' ``before_read``), so that the consumer, woken then, runs its Python while
+    the worker runs kernels that release the GIL: put as each was built, a batch woke the consumer into a worker
+    holding the GIL, and each then waited for the other's Python.  At most the batches of one block wait; the
+    consumer takes them without sleeping in between."""
+
+    def __init__(self, runner, q):
+        self._runner = runner
+        self._q = q
+        self._held = []
+
+    def deliver(self, items):
+        """Hold ``items`` (from ``marked``) until the next read, and put the last ones at the end; False once the
+        reader stops.  When ``items`` raises, what it gave before goes first."""
+        try:
+            for item in items:
+                self._held.append(item)
+        except BaseException:
+            self.release()
+            raise
+        return self.release()
+
+    def release(self):
+        """Put the batches held; False once the reader stops."""
+        held, self._held = self._held, []
+        return self._runner._deliver(held, self._q)
 
 
 class OneStream(Runner):

@@ -59,11 +59,12 @@ class Delivered:
     marks: Marks
 
 
-def read_units(units, fmt, stop, stats, ahead=False):
+def read_units(units, fmt, stop, stats, ahead=False, before_read=None):
     """The Blocks of ``units`` (``(epoch, unit)`` pairs) as ``fmt`` reads and parses them, each unit's between
     its ``UnitStart`` and ``UnitDone``; the time spent in ``fmt`` goes to ``stats`` as read and parse.  With
     ``ahead`` (no other worker would read the next unit sooner), units whose streams work ahead of their reader
-    (``Unit.opens_ahead``) are opened early (``_opened_ahead``)."""
+    (``Unit.opens_ahead``) are opened early (``_opened_ahead``).  ``before_read()``, when given, is called each
+    time the later stages are done with a block, before ``fmt`` reads and parses the next one."""
     pairs = _opened_ahead(units) if ahead else ((epoch, unit, None) for epoch, unit in units)
     for epoch, unit, opened in pairs:
         try:
@@ -78,6 +79,8 @@ def read_units(units, fmt, stop, stats, ahead=False):
                     blk.unit = key
                     _read_parse(stats, t0, unit, blk.nbytes, blk.nrows, clock)
                     yield blk
+                    if before_read is not None:
+                        before_read()
                     t0 = time.perf_counter()  # what the later stages did with the block is not parsing
                 _read_parse(stats, t0, unit, 0, 0, clock)
             stats.add(units=1)
