@@ -444,6 +444,31 @@ def test_workers_that_batch_on_their_own_keep_groups_whole(synthetic_file):
             assert groups[g] <= set(got)
 
 
+def test_a_parse_worker_hands_its_batches_over_before_it_reads_the_next_block(synthetic_file, monkeypatch):
+    """A parse worker holds the batches it cuts from a block until it goes on to read the next one (the consumer,
+    woken then, runs while the worker's read and parse hold no GIL): at each read, every full batch of the samples
+    parsed so far has been handed over, and the batches come out as they were cut."""
+    from ingest.pipeline import runner
+
+    seen = []  # per read: (samples parsed so far, samples in the batches handed over so far)
+    handed = [0]
+    release = runner._Handover.release
+
+    def recording(self):
+        handed[0] += sum(b.size for b in self._held)
+        seen.append((self._runner.stats.snapshot()["samples"], handed[0]))
+        return release(self)
+
+    monkeypatch.setattr(runner._Handover, "release", recording)
+    reader = _all_features(ingest.DataReader("s", paths=[str(synthetic_file)]))
+    reader.threads(1).unit_bytes(100_000).batch_size(32).pad(False).startup()
+    with reader:
+        sizes = [b.size for b in reader]
+    assert sizes == [32] * (3000 // 32) + [3000 % 32]
+    assert len(seen) > 30  # one a block: the file is ~40 units of one block each
+    assert all(out == parsed // 32 * 32 for parsed, out in seen)
+
+
 def test_group_alignment_matches_a_line_by_line_scan(synthetic_file):
     from ingest.formats.text import group_start_at_or_after
 

@@ -4,9 +4,9 @@ Workers turn work units into Blocks (the parse kernels release the GIL, so threa
 runners, one per topology (``runner_for`` picks):
 
 - ``WorkerBatches`` (the default): each parse worker also cuts its own Blocks into Batches and computes their
-  unique ids, so one thread's work stays on one core; when it stops, the pieces of its unfinished batch wait
-  for the others', and the last worker to stop cuts them all, in worker order, into full batches and one
-  short one.
+  unique ids, so one thread's work stays on one core, and hands a block's batches over just before it reads the
+  next (``_Handover``); when it stops, the pieces of its unfinished batch wait for the others', and the last worker
+  to stop cuts them all, in worker order, into full batches and one short one.
 - ``OneStream``: where the batches must follow one block stream (``deterministic``, ``keep_sample`` /
   ``pause``, a group shuffle, a consumer group, live Kafka partitions) the workers queue their Blocks to one
   batcher thread instead; with unique ids, one more thread computes them, batch by batch, while the batcher
