@@ -2,7 +2,7 @@
 
 import queue
 
-__all__ = ["BoundedQueue"]
+__all__ = ["BoundedQueue", "Handover"]
 
 
 class BoundedQueue:
@@ -49,3 +49,35 @@ class BoundedQueue:
         item = self._items.get_nowait()
         self._free.put(None)
         return item
+
+
+class Handover:
+    """What a parse worker built, held and ``put`` (a callable: whether the item was taken) together when it calls
+    ``release()``: just before it reads and parses its next block, so that the consumer, woken then, runs its Python
+    while the worker runs kernels that release the GIL.  Put as each batch was built, a batch woke the consumer into
+    a worker still holding the GIL, and each then waited for the other's Python.  The consumer takes the batches of
+    a block without sleeping in between.  At most ``most`` items wait (the consumer's queue holds as many: a block
+    of many small batches hands them over ``most`` at a time)."""
+
+    def __init__(self, put, most):
+        self._put = put
+        self._most = most
+        self._held = []
+
+    def deliver(self, items):
+        """Hold ``items`` until the next ``release()``, and put the last ones at the end; False once a put is
+        refused (the reader stops).  When ``items`` raises, what it gave before goes first."""
+        try:
+            for item in items:
+                self._held.append(item)
+                if len(self._held) >= self._most and not self.release():
+                    return False
+        except BaseException:
+            self.release()
+            raise
+        return self.release()
+
+    def release(self):
+        """Put the items held, in order; False once a put is refused."""
+        held, self._held = self._held, []
+        return all(self._put(item) for item in held)

@@ -3,7 +3,7 @@ import threading
 
 import pytest
 
-from ingest.queues import BoundedQueue
+from ingest.queues import BoundedQueue, Handover
 
 
 def test_fifo_within_its_bound():
@@ -56,3 +56,38 @@ def test_put_unless_stops_waiting_for_a_place_once_stopped():
     assert q.get_nowait() == "a"
     with pytest.raises(queue.Empty):
         q.get_nowait()
+
+
+def test_a_handover_puts_what_it_holds_at_each_release_at_most_its_bound_at_a_time():
+    put = []
+    handover = Handover(lambda item: put.append(item) or True, most=3)
+
+    def items():  # a block's batches, the release before the next read, then a block of five
+        yield from "ab"
+        assert put == []
+        handover.release()
+        assert put == ["a", "b"]
+        yield from "cdefg"
+        assert put == ["a", "b", "c", "d", "e"]  # three at most wait
+
+    assert handover.deliver(items()) and put == list("abcdefg")
+
+
+def test_a_handover_puts_what_came_before_an_error_then_raises_it():
+    put = []
+    handover = Handover(lambda item: put.append(item) or True, most=4)
+
+    def items():
+        yield "a"
+        raise ValueError("bad record")
+
+    with pytest.raises(ValueError, match="bad record"):
+        handover.deliver(items())
+    assert put == ["a"]
+
+
+def test_a_handover_stops_at_the_first_refused_put():
+    put = []
+    handover = Handover(lambda item: item != "b" and not put.append(item), most=2)
+    assert not handover.deliver(iter("abcd"))
+    assert put == ["a"]

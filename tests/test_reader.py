@@ -448,19 +448,19 @@ def test_a_parse_worker_hands_its_batches_over_before_it_reads_the_next_block(sy
     """A parse worker holds the batches it cuts from a block until it goes on to read the next one (the consumer,
     woken then, runs while the worker's read and parse hold no GIL): at each read, every full batch of the samples
     parsed so far has been handed over, and the batches come out as they were cut."""
-    from ingest.pipeline import runner
+    from ingest.queues import Handover
 
+    reader = _all_features(ingest.DataReader("s", paths=[str(synthetic_file)]))
     seen = []  # per read: (samples parsed so far, samples in the batches handed over so far)
     handed = [0]
-    release = runner._Handover.release
+    release = Handover.release
 
     def recording(self):
         handed[0] += sum(b.size for b in self._held)
-        seen.append((self._runner.stats.snapshot()["samples"], handed[0]))
+        seen.append((reader.stats()["samples"], handed[0]))
         return release(self)
 
-    monkeypatch.setattr(runner._Handover, "release", recording)
-    reader = _all_features(ingest.DataReader("s", paths=[str(synthetic_file)]))
+    monkeypatch.setattr(Handover, "release", recording)
     reader.threads(1).unit_bytes(100_000).batch_size(32).pad(False).startup()
     with reader:
         sizes = [b.size for b in reader]

@@ -4,9 +4,9 @@ Workers turn work units into Blocks (the parse kernels release the GIL, so threa
 runners, one per topology (``runner_for`` picks):
 
 - ``WorkerBatches`` (the default): each parse worker also cuts its own Blocks into Batches and computes their
-  unique ids, so one thread's work stays on one core, and hands a block's batches over just before it reads the
-  next (``_Handover``); when it stops, the pieces of its unfinished batch wait for the others', and the last worker
-  to stop cuts them all, in worker order, into full batches and one short one.
+  unique ids, so one thread's work stays on one core, and hands a block's batches over just before it reads
+  the next (``queues.Handover``); when it stops, the pieces of its unfinished batch wait for the others', and
+  the last worker to stop cuts them all, in worker order, into full batches and one short one.
 - ``OneStream``: where the batches must follow one block stream (``deterministic``, ``keep_sample`` /
   ``pause``, a group shuffle, a consumer group, live Kafka partitions) the workers queue their Blocks to one
   batcher thread instead; with unique ids, one more thread computes them, batch by batch, while the batcher
@@ -44,7 +44,7 @@ from .stages import (
     recirculated,
     with_unique_ids,
 )
-from ..queues import BoundedQueue
+from ..queues import BoundedQueue, Handover
 from ..sources.base import Delivery
 
 __all__ = ["Flow", "InThread", "OneStream", "PipelineDelivery", "Stages", "WorkerBatches", "runner_for"]
@@ -367,7 +367,7 @@ class WorkerBatches(Runner):
     def _work(self, w):
         done, rest = [], []
         flow = self.flow
-        handover = _Handover(self, self.out)
+        handover = Handover(lambda item: self._put(self.out, item), flow.prefetch)
         try:
             with contextlib.closing(self._stream(w, before_read=handover.release)) as items:
                 batches = cut_batches(
@@ -404,35 +404,6 @@ class WorkerBatches(Runner):
         )
         if self._deliver(with_unique_ids(marked(batches, done, self.stats), self.builder), self.out):
             self._put(self.out, _End(Marks(done=list(done))))
-
-
-class _Handover:
-    """The batches a parse worker has built, put on the consumer's queue together just before the worker reads and
-    parses its next block (``read_units``' ``before_read``), so that the consumer, woken then, runs its Python while
-    the worker runs kernels that release the GIL: put as each was built, a batch woke the consumer into a worker
-    holding the GIL, and each then waited for the other's Python.  At most the batches of one block wait; the
-    consumer takes them without sleeping in between."""
-
-    def __init__(self, runner, q):
-        self._runner = runner
-        self._q = q
-        self._held = []
-
-    def deliver(self, items):
-        """Hold ``items`` (from ``marked``) until the next read, and put the last ones at the end; False once the
-        reader stops.  When ``items`` raises, what it gave before goes first."""
-        try:
-            for item in items:
-                self._held.append(item)
-        except BaseException:
-            self.release()
-            raise
-        return self.release()
-
-    def release(self):
-        """Put the batches held; False once the reader stops."""
-        held, self._held = self._held, []
-        return self._runner._deliver(held, self._q)
 
 
 class OneStream(Runner):
