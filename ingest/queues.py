@@ -52,12 +52,13 @@ class BoundedQueue:
 
 
 class Handover:
-    """What a parse worker built, held and ``put`` (a callable: whether the item was taken) together when it calls
-    ``release()``: just before it reads and parses its next block, so that the consumer, woken then, runs its Python
-    while the worker runs kernels that release the GIL.  Put as each batch was built, a batch woke the consumer into
-    a worker still holding the GIL, and each then waited for the other's Python.  The consumer takes the batches of
-    a block without sleeping in between.  At most ``most`` items wait (the consumer's queue holds as many: a block
-    of many small batches hands them over ``most`` at a time)."""
+    """The batches a parse worker built, held until it calls ``release()`` and then given in order to ``put`` (a
+    callable that says whether the item was taken).  A worker releases them just before it reads and parses its
+    next block, so that the consumer, woken then, runs its Python while the worker runs kernels that release the
+    GIL.  Put as each batch was built, a batch woke the consumer into a worker still holding the GIL, and each then
+    waited for the other's Python.  The consumer takes the batches of a block without sleeping in between.  At most
+    ``most`` items wait (the consumer's queue holds as many: a block of many small batches goes ``most`` at a
+    time)."""
 
     def __init__(self, put, most):
         self._put = put
