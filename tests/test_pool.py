@@ -28,6 +28,12 @@ def _reader(path, **options):
     return synthetic.declare(reader)
 
 
+# The batches alive at once in a reader of one parse thread: 4 prefetched, at most 4 that the parse worker built and
+# holds until it reads its next block, and the consumer's.  Each is on one buffer (its unique ids included), of one
+# of at most two size classes over a run (a batch's size can cross a power of two).
+MOST_ALIVE = 4 + 4 + 1
+
+
 def test_steady_state_allocates_no_batch_buffers(tmp_path):
     path = tmp_path / "s.txt"
     synthetic.write(path, 20000)
@@ -38,12 +44,9 @@ def test_steady_state_allocates_no_batch_buffers(tmp_path):
         batch.validate()
         batches += 1
         arrays += len(batch.arrays())
-    # At most 9 batches are alive at once (4 prefetched, at most 4 that the parse worker built and holds until
-    # it reads its next block, and the consumer's), each on one buffer (its unique ids included), which may be
-    # of two size classes over the run (a batch's size can cross a power of two): the pool is bounded by that,
-    # not by the ~1,250 batches of ~60 arrays read.
+    # the pool is bounded by the batches alive at once, not by the ~1,250 batches of ~60 arrays read
     assert batches > 1200 and arrays > 60 * batches
-    assert 0 < pool.allocated <= 2 * (4 + 4 + 1)
+    assert 0 < pool.allocated <= 2 * MOST_ALIVE
 
 
 def test_a_consumer_that_reads_no_unique_rows_frees_each_batch_when_it_drops_it(tmp_path):
@@ -60,7 +63,7 @@ def test_a_consumer_that_reads_no_unique_rows_frees_each_batch_when_it_drops_it(
     finally:
         gc.enable()
     assert batches > 300
-    assert 0 < pool.allocated <= 2 * 6
+    assert 0 < pool.allocated <= 2 * MOST_ALIVE
 
 
 def test_batches_kept_by_the_consumer_stay_intact(tmp_path):
