@@ -80,16 +80,18 @@ def wire_walk(buf, end, keys, values):
                                 ya, yb = _len_field(buf, s, xb)
                                 s = yb
                                 t = ya
+                                at = -1  # where this FeatureValue's key went
                                 while f2 == 3 and t < yb:  # FeatureValue: key, value, hkey, vector
                                     f3, w3, t = _tag(buf, t, yb)
                                     if w3 == 0:
                                         v, t = _varint(buf, t, yb)
                                         if f3 == 1:
+                                            at = ids
                                             keys[ids] = np.int64(v)
                                             ids += 1
                                     elif w3 == 5:
-                                        if f3 == 2 and ids > 0:
-                                            values[ids - 1] = _u32(buf, t)
+                                        if f3 == 2 and at >= 0:
+                                            values[at] = _u32(buf, t)
                                         t += 4
                                     else:
                                         _, t = _len_field(buf, t, yb)
