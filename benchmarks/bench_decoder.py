@@ -3,11 +3,12 @@ reading the wire format costs at all on this machine, and what a one-core reader
 
 A reader of the synthetic pb file (every feature declared, ``--aux auto`` tables, ``threads(0)``, one pass) hands
 each of its ``decode_chunk`` calls to a recorder, which keeps a copy of the call's arguments (its 1 MiB chunk, the
-columns' starting state). Then, alternated ``--runs`` times in this one process, every recorded chunk is decoded
-again by ``decode_chunk`` and walked by ``wire_walk``: a kernel that visits every field of every record with the
-decoder's own varint and tag primitives and stores each id and value bits to a column, and does nothing else (no
-name lookup, no wire-type or schema check, no rows, labels, sample ids or dense values kept). Reported: the medians
-of ns a sample and MB/s of each, and their ratio.
+columns' starting state) and the bytes it consumed. Then, alternated ``--runs`` times in this one process, every
+recorded chunk is copied into one reused buffer (as a read leaves it, in the cache) and decoded again by
+``decode_chunk``, and copied again and walked by ``wire_walk``: a kernel that visits every field of the records it
+consumed with the decoder's own varint and tag primitives and stores each id and value to a column, and does nothing
+else (no name lookup, no wire-type or schema check, no rows, labels, sample ids or dense values kept). Both must find
+the same ids. Reported: the medians of ns a sample and MB/s of each, and their ratio.
 
 Then ``--runs`` one-core reads of the file (``threads(0)``, 8 passes, no unique ids: one thread does everything, so
 its samples/s are per core) give the reader's time a sample by stage (``stats()["seconds"]``: ``read``, ``parse``,
@@ -35,8 +36,8 @@ from bench_peers import EPOCHS, ingest_reader
 
 @njit(nogil=True, cache=True)
 def wire_walk(buf, end, keys, values):
-    """Walk the whole ``SampleGroup`` records of ``buf[:end]``, storing each FeatureValue's key and value bits in
-    ``keys`` and ``values``; returns the number of ids."""
+    """Walk the whole ``SampleGroup`` records of ``buf[:end]``, storing each FeatureValue's key in ``keys`` and its
+    value's bits at the same place of ``values``; returns the number of keys."""
     ids = 0
     pos = 0
     while pos + 4 <= end:
