@@ -52,21 +52,21 @@ class BoundedQueue:
 
 
 class Handover:
-    """The batches a parse worker built, held until it calls ``release()`` and then given in order to ``put`` (a
-    callable that says whether the item was taken).  A worker releases them just before it reads and parses its
-    next block, so that the consumer, woken then, runs its Python while the worker runs kernels that release the
-    GIL.  Put as each batch was built, a batch woke the consumer into a worker still holding the GIL, and each then
-    waited for the other's Python.  The consumer takes the batches of a block without sleeping in between.  At most
-    ``most`` items wait (the consumer's queue holds as many: a block of many small batches goes ``most`` at a
-    time)."""
+    """The batches a parse worker built, held until it calls ``release()`` and then given, in order, to ``deliver``
+    (the runner's: it puts a list of items on the consumer's queue and says whether all were taken).  A worker
+    releases them just before it reads and parses its next block, so that the consumer, woken then, runs its Python
+    while the worker runs kernels that release the GIL.  Put as each batch was built, a batch woke the consumer into
+    a worker still holding the GIL, and each then waited for the other's Python.  The consumer takes the batches of
+    a block without sleeping in between.  At most ``most`` items wait (the consumer's queue holds as many: a block
+    of many small batches goes ``most`` at a time)."""
 
-    def __init__(self, put, most):
-        self._put = put
+    def __init__(self, deliver, most):
+        self._deliver = deliver
         self._most = most
         self._held = []
 
     def deliver(self, items):
-        """Hold ``items`` until the next ``release()``, and put the last ones at the end; False once a put is
+        """Hold ``items`` until the next ``release()``, and deliver the last ones at the end; False once an item is
         refused (the reader stops).  When ``items`` raises, what it gave before goes first."""
         try:
             for item in items:
@@ -79,6 +79,6 @@ class Handover:
         return self.release()
 
     def release(self):
-        """Put the items held, in order; False once a put is refused."""
+        """Deliver the items held; False once one is refused."""
         held, self._held = self._held, []
-        return all(self._put(item) for item in held)
+        return self._deliver(held)

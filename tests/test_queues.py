@@ -58,9 +58,14 @@ def test_put_unless_stops_waiting_for_a_place_once_stopped():
         q.get_nowait()
 
 
+def _delivering(put):
+    """A runner's ``deliver``: each item to ``put`` in turn, until one is refused."""
+    return lambda items: all(put(item) for item in items)
+
+
 def test_a_handover_puts_what_it_holds_at_each_release_at_most_its_bound_at_a_time():
     put = []
-    handover = Handover(lambda item: put.append(item) or True, most=3)
+    handover = Handover(_delivering(lambda item: put.append(item) or True), most=3)
 
     def items():  # a block's batches, the release before the next read, then a block of five
         yield from "ab"
@@ -75,7 +80,7 @@ def test_a_handover_puts_what_it_holds_at_each_release_at_most_its_bound_at_a_ti
 
 def test_a_handover_puts_what_came_before_an_error_then_raises_it():
     put = []
-    handover = Handover(lambda item: put.append(item) or True, most=4)
+    handover = Handover(_delivering(lambda item: put.append(item) or True), most=4)
 
     def items():
         yield "a"
@@ -88,6 +93,6 @@ def test_a_handover_puts_what_came_before_an_error_then_raises_it():
 
 def test_a_handover_stops_at_the_first_refused_put():
     put = []
-    handover = Handover(lambda item: item != "b" and not put.append(item), most=2)
+    handover = Handover(_delivering(lambda item: item != "b" and not put.append(item)), most=2)
     assert not handover.deliver(iter("abcd"))
     assert put == ["a"]

@@ -367,7 +367,7 @@ class WorkerBatches(Runner):
     def _work(self, w):
         done, rest = [], []
         flow = self.flow
-        handover = Handover(lambda item: self._put(self.out, item), flow.prefetch)
+        handover = Handover(lambda items: self._deliver(items, self.out), flow.prefetch)
         try:
             with contextlib.closing(self._stream(w, before_read=handover.release)) as items:
                 batches = cut_batches(
