@@ -27,7 +27,7 @@ import numpy as np
 from numba import njit
 
 import ingest.formats.protobuf as protobuf_format
-from ingest._native.protobuf_wire import _len_field, _tag, _u32, _varint
+from ingest._native.protobuf_wire import _len_field, _skip, _tag, _u32, _varint
 from ingest.cli.bench import measure
 
 from _common import arguments, markdown_table, measured_on, save_report, synthetic_inputs
@@ -37,7 +37,8 @@ from bench_peers import EPOCHS, ingest_reader
 @njit(nogil=True, cache=True)
 def wire_walk(buf, end, keys, values):
     """Walk the whole ``SampleGroup`` records of ``buf[:end]``, storing each FeatureValue's key in ``keys`` and its
-    value's bits at the same place of ``values``; returns the number of keys."""
+    value's bits at the same place of ``values``; returns the number of keys.  A field it does not go into is
+    passed over inline when it is a varint or length-delimited (the fields of ingest's files), else by ``_skip``."""
     ids = 0
     pos = 0
     while pos + 4 <= end:
@@ -46,72 +47,69 @@ def wire_walk(buf, end, keys, values):
         if b > end:
             break
         p = a
-        while p < b:  # SampleGroup
+        while p < b:  # SampleGroup: its FeatureTables
             field, wt, p = _tag(buf, p, b)
-            if wt == 0:
-                _, p = _varint(buf, p, b)
-            elif wt == 5:
-                p += 4
-            elif wt != 2:
-                p += 8
-            else:
-                fa, fb = _len_field(buf, p, b)
-                p = fb
-                q = fa
-                while field == 3 and q < fb:  # FeatureTable: its FeatureLines
-                    _, _, q = _tag(buf, q, fb)
-                    la, lb = _len_field(buf, q, fb)
-                    q = lb
-                    r = la
-                    while r < lb:  # FeatureLine: refer, Features
-                        f1, w1, r = _tag(buf, r, lb)
-                        if w1 == 0:
-                            _, r = _varint(buf, r, lb)
+            if wt != 2:
+                p = _varint(buf, p, b)[1] if wt == 0 else _skip(buf, p, b, wt, field)
+                continue
+            fa, fb = _len_field(buf, p, b)
+            p = fb
+            q = fa
+            while field == 3 and q < fb:  # FeatureTable: its FeatureLines
+                _, _, q = _tag(buf, q, fb)
+                la, lb = _len_field(buf, q, fb)
+                q = lb
+                r = la
+                while r < lb:  # FeatureLine: refer, Features
+                    f1, w1, r = _tag(buf, r, lb)
+                    if w1 != 2:
+                        r = _varint(buf, r, lb)[1] if w1 == 0 else _skip(buf, r, lb, w1, f1)
+                        continue
+                    xa, xb = _len_field(buf, r, lb)
+                    r = xb
+                    s = xa
+                    while f1 == 1 and s < xb:  # Feature: type, name, FeatureValues
+                        f2, w2, s = _tag(buf, s, xb)
+                        if w2 != 2:
+                            s = _varint(buf, s, xb)[1] if w2 == 0 else _skip(buf, s, xb, w2, f2)
                             continue
-                        xa, xb = _len_field(buf, r, lb)
-                        r = xb
-                        s = xa
-                        while f1 == 1 and s < xb:  # Feature: type, name, FeatureValues
-                            f2, w2, s = _tag(buf, s, xb)
-                            if w2 == 0:
-                                _, s = _varint(buf, s, xb)
-                            elif w2 == 5:
-                                s += 4
+                        ya, yb = _len_field(buf, s, xb)
+                        s = yb
+                        t = ya
+                        at = -1  # where this FeatureValue's key went
+                        while f2 == 3 and t < yb:  # FeatureValue: key, value, hkey, vector
+                            f3, w3, t = _tag(buf, t, yb)
+                            if f3 == 1 and w3 == 0:
+                                v, t = _varint(buf, t, yb)
+                                at = ids
+                                keys[ids] = np.int64(v)
+                                ids += 1
+                            elif f3 == 2 and w3 == 5:
+                                if at >= 0:
+                                    values[at] = _u32(buf, t)
+                                t += 4
+                            elif w3 == 0:
+                                t = _varint(buf, t, yb)[1]
                             else:
-                                ya, yb = _len_field(buf, s, xb)
-                                s = yb
-                                t = ya
-                                at = -1  # where this FeatureValue's key went
-                                while f2 == 3 and t < yb:  # FeatureValue: key, value, hkey, vector
-                                    f3, w3, t = _tag(buf, t, yb)
-                                    if w3 == 0:
-                                        v, t = _varint(buf, t, yb)
-                                        if f3 == 1:
-                                            at = ids
-                                            keys[ids] = np.int64(v)
-                                            ids += 1
-                                    elif w3 == 5:
-                                        if f3 == 2 and at >= 0:
-                                            values[at] = _u32(buf, t)
-                                        t += 4
-                                    else:
-                                        _, t = _len_field(buf, t, yb)
+                                t = _skip(buf, t, yb, w3, f3)
         pos = b
     return ids
 
 
 class Recorder:
     """Stands in for ``decode_chunk`` in the protobuf format: decodes, and keeps a copy of each call's arguments and
-    the bytes it consumed (a call that finds a column's region full stops early, and the reader calls again)."""
+    the bytes it consumed (a call that finds a column's region full stops early, and the reader calls again): of
+    the columns, their sizes and the regions' starting state."""
 
     def __init__(self, decode):
         self.decode = decode
         self.calls = []
 
     def __call__(self, buf, end, final, options, names, layout, cols, rows):
-        kept = tuple(np.array(a, copy=True) for a in cols)  # the columns' starting state (cur is written)
+        sizes = tuple(len(a) for a in cols[:3])  # keys, hkeys, values: the replay writes to arrays of its own
+        regions = tuple(a.copy() for a in cols[3:])  # first, cur, lim as they start (cur is written)
         out = self.decode(buf, end, final, options, names, layout, cols, rows)
-        self.calls.append((buf[:end].copy(), end, final, options, names, layout, kept, rows, out[1]))
+        self.calls.append((buf[:end].copy(), end, final, options, names, layout, sizes, regions, rows, out[1]))
         return out
 
 
@@ -145,14 +143,14 @@ def replay_seconds(calls, decode, walk):
     the same ids.  As in the reader, each starts on its chunk just copied into one reused buffer (as a read
     leaves it, in the cache) and writes to columns of its own (``decode`` from the starting state it had)."""
     chunk = np.empty(max(len(c[0]) for c in calls), np.uint8)
-    size = max(len(c[6][0]) for c in calls)
+    size = max(max(c[6]) for c in calls)
     columns = (np.empty(size, np.int64), np.empty(size, np.int64), np.empty(size, np.float32))
     keys = np.empty(len(chunk) // 2, np.int64)  # an id takes at least 2 bytes
     values = np.empty(len(keys), np.uint32)
     decoded = walked = 0.0
-    for buf, end, final, options, names, layout, cols, rows, consumed in calls:
-        regions = tuple(np.array(a, copy=True) for a in cols[3:])  # first, cur, lim
-        fresh = tuple(c[: len(a)] for c, a in zip(columns, cols[:3])) + regions
+    for buf, end, final, options, names, layout, sizes, start, rows, consumed in calls:
+        regions = tuple(a.copy() for a in start)  # first, cur, lim
+        fresh = tuple(c[:n] for c, n in zip(columns, sizes)) + regions
         chunk[:end] = buf
         t0 = time.perf_counter()
         decode(chunk, end, final, options, names, layout, fresh, rows)
