@@ -467,7 +467,7 @@ class DataReader:
             self._report_skipped()
             self._stats.end_timeline()
             raise
-        if self._coverage is not None:
+        if self._coverage is not None and self._coverage.epochs_ended:
             self._report_unseen()
         if self._trace is not None:
             self._trace.took(batch)

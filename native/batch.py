@@ -303,9 +303,9 @@ def merge_adjacent(ranges, m):
 
 
 @brief
-def measure_piece(group_offsets, refers, sp_offsets, sid_offsets, r0, r1, room, c0, counts, rows, sid_bytes):
-    """Plan the piece of rows ``r0:r1`` of table 0 of a block, for a batch, in ``ranges = room[:, :, c0:]``;
-    returns ``m``.
+def measure_piece(group_offsets, src, r0, r1, room, c0, counts, rows, sid_bytes):
+    """Plan the piece of rows ``r0:r1`` of table 0 of a block (``src``, its ``PieceSource``, and its
+    ``group_offsets``), for a batch, in ``ranges = room[:, :, c0:]``; returns ``m``.
 
     ``ranges[t, 0, g]:ranges[t, 1, g]`` (g < m) are the rows of table t the piece takes: one range per group (or
     run of groups, ``merge_adjacent``) when there are aux tables (``refers[k]``, the row of table k + 1 each row
@@ -314,6 +314,7 @@ def measure_piece(group_offsets, refers, sp_offsets, sid_offsets, r0, r1, room, 
     every sparse feature (tables in order, ``sp_offsets[t]`` theirs), to ``rows[t]`` the rows of table t and to
     ``sid_bytes[0]`` its sample id bytes.
     """
+    sp_offsets, refers, sid_offsets = src[0], src[3], src[12]
     tables = len(sp_offsets)
     ranges = room[:, :, c0:]
     if tables == 1:

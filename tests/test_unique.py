@@ -8,8 +8,8 @@ from hypothesis import given, strategies as st
 import ingest
 from ingest import synthetic
 from ingest import SparseFeature
-from ingest._native.unique import BatchIds, unique_layout, unique_sizes
-from ingest.pipeline.batcher import Scratch, unique_ids_into, unique_rows_into, unique_views
+from ingest._native.unique import BatchIds, unique_ids_of_batch, unique_layout, unique_sizes
+from ingest.pipeline.batcher import Scratch, unique_rows_into, unique_views
 
 from conftest import make_reader
 
@@ -80,7 +80,7 @@ def test_kernel_matches_twin(data, tables, pair):
     outputs = [np.zeros(sizes[0], np.int64), np.zeros(sizes[1], np.int32), np.zeros(sizes[2], np.int64)]
     buf, meta, parts = _packed([keys, pairs, np.empty(0, np.float32), *offsets, *outputs])
     ids = BatchIds.args(buf, meta, pair, key_base, counts, table_of, row_of)
-    unique_ids_into(ids, len(keys) + len(pairs), Scratch())
+    unique_ids_of_batch(ids, Scratch().table_room(len(keys) + len(pairs)))
     unique_rows_into(ids, len(keys) + len(pairs), Scratch())
     unique_views(feats, pair, parts[-3:])
     for f, feat in enumerate(feats):

@@ -345,12 +345,13 @@ class ProtobufFormat(UnitFormat):
         )
         rows = s.tab_rows.tolist()
         last = len(rows) - 1
-        tables = tuple(
-            Table(rows_t, offsets[t], tuple(dense[self.dense_of_table[t]]), refers[t] if t < last else None)
-            for t, rows_t in enumerate(rows)
-        )
+        tables = []
+        for t, rows_t in enumerate(rows):
+            tables.append(
+                Table(rows_t, offsets[t], tuple(dense[self.dense_of_table[t]]), refers[t] if t < last else None)
+            )
         return Block(
-            tables=tables,
+            tables=tuple(tables),
             group_offsets=parts.group_offsets,
             sp_keys=cols.keys,
             sp_hkeys=cols.hkeys if high else None,

@@ -97,6 +97,7 @@ class BatchBuilder:
         kinds = batch_part_kinds(self.tables, len(dense), self.unique)
         self.part_kinds = [(3 * i, dtype, matrix) for i, (dtype, matrix) in enumerate(kinds)]
         self.samples_at = samples_part(self.tables, len(dense))  # where the labels' part is
+        self.sums = BatchSums(len(sparse), self.tables, len(kinds))
 
     def build(self, pieces):
         """The Batch of ``pieces``, unique ids included."""
@@ -109,41 +110,28 @@ class BatchBuilder:
         Two kernel calls a piece and one lease a batch: ``measure_piece`` sizes every array,
         ``batch_layout`` places them all in one pooled buffer, ``copy_piece`` fills them (the Python around the
         kernels was half of a batch's build, and every call into a kernel is a point where the GIL changes hands).
+        The batch's small arrays are views of two (``BatchSums``): a numpy call costs a microsecond or more of
+        Python that runs cold between the kernels.
         """
         if self.kernels_ready is not None:
             self.kernels_ready()
         t0 = time.perf_counter()
-        nt = self.tables
-        counts = np.zeros(len(self.pair), np.int64)
-        rows = np.zeros(nt, np.int64)
-        sid_total = np.zeros(1, np.int64)
-        plans = []
+        sums = self.sums
+        counts, rows, sid_total, at, key_base, value_base, meta = sums.arrays()
         scratch = self.scratch()
         room = scratch.ranges
+        plans = []
         c0 = 0  # each piece's ranges in columns of their own: a batch's pieces have at most batch_size rows
         for blk, r0, r1 in pieces:
-            src = _piece_source(blk)
-            c1 = c0 + max(r1 - r0, 1)
+            src = blk.batch_args
+            if src is None:
+                src = _piece_source(blk)
+            c1 = c0 + (r1 - r0 or 1)
             if c1 > room.shape[2]:
-                room = scratch.grow_ranges(nt, max(c1, self.batch_size))  # earlier pieces keep the room they had
-            m = measure_piece(
-                blk.group_offsets,
-                src.refers,
-                src.sp_offsets,
-                blk.sid_offsets,
-                r0,
-                r1,
-                room,
-                c0,
-                counts,
-                rows,
-                sid_total,
-            )
-            plans.append((src, room, c0, m))
+                room = scratch.grow_ranges(self.tables, max(c1, self.batch_size))  # earlier pieces keep theirs
+            m = measure_piece(blk.group_offsets, src, r0, r1, room, c0, counts, rows, sid_total)
+            plans.append((src, r0, r1, room, c0, m))
             c0 = c1
-        key_base = np.empty(len(self.pair), np.int64)
-        value_base = np.empty(len(self.pair), np.int64)
-        meta = np.empty(3 * len(self.part_kinds), np.int64)  # the unique-id outputs share the batch's buffer
         nbytes, n, nids = batch_layout(
             counts,
             self.pair,
@@ -158,12 +146,12 @@ class BatchBuilder:
             (key_base, value_base, meta),
         )
         buf = self.pool.lease_bytes(nbytes)
-        at = np.zeros(2 * nt + 1, np.int64)
         places = FeaturePlaces.args(self.pair, key_base, value_base, self.dense_table)
         out = BatchBuffer.args(buf, meta)
-        last = len(pieces) - 1
-        for i, ((_, r0, r1), (src, room, c0, m)) in enumerate(zip(pieces, plans)):
-            copy_piece(src.plain(), r0, r1, room, c0, m, places, at, out, rows, i == last)
+        final = plans[-1]
+        for plan in plans:
+            src, r0, r1, room, c0, m = plan
+            copy_piece(src, r0, r1, room, c0, m, places, at, out, rows, plan is final)
         laid = LaidOut(self, buf, meta, key_base, value_base, counts)
         batch = Batch(n, laid, tables=self.table_of, table_rows=rows.tolist())
         batch.marks = Marks({blk.unit: blk.position(r1) for blk, _, r1 in pieces} if self.track else {})
@@ -184,12 +172,18 @@ class BatchBuilder:
         return mine
 
     def add_unique(self, batch):
-        """Fill the unique ids of a batch from ``assemble`` (nothing to do without ``unique``); returns it."""
+        """Fill the unique ids of a batch from ``assemble`` (nothing to do without ``unique``); returns it.
+
+        One kernel call for every feature's (each call into a kernel gives up the GIL, and the other pipeline
+        threads hold it), into the batch's buffer (``batch_layout`` places the outputs with the batch's arrays):
+        ``big`` holds, as int64, every feature's unique ids and then their row offsets, ``small``, as int32, every
+        inverse and then every feature's unique rows; ``layout`` says where each feature's lie (``unique_views``).
+        """
         work, batch.unique_work = batch.unique_work, ()
         if work:
             t0 = time.perf_counter()
             laid, ids, nids = work
-            unique_ids_into(ids, nids, self.scratch())
+            unique_ids_of_batch(ids, self.scratch().table_room(nids))
             laid.unique, laid.rows_from = True, (ids, nids)
             if self.stats is not None:
                 self.stats.stage("unique", t0, time.perf_counter())
@@ -206,14 +200,21 @@ def warm(payload):
 
 
 def _piece_source(blk):
-    """The ``PieceSource`` of a block, made once (a block gives several batches)."""
-    if blk.batch_args is None:
-        tabs = blk.tables
-        blk.batch_args = PieceSource(
-            tuple(tab.sp_offsets for tab in tabs),
-            tuple(_NO_FLAGS if tab.from_dsl is None else tab.from_dsl for tab in tabs),
-            tuple(d for tab in tabs for d in tab.dense) or (_NO_DENSE,),
-            tuple(tab.refer for tab in tabs[:-1]) or (_NO_INT64,),
+    """The ``PieceSource`` of a block as the kernels take it (plain), made once: a block gives several batches."""
+    offsets, from_dsl, dense, refers = [], [], [], []
+    last = blk.tables[-1]
+    for tab in blk.tables:  # one loop, not a comprehension each: a Python call is ~1 us here, cold between kernels
+        offsets.append(tab.sp_offsets)
+        from_dsl.append(_NO_FLAGS if tab.from_dsl is None else tab.from_dsl)
+        dense += tab.dense
+        if tab is not last:
+            refers.append(tab.refer)
+    blk.batch_args = (
+        PieceSource(
+            tuple(offsets),
+            tuple(from_dsl),
+            tuple(dense) or (_NO_DENSE,),
+            tuple(refers) or (_NO_INT64,),
             blk.sp_keys,
             _NO_INT64 if blk.sp_hkeys is None else blk.sp_hkeys,
             blk.sp_values,
@@ -223,13 +224,36 @@ def _piece_source(blk):
             blk.timestamps,
             blk.sid_bytes,
             blk.sid_offsets,
-        ).checked_when_debugging()  # every Block's arrays are ingest's own (formats, ops, DSL, Arrow)
+        )
+        .checked_when_debugging()
+        .plain()
+    )  # every Block's arrays are ingest's own (formats, ops, DSL, Arrow)
     return blk.batch_args
+
+
+class BatchSums:
+    """A batch's small arrays, views of two allocations: what its pieces add up, zeroed (per sparse feature its ids
+    ``counts``, per table its ``rows``, its sample id bytes ``sid_total``) with ``copy_piece``'s ``at`` (where the next
+    piece goes), and where ``batch_layout`` puts its arrays (``key_base``, ``value_base``, ``meta``)."""
+
+    def __init__(self, nsparse, tables, parts):
+        f, t = nsparse, tables
+        self.sums_size, self.bases_size = f + 3 * t + 2, 2 * f + 3 * parts
+        self.sums_at = (slice(0, f), slice(f, f + t), slice(f + t, f + t + 1), slice(f + t + 1, None))
+        self.bases_at = (slice(0, f), slice(f, 2 * f), slice(2 * f, None))
+
+    def arrays(self):
+        """``(counts, rows, sid_total, at, key_base, value_base, meta)`` of a new batch."""
+        sums = np.zeros(self.sums_size, np.int64)
+        bases = np.empty(self.bases_size, np.int64)
+        counts, rows, sid_total, at = self.sums_at
+        key_base, value_base, meta = self.bases_at
+        return sums[counts], sums[rows], sums[sid_total], sums[at], bases[key_base], bases[value_base], bases[meta]
 
 
 class Scratch:
     """A thread's work arrays for building batches, kept and grown when needed: the ranges ``measure_piece`` plans
-    a batch's pieces in, and the hash table and work arrays of ``unique_ids_into`` and ``LaidOut.fill_rows``.
+    a batch's pieces in, and the hash table and work arrays of ``BatchBuilder.add_unique`` and ``LaidOut.fill_rows``.
 
     Slots, places and counts are 32-bit, as ``inverse`` is (a batch holds fewer than 2**31 ids): half the
     memory traffic of 64-bit ones, 0.96-0.97x the kernel's time."""
@@ -263,27 +287,16 @@ class Scratch:
         return self.places
 
 
-def unique_ids_into(ids, nids, scratch):
-    """Compute the unique ids of a batch's sparse features, whose ``nids`` ids are ``ids`` (``BatchIds.args``), into the
-    batch's buffer (``batch_layout`` places the outputs with the batch's arrays): one kernel call for them all (each
-    call into a kernel gives up the GIL, and the other pipeline threads hold it).
-
-    ``big`` holds, as int64, every feature's unique ids and then their row offsets, ``small``, as int32,
-    every inverse and then every feature's unique rows; ``layout`` says where each feature's lie (``unique_views``).
-    """
-    unique_ids_of_batch(ids, scratch.table_room(nids))
-
-
 def unique_rows_into(ids, nids, scratch):
     """Compute the rows each unique id of a batch occurs in (its unique rows and unique row offsets), once
-    ``unique_ids_into`` has computed its unique ids, into the places that left for them: when a consumer first asks
+    ``add_unique`` has computed its unique ids, into the places that left for them: when a consumer first asks
     for them (``LaidOut.fill_rows``): most trainers never do, and they took nearly half the unique ids' time."""
     unique_rows_of_batch(ids, scratch.rows_room(nids))
 
 
 def unique_views(feats, pair, out, rows_filler=None):
     """Set ``unique_ids``, ``inverse``, ``unique_rows`` and ``unique_row_offsets`` of the SparseFeatures ``feats``
-    (in kernel order) to their views of ``out``, ``(big, small, layout)``, as ``unique_ids_into`` placed them, with
+    (in kernel order) to their views of ``out``, ``(big, small, layout)``, as ``add_unique`` placed them, with
     ``rows_filler`` the ``LaidOut`` that fills the unique rows and their offsets when first read (None: filled)."""
     big, small, layout = out
     where = layout.tolist()  # here, when the consumer first asks for a feature, not by the thread that computed them
@@ -324,7 +337,7 @@ class LaidOut:
         self.builder = builder
         self.buf, self.meta = buf, meta
         self.key_base, self.value_base, self.counts = key_base, value_base, counts
-        self.unique = False  # whether ``unique_ids_into`` has filled the unique-id outputs
+        self.unique = False  # whether ``add_unique`` has filled the unique-id outputs
         self.rows_from = None  # (ids, nids) for ``unique_rows_into`` until it has run
         self._arrays = None
 

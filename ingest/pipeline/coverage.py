@@ -41,7 +41,7 @@ class Coverage:
         self._complete = set()  # epochs that have seen every feature: a block then costs a set lookup
         self._samples = Counter()
         self._done = Counter()
-        self._ended = []
+        self.epochs_ended = []  # (epoch, names missed, samples) of the ended epochs that missed some, until ended()
         self.never_seen = None  # names missed by every epoch ended so far
 
     def _number(self, name):
@@ -77,14 +77,14 @@ class Coverage:
             missed = [n for n, s in zip(self.names, seen) if not s]
             self.never_seen = missed if self.never_seen is None else [n for n in self.never_seen if n in missed]
             if missed and self._samples[epoch]:  # an epoch of no samples says nothing of its features
-                self._ended.append((epoch, missed, self._samples[epoch]))
+                self.epochs_ended.append((epoch, missed, self._samples[epoch]))
 
     def ended(self):
         """``[(epoch, names, samples)]`` of the epochs that ended since the last call missing some features."""
-        if not self._ended:  # the consumer asks every batch: no lock while there is nothing
+        if not self.epochs_ended:  # no lock while there is nothing (the reader looks before every batch)
             return []
         with self._lock:
-            out, self._ended = self._ended, []
+            out, self.epochs_ended = self.epochs_ended, []
         return out
 
     def warn_unseen(self, reader, units, file_type):

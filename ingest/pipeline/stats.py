@@ -29,23 +29,28 @@ class Stats:
         self._started = time.perf_counter()
 
     def _mine(self):
-        """This thread's (counts, times) dicts."""
-        try:
-            return self._local.mine
-        except AttributeError:
-            mine = self._local.mine = ({}, {})
-            with self._lock:
-                self._threads.append(mine)
-            return mine
+        """This thread's (counts, times) dicts, made on its first count.  ``add`` and ``stage`` read
+        ``self._local.mine`` themselves first: they run several times a batch, and a call costs as much as the
+        count."""
+        mine = self._local.mine = ({}, {})
+        with self._lock:
+            self._threads.append(mine)
+        return mine
 
     def add(self, **counts):
-        mine = self._mine()[0]
+        try:
+            mine = self._local.mine[0]
+        except AttributeError:
+            mine = self._mine()[0]
         for name, n in counts.items():
             mine[name] = mine.get(name, 0) + n
 
     def stage(self, stage, start, end, **args):
         """Count ``end - start`` seconds (``perf_counter``) to ``stage``, and record it on the timeline."""
-        times = self._mine()[1]
+        try:
+            times = self._local.mine[1]
+        except AttributeError:
+            times = self._mine()[1]
         times[stage] = times.get(stage, 0.0) + (end - start)
         if self.timeline is not None:
             self.timeline.span(stage, start, end, args)

@@ -61,7 +61,11 @@ def _hdfs_filesystem(cls, kwargs, url):
 
 
 def open_url(url, mode="rb", **kwargs):
-    """``url`` opened in ``mode`` (a file object; close it, or use it as a context manager)."""
+    """``url`` opened in ``mode`` (a file object; close it, or use it as a context manager).  A local file is read
+    with Python's own ``open``: fsspec's parsing of the URL and its file wrapper cost ~200 us of CPU a unit in a
+    running reader (its code runs cold between chunks), ~14 us a pb batch."""
+    if mode == "rb" and not kwargs and protocol_of(url) == "file":
+        return open(fsspec.core.strip_protocol(str(url)), "rb")
     fs, path = url_to_fs(url)
     return fs.open(path, mode, **kwargs)
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from ...errors import ConfigError, SourceError
 from ..base import Source, Unit
 from ..compression import decompressed, infer_compression
-from ..filesystems import url_to_fs
+from ..filesystems import open_url, url_to_fs
 from ..hdfs import check_reachable
 from ..seekable import group_frames
 from .streams import FileStream, RangeStream, ReadAhead, Window, skip
@@ -198,8 +198,7 @@ def open_file(unit):
     workers.
     """
     try:
-        fs, path = url_to_fs(unit.url)
-        f = fs.open(path, "rb")
+        f = open_url(unit.url)
         if hasattr(f, "read_range_stream"):
             f = RangeStream(f, unit.url, unit.end)
         if unit.compression:
