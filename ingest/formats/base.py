@@ -6,7 +6,7 @@ import time
 import numpy as np
 
 from .._native.columns import BlockParts, Columns, KeptLayout, region_decoded, region_room, trim_rows
-from ..sources import UnitStream, read_into
+from ..sources import read_into
 
 __all__ = ["UnitFormat", "ReadClock", "Kept", "KeptRows", "Room", "refill", "grown", "whole_so_far"]
 
@@ -148,7 +148,7 @@ def refill(f, buf, filled, limit=None, clock=None):
     t0 = time.perf_counter()
     stop = len(buf) if limit is None else min(len(buf), limit)
     eof = False
-    live = isinstance(f, UnitStream) and f.live  # a stream without end: parse what has arrived
+    live = getattr(f, "live", False)  # a UnitStream without end: parse what has arrived (no ABC isinstance: ~1 us)
     while filled < stop:
         n = read_into(f, memoryview(buf)[filled:stop])
         if n == 0:

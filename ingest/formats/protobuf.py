@@ -306,7 +306,11 @@ class ProtobufFormat(UnitFormat):
                 room.decoded(consumed)
                 if nerr and records is None:
                     records = count_records_before(unit, base, self.max_record_bytes)
-                errors = [self._error(f, buf, filled, scratch.errors[k], unit, base, records) for k in range(nerr)]
+                errors = (
+                    [self._error(f, buf, filled, scratch.errors[k], unit, base, records) for k in range(nerr)]
+                    if nerr
+                    else ()
+                )
                 if scratch.st[K.S_NROWS]:
                     yield self._block(scratch, cols, unit, base, base + consumed)
                 if status == K.STOPPED_AT_ERROR or (status == K.UNFRAMED and self.on_skip is None):
