@@ -388,8 +388,8 @@ def test_trim_rows_matches_twin(tab_rows, widths, labels, groups, start, high, d
     dense_at = np.cumsum([0] + [tab_rows[t] * w for t, _, w in dense_cols])
     refer_at = np.cumsum([0] + tab_rows[:-1])
     table_arrays = [np.array(feats, np.int64) for feats in table_sparse]
-    kept = KeptRows(table_arrays, cutoff, np.array(dense_cols, np.int64).reshape(-1, 3))
-    parts, offsets, dense, refers = kept.of(rows, cols, high, nsid, ngroups, start)
+    kept = KeptRows(table_arrays, cutoff, np.array(dense_cols, np.int64).reshape(-1, 3), labels)
+    parts, offsets, dense, refers = kept.of(list(tab_rows), rows.plain(), cols.plain(), high, nsid, ngroups, start)
     for t, (want, want_ids) in enumerate(want_offsets):
         assert offsets[t].shape == (len(table_sparse[t]), tab_rows[t] + 1)
         assert offsets[t].tolist() == want

@@ -31,10 +31,11 @@ class Kept:
 
 class KeptRows:
     """What a format's Blocks keep of a chunk, the same for every chunk: ``sparse`` (per table, the indices of its
-    sparse features among the chunk's), their ``cutoff`` (per table, as ``sparse``) and ``dense_cols`` (a row
-    ``(table, first column, width)`` a dense feature, in table order)."""
+    sparse features among the chunk's), their ``cutoff`` (per table, as ``sparse``), ``dense_cols`` (a row
+    ``(table, first column, width)`` a dense feature, in table order) and ``label_count`` labels a sample."""
 
-    def __init__(self, sparse, cutoff, dense_cols):
+    def __init__(self, sparse, cutoff, dense_cols, label_count):
+        self.label_count = label_count
         self.table_features = [len(feats) for feats in sparse]
         self.dense_list = dense_cols.tolist()
         self.layout = (
@@ -48,14 +49,13 @@ class KeptRows:
             .plain()
         )
 
-    def of(self, rows, cols, high, nsid, ngroups, start):
-        """What a Block keeps of a chunk's ``rows`` (the ``ChunkRows`` of a parser's scratch, ``tab_rows`` set) and
-        ``cols`` (its ``Columns``; ``high``: its high ids too), in arrays of its own, by one ``trim_rows`` call:
-        ``(parts, offsets, dense, refers)``, the ``BlockParts`` of its samples (the rows of table 0), ``nsid``
-        sample-id bytes and ``ngroups`` groups at ``start`` of the source, every table's sparse offsets
-        ``[F_t, rows + 1]``, every dense feature's ``[rows, width]`` matrix and the refer of every table but the
-        last."""
-        tab_rows = rows.tab_rows.tolist()
+    def of(self, tab_rows, rows, cols, high, nsid, ngroups, start):
+        """What a Block keeps of a chunk of ``tab_rows`` rows in each table (a list), from ``rows`` (the
+        ``ChunkRows`` of a parser's scratch, its ``tab_rows`` set) and ``cols`` (its ``Columns``; ``high``: its high
+        ids too), both plain, in arrays of its own, by one ``trim_rows`` call: ``(parts, offsets, dense, refers)``,
+        the ``BlockParts`` of its samples (the rows of table 0), ``nsid`` sample-id bytes and ``ngroups`` groups at
+        ``start`` of the source, every table's sparse offsets ``[F_t, rows + 1]``, every dense feature's
+        ``[rows, width]`` matrix and the refer of every table but the last."""
         nrows = tab_rows[0]
         # plain loops, no comprehensions: a Python call costs ~1 us here, where the Python runs cold between kernels
         offsets_at = [0]
@@ -74,14 +74,14 @@ class KeptRows:
             np.array(dense_at, np.int64),
             np.empty(refer_at[-1], np.int64),
             np.array(refer_at, np.int64),
-            np.empty((nrows, rows.labels.shape[1]), np.float32),
+            np.empty((nrows, self.label_count), np.float32),
             np.empty(nrows, np.int64),
             np.empty(nsid, np.uint8),
             np.empty(nrows + 1, np.int64),
             np.empty(ngroups + 1, np.int64),
             np.empty(ngroups, np.int64),
         ).checked_when_debugging()
-        trim_rows(rows.plain(), cols.plain(), high, self.layout, start, parts.plain())
+        trim_rows(rows, cols, high, self.layout, start, parts.plain())
         offsets, dense, refers = [], [], []
         for t, nf in enumerate(self.table_features):
             offsets.append(parts.offsets[offsets_at[t] : offsets_at[t + 1]].reshape(nf, tab_rows[t] + 1))

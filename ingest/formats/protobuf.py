@@ -84,8 +84,8 @@ class _Scratch:
 
     @functools.cached_property
     def kept(self):
-        """The ``ChunkRows`` of the arrays above (what a Block keeps of them), made and checked once."""
-        return ChunkRows(*(getattr(self, name) for name in ChunkRows._fields)).checked()
+        """The ``ChunkRows`` of the arrays above (what a Block keeps of them), made and checked once, plain."""
+        return ChunkRows(*(getattr(self, name) for name in ChunkRows._fields)).checked().plain()
 
     def grown(self):
         return _Scratch(
@@ -250,7 +250,7 @@ class ProtobufFormat(UnitFormat):
         tab_feat_off = np.cumsum([0] + [len(f) for f in table_sparse]).astype(np.int64)
         tab_feats = np.concatenate(table_sparse + [np.empty(0, np.int64)])
         cutoff = [[s.cutoff for s in schema.sparse_in(t)] for t in range(schema.tables)]
-        self.kept_rows = KeptRows(table_sparse, cutoff, dense_cols)
+        self.kept_rows = KeptRows(table_sparse, cutoff, dense_cols, schema.label_count)
         self.features = K.FeatureLayout(feat, dn_feat, self.layout.elem_col, tab_feats, tab_feat_off).checked().plain()
 
     def _new_scratch(self):
@@ -300,8 +300,9 @@ class ProtobufFormat(UnitFormat):
                     return
                 final = whole_so_far(f, eof)
                 cols = room.columns(filled)
+                plain_cols = cols.plain()
                 status, consumed, nrec, nerr = K.decode_chunk(
-                    buf, filled, final, options, self.names, self.features, cols.plain(), scratch.outputs
+                    buf, filled, final, options, self.names, self.features, plain_cols, scratch.outputs
                 )
                 room.decoded(consumed)
                 if nerr and records is None:
@@ -312,7 +313,7 @@ class ProtobufFormat(UnitFormat):
                     else ()
                 )
                 if scratch.st[K.S_NROWS]:
-                    yield self._block(scratch, cols, unit, base, base + consumed)
+                    yield self._block(scratch, cols, plain_cols, unit, base, base + consumed)
                 if status == K.STOPPED_AT_ERROR or (status == K.UNFRAMED and self.on_skip is None):
                     raise errors[-1]
                 for err in errors:
@@ -341,13 +342,13 @@ class ProtobufFormat(UnitFormat):
         finally:
             self._kept.keep((scratch, room, buf))
 
-    def _block(self, s, cols, unit, start, end):
+    def _block(self, s, cols, plain_cols, unit, start, end):
         st = s.st
         high = bool(st[K.S_ANY_HKEY])
-        parts, offsets, dense, refers = self.kept_rows.of(
-            s.kept, cols, high, int(st[K.S_NSID]), int(st[K.S_NGROUPS]), start
-        )
         rows = s.tab_rows.tolist()
+        parts, offsets, dense, refers = self.kept_rows.of(
+            rows, s.kept, plain_cols, high, int(st[K.S_NSID]), int(st[K.S_NGROUPS]), start
+        )
         last = len(rows) - 1
         tables = []
         for t, rows_t in enumerate(rows):

@@ -98,20 +98,24 @@ class _Scratch:
         self.dn_seen = np.zeros(n_dense, np.bool_)
         # as parse_text_chunk takes them (plain): only the kernel reads them
         self.outputs = K.TextOutputs(*(getattr(self, name) for name in K.TextOutputs._fields)).checked().plain()
-        # what a Block keeps of them (KeptRows): one table, with no refer
+        # what a Block keeps of them (KeptRows.of, which takes them plain): one table, with no refer
         self.tab_rows = np.zeros(1, np.int64)
-        self.kept = ChunkRows(
-            self.ends,
-            self.tab_rows,
-            np.empty((1, 0), np.int64),
-            self.dense.reshape(1, rows, dense_width),
-            self.labels,
-            self.timestamps,
-            self.sid_bytes,
-            self.sid_off,
-            self.group_start,
-            self.group_pos,
-        ).checked()
+        self.kept = (
+            ChunkRows(
+                self.ends,
+                self.tab_rows,
+                np.empty((1, 0), np.int64),
+                self.dense.reshape(1, rows, dense_width),
+                self.labels,
+                self.timestamps,
+                self.sid_bytes,
+                self.sid_off,
+                self.group_start,
+                self.group_pos,
+            )
+            .checked()
+            .plain()
+        )
 
     def grown(self):
         return _Scratch(
@@ -261,7 +265,7 @@ class TextFormat(UnitFormat):
         self.dense_columns = columns.checked().plain()
         dense_cols = np.array([(0, b, w) for b, w in zip(lay.first_col, lay.width)], np.int64).reshape(-1, 3)
         every = np.arange(len(self.sparse), dtype=np.int64)  # table 0's sparse features: all the chunk's
-        self.kept_rows = KeptRows([every], [[s.cutoff for s in self.sparse]], dense_cols)
+        self.kept_rows = KeptRows([every], [[s.cutoff for s in self.sparse]], dense_cols, schema.label_count)
 
     def _new_scratch(self):
         rows = max(256, self.chunk_bytes // 256)
@@ -303,6 +307,7 @@ class TextFormat(UnitFormat):
                     return
                 final = whole_so_far(f, eof)
                 cols = room.columns(filled)
+                plain_cols = cols.plain()
                 status, consumed, lines, nrows, ngroups, full, nsid, nerr = K.parse_text_chunk(
                     buf,
                     0,
@@ -312,7 +317,7 @@ class TextFormat(UnitFormat):
                     self.sp_table,
                     self.dn_table,
                     self.dense_columns,
-                    cols.plain(),
+                    plain_cols,
                     scratch.outputs,
                 )
                 room.decoded(consumed)
@@ -325,7 +330,7 @@ class TextFormat(UnitFormat):
                         for k in range(nerr)
                     ]
                 if nrows:
-                    yield self._block(scratch, cols, nrows, ngroups, nsid, unit, base, base + consumed)
+                    yield self._block(scratch, cols, plain_cols, nrows, ngroups, nsid, unit, base, base + consumed)
                 if status == K.STOPPED_AT_ERROR:
                     raise errors[-1]
                 for err in errors:
@@ -349,9 +354,9 @@ class TextFormat(UnitFormat):
         finally:
             self._kept.keep((scratch, room, buf))
 
-    def _block(self, s, cols, nrows, ngroups, nsid, unit, start, end):
+    def _block(self, s, cols, plain_cols, nrows, ngroups, nsid, unit, start, end):
         s.tab_rows[0] = nrows
-        parts, [offsets], dense, _ = self.kept_rows.of(s.kept, cols, False, nsid, ngroups, start)
+        parts, [offsets], dense, _ = self.kept_rows.of([nrows], s.kept, plain_cols, False, nsid, ngroups, start)
         refer0, aux = empty_aux_tables(self.schema, parts.group_offsets, 0)
         main = Table(nrows, offsets, tuple(dense), refer0)
         return Block(

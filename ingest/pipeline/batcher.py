@@ -118,7 +118,7 @@ class BatchBuilder:
         t0 = time.perf_counter()
         sums = self.sums
         counts, rows, sid_total, at, key_base, value_base, meta = sums.arrays()
-        scratch = self.scratch()
+        scratch = getattr(self._scratch, "arrays", None) or self.scratch()
         room = scratch.ranges
         plans = []
         c0 = 0  # each piece's ranges in columns of their own: a batch's pieces have at most batch_size rows
@@ -165,7 +165,8 @@ class BatchBuilder:
         return batch
 
     def scratch(self):
-        """This thread's ``Scratch``."""
+        """This thread's ``Scratch`` (the hot paths read ``self._scratch.arrays`` first, and call this only on a
+        thread's first batch)."""
         mine = getattr(self._scratch, "arrays", None)
         if mine is None:
             mine = self._scratch.arrays = Scratch()
@@ -183,7 +184,8 @@ class BatchBuilder:
         if work:
             t0 = time.perf_counter()
             laid, ids, nids = work
-            unique_ids_of_batch(ids, self.scratch().table_room(nids))
+            scratch = getattr(self._scratch, "arrays", None) or self.scratch()
+            unique_ids_of_batch(ids, scratch.table_room(nids))
             laid.unique, laid.rows_from = True, (ids, nids)
             if self.stats is not None:
                 self.stats.stage("unique", t0, time.perf_counter())
