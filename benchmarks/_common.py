@@ -7,6 +7,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -29,8 +30,10 @@ __all__ = [
     "markdown_table",
     "cost_table",
     "alternated_runs",
+    "revision_tree",
 ]
 
+ROOT = Path(__file__).resolve().parent.parent  # the repository
 OUT = Path(__file__).resolve().parent / "out"  # input files, git-ignored
 RESULTS = Path(__file__).resolve().parent / "results"  # what each benchmark measured last, kept in git
 
@@ -209,3 +212,15 @@ def alternated_runs(makers, samples, runs, warmups=1):
             ),
         }
     return out
+
+
+def revision_tree(revision, into):
+    """``ingest/`` and ``native/`` of the git ``revision`` under ``into``, native as ``ingest/_native``: with ``into``
+    first on ``PYTHONPATH``, a subprocess imports that revision's ingest instead of the installed one."""
+    into.mkdir()
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", revision, "ingest", "native"], check=True, capture_output=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    (into / "native").rename(into / "ingest" / "_native")
+    return into

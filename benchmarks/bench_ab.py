@@ -26,9 +26,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import markdown_table, save_report, synthetic_inputs
+from _common import markdown_table, revision_tree, save_report, synthetic_inputs
 
-ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = [(fmt, threads, unique) for fmt in ("txt", "pb", "pb.zst") for unique in (False, True) for threads in (1, 2)]
 EPOCHS = {"txt": 2, "pb": 6, "pb.zst": 6}  # runs of about a second on this machine
 
@@ -54,17 +53,6 @@ def child(text, pb, aux, configs, longer):
 def _zst(pb):
     """The pb.zst file beside ``pb``: written by the installed ingest (both revisions read the same bytes)."""
     return Path(f"{pb}.zst")
-
-
-def tree(revision, into):
-    """``ingest/`` and ``native/`` of ``revision`` under ``into``, native as ``ingest/_native``."""
-    into.mkdir()
-    archive = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", revision, "ingest", "native"], check=True, capture_output=True
-    ).stdout
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
-    (into / "native").rename(into / "ingest" / "_native")
-    return into
 
 
 def main(argv=None):
@@ -99,7 +87,9 @@ def main(argv=None):
     results = {"old": [], "new": []}  # per round, samples/s of each config
     per_cpu = {"old": [], "new": []}  # per round, samples per CPU second of the whole process
     with tempfile.TemporaryDirectory() as tmp:
-        trees = {side: tree(rev, Path(tmp, side).resolve()) for side, rev in (("old", args.old), ("new", args.new))}
+        trees = {
+            side: revision_tree(rev, Path(tmp, side).resolve()) for side, rev in (("old", args.old), ("new", args.new))
+        }
         for round_ in range(args.rounds):
             for side, where in sorted(trees.items(), reverse=round_ % 2 == 1):  # who goes first takes turns
                 run = subprocess.run(

@@ -16,15 +16,27 @@ array (``batch.arrays()``): a reader makes a batch's arrays only when its consum
 Python a batch costs its consumer too. Each configuration runs ``--runs`` times, the configurations in turn; medians
 per batch of 1024 samples, with the kernel calls a batch makes. Writes ``benchmarks/results/bench_overhead.json``.
 
-    python benchmarks/bench_overhead.py [--samples 120000] [--runs 5] [--epochs 4]
+The VM's speed moves these figures by a fifth or more over an hour, more than a change to the Python around the
+kernels does. ``--old REV`` compares two revisions in the same hour: each run of every configuration in a subprocess
+of the installed ingest and one of ``REV``'s (``git archive``, imported first), taking turns going first; it reports
+the medians of both and the median of the per-run ratios new / old, and writes
+``benchmarks/results/bench_overhead_vs_old.json``.
+
+    python benchmarks/bench_overhead.py [--samples 120000] [--runs 5] [--epochs 4] [--old REV]
 """
 
+import argparse
 import collections
+import json
+import os
 import resource
 import statistics
+import subprocess
 import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 import numba
 import numba.core.dispatcher
@@ -32,7 +44,7 @@ import numpy as np
 
 from ingest.sources import read_into
 
-from _common import arguments, markdown_table, measured_on, save_report, synthetic_inputs
+from _common import arguments, markdown_table, measured_on, revision_tree, save_report, synthetic_inputs
 from bench_peers import BATCH_SIZE, ingest_reader
 
 # (format, unique ids, parse threads, the consumer takes every array): threads(0) reads in the consumer's thread,
@@ -151,24 +163,82 @@ def one_run(path, file_type, aux, unique, threads, takes, epochs, wrapper):
     }
 
 
-def main():
-    parser = arguments(__doc__)
-    parser.add_argument("--epochs", type=int, default=4, help="passes over the file of a long run (default: 4)")
-    args = parser.parse_args()
-    inputs = synthetic_inputs(args.samples)
+def measured(inputs, runs, epochs):
+    """``{config: [one_run's result of each run]}``, every kernel compiled or loaded first, the configurations
+    alternating run by run (so that the machine's drift falls on each alike)."""
     wrapper = wrapper_seconds_per_call()
     for fmt, unique, _, _ in CONFIGS:  # compiles or loads every kernel before any is wrapped
         warm = ingest_reader(*inputs["pb" if fmt == "pb" else "text"], threads=1, unique=unique, epochs=1)
         for _ in warm.startup():
             pass
-    runs = {config: [] for config in CONFIGS}
-    for _ in range(args.runs):  # the configurations alternate, so that the machine's drift falls on each alike
+    results = {config: [] for config in CONFIGS}
+    for _ in range(runs):
         for config in CONFIGS:
             path, file_type, aux = inputs["pb" if config[0] == "pb" else "text"]
-            runs[config].append(one_run(path, file_type, aux, *config[1:], args.epochs, wrapper))
+            results[config].append(one_run(path, file_type, aux, *config[1:], epochs, wrapper))
+    return results, wrapper
+
+
+def config_name(config):
+    fmt, unique, threads, takes = config
+    return f"{fmt}{', unique ids' if unique else ''}, threads({threads}){', every array taken' if takes else ''}"
+
+
+def against_old(args, inputs):
+    """``--old``: each run of every configuration in a subprocess of this revision's ingest (the installed one) and
+    one of ``args.old``'s, which take turns going first; medians, and the median of the per-run ratios new / old of
+    the time outside kernels a batch."""
+    outside = {"old": [], "new": []}  # per run, per configuration
+    with tempfile.TemporaryDirectory() as tmp:
+        old_tree = revision_tree(args.old, Path(tmp, "old").resolve())
+        for run in range(args.runs):
+            for side in ("old", "new") if run % 2 == 0 else ("new", "old"):
+                path = [str(old_tree)] if side == "old" else []
+                done = subprocess.run(
+                    [sys.executable, __file__, "--child", "--samples", str(args.samples), "--epochs", str(args.epochs)],
+                    env={**os.environ, "PYTHONPATH": os.pathsep.join(path + [str(Path(__file__).parent)])},
+                    cwd=tmp,
+                    capture_output=True,
+                    text=True,
+                )
+                if done.returncode:
+                    raise SystemExit(f"{side} failed:\n{done.stderr[-3000:]}")
+                outside[side].append(json.loads(done.stdout.splitlines()[-1]))
+    rows, report = [], {}
+    for k, config in enumerate(CONFIGS):
+        old, new = ([r[k] for r in outside[side]] for side in ("old", "new"))
+        ratio = statistics.median(n / o for o, n in zip(old, new))
+        report[config_name(config)] = {"old_us": old, "new_us": new, "new_over_old": ratio}
+        rows.append(
+            [config_name(config), f"{statistics.median(old):.0f}", f"**{statistics.median(new):.0f}**", f"{ratio:.2f}x"]
+        )
+    saved = save_report(
+        "bench_overhead_vs_old", old=args.old, samples=args.samples, epochs=args.epochs, runs=args.runs, **report
+    )
+    print(
+        f"\n{measured_on(saved)}, medians of {args.runs} runs alternated with {args.old}, µs outside kernels a batch:"
+    )
+    print(markdown_table(["", f"old ({args.old})", "new", "new / old"], rows))
+
+
+def main():
+    parser = arguments(__doc__)
+    parser.add_argument("--epochs", type=int, default=4, help="passes over the file of a long run (default: 4)")
+    parser.add_argument("--old", help="a git revision to alternate with, run by run, in subprocesses")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    inputs = synthetic_inputs(args.samples)
+    if args.child:  # one run of each configuration: its time outside kernels a batch, as JSON
+        runs, _ = measured(inputs, 1, args.epochs)
+        print(json.dumps([done[0]["outside_us_per_batch"] for done in runs.values()]))
+        return
+    if args.old:
+        against_old(args, inputs)
+        return
+    runs, wrapper = measured(inputs, args.runs, args.epochs)
     results = {}
-    for (fmt, unique, threads, takes), done in runs.items():
-        name = f"{fmt}{', unique ids' if unique else ''}, threads({threads}){', every array taken' if takes else ''}"
+    for config, done in runs.items():
+        name = config_name(config)
         keys = ("cpu_us_per_batch", "kernel_us_per_batch", "outside_us_per_batch", "once_ms", "kernel_calls_per_batch")
         results[name] = {key: statistics.median(r[key] for r in done) for key in keys}
         results[name]["calls"] = done[-1]["calls"]
