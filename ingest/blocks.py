@@ -74,6 +74,9 @@ class Block:
         With ``keep_sample``: this block before the DSL stage, what goes through the ops again.
     batch_args : PieceSource or None
         The batcher's: the block's arrays as its kernels take them, made once per block.
+    nrows, nbytes : int
+        Its samples (the rows of table 0) and ``end - start``, set when it is made: a Block's tables and byte range
+        are never changed afterwards (``dataclasses.replace`` makes another).
     """
 
     tables: tuple
@@ -97,13 +100,10 @@ class Block:
     parsed: object = None
     batch_args: object = field(default=None, init=False, repr=False)  # not carried over by replace()
 
-    @property
-    def nrows(self):
-        return self.tables[0].nrows
-
-    @property
-    def nbytes(self):
-        return self.end - self.start
+    def __post_init__(self):
+        # plain attributes, not properties: the pipeline reads them several times a block, a Python call each
+        self.nrows = self.tables[0].nrows
+        self.nbytes = self.end - self.start
 
     def position(self, row):
         """``(position, rows)`` after delivering the rows before ``row``: the start of the group holding
