@@ -44,6 +44,8 @@ PieceSource = bundle(
     sid_bytes="u1[:]",
     sid_offsets="i8[:]",
 )
+# The fields of a PieceSource that measure_piece reads, by position (numba indexes a plain tuple by constants)
+_SP_OFFSETS, _REFERS, _SID_OFFSETS = (PieceSource._fields.index(f) for f in ("sp_offsets", "refers", "sid_offsets"))
 # Where a batch's features go: per sparse feature whether its ids are (hkey, key) pairs and where its ids and
 # values start; per dense matrix its table.
 FeaturePlaces = bundle("FeaturePlaces", pair="b1[:]", key_base="i8[:]", value_base="i8[:]", dense_table="i8[:]")
@@ -314,7 +316,7 @@ def measure_piece(group_offsets, src, r0, r1, room, c0, counts, rows, sid_bytes)
     every sparse feature (tables in order, ``sp_offsets[t]`` theirs), to ``rows[t]`` the rows of table t and to
     ``sid_bytes[0]`` its sample id bytes.
     """
-    sp_offsets, refers, sid_offsets = src[0], src[3], src[12]
+    sp_offsets, refers, sid_offsets = src[_SP_OFFSETS], src[_REFERS], src[_SID_OFFSETS]
     tables = len(sp_offsets)
     ranges = room[:, :, c0:]
     if tables == 1:

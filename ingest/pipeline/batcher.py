@@ -116,8 +116,7 @@ class BatchBuilder:
         if self.kernels_ready is not None:
             self.kernels_ready()
         t0 = time.perf_counter()
-        sums = self.sums
-        counts, rows, sid_total, at, key_base, value_base, meta = sums.arrays()
+        counts, rows, sid_total, at, key_base, value_base, meta = self.sums.arrays()
         scratch = getattr(self._scratch, "arrays", None) or self.scratch()
         room = scratch.ranges
         plans = []
@@ -202,7 +201,8 @@ def warm(payload):
 
 
 def _piece_source(blk):
-    """The ``PieceSource`` of a block as the kernels take it (plain), made once: a block gives several batches."""
+    """The ``PieceSource`` of a block as the kernels take it (plain), kept as its ``batch_args``: a block gives
+    several batches, and ``assemble`` makes it for the first."""
     offsets, from_dsl, dense, refers = [], [], [], []
     last = blk.tables[-1]
     for tab in blk.tables:  # one loop, not a comprehension each: a Python call is ~1 us here, cold between kernels
