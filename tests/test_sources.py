@@ -33,6 +33,26 @@ def test_file_units_identify_their_bytes():
         assert f.read(100) == ADS.read_bytes()[:100] and not f.live and f.describe(5) == str(ADS)
 
 
+def test_local_files_read_alike_by_path_url_and_relative_path(tmp_path, monkeypatch):
+    """Local files are opened with Python's ``open`` (fsspec opens every other URL): the same file named by its
+    path, its ``file://`` URL and a path relative to the working directory gives the same samples, and a file gone
+    between planning and opening is a SourceError naming it."""
+    data = tmp_path / "ads.txt"
+    data.write_bytes(ADS.read_bytes())
+    monkeypatch.chdir(tmp_path)
+
+    def samples(path):
+        return read_samples(make_reader([path], sparse=("item", "user"), label_count=2, batch_size=100))
+
+    expected = samples(str(ADS))
+    assert samples(str(data)) == samples(f"file://{data}") == samples("ads.txt") == expected
+    units = plan_paths([str(data)], splittable=True)
+    data.unlink()
+    with pytest.raises(SourceError, match="ads.txt: cannot open") as err:
+        units[0].open()
+    assert err.value.source == str(data)
+
+
 def test_partition_spans_identify_by_url_only():
     """A partition's end offset moves between runs: a state still resumes the same plan."""
     a = PartitionSpan(3, "kafka://b:9092/t:1", ("b:9092",), "t", 1, 0, 10, "direct", ())
