@@ -27,6 +27,7 @@ import numpy as np
 from numba import njit
 
 import ingest.formats.protobuf as protobuf_format
+from ingest._native.jit import inline
 from ingest._native.protobuf_wire import _len_field, _skip, _tag, _u32, _varint
 from ingest.cli.bench import measure
 
@@ -34,11 +35,24 @@ from _common import arguments, markdown_table, measured_on, save_report, synthet
 from bench_peers import EPOCHS, ingest_reader
 
 
+@inline
+def _field(buf, p, end):
+    """The field at ``p``: ``(number, payload start, payload end, next position)``.  Only a length-delimited field
+    has a payload; another is passed over (a varint inline, the rest by the decoder's ``_skip``) and its payload is
+    empty."""
+    field, wt, p = _tag(buf, p, end)
+    if wt == 2:
+        a, b = _len_field(buf, p, end)
+        return field, a, b, b
+    q = _varint(buf, p, end)[1] if wt == 0 else _skip(buf, p, end, wt, field)
+    return field, q, q, q
+
+
 @njit(nogil=True, cache=True)
 def wire_walk(buf, end, keys, values):
     """Walk the whole ``SampleGroup`` records of ``buf[:end]``, storing each FeatureValue's key in ``keys`` and its
-    value's bits at the same place of ``values``; returns the number of keys.  A field it does not go into is
-    passed over inline when it is a varint or length-delimited (the fields of ingest's files), else by ``_skip``."""
+    value's bits at the same place of ``values``; returns the number of keys.  The fields it does not go into are
+    passed over (``_field``)."""
     ids = 0
     pos = 0
     while pos + 4 <= end:
@@ -48,33 +62,16 @@ def wire_walk(buf, end, keys, values):
             break
         p = a
         while p < b:  # SampleGroup: its FeatureTables
-            field, wt, p = _tag(buf, p, b)
-            if wt != 2:
-                p = _varint(buf, p, b)[1] if wt == 0 else _skip(buf, p, b, wt, field)
-                continue
-            fa, fb = _len_field(buf, p, b)
-            p = fb
+            field, fa, fb, p = _field(buf, p, b)
             q = fa
             while field == 3 and q < fb:  # FeatureTable: its FeatureLines
-                _, _, q = _tag(buf, q, fb)
-                la, lb = _len_field(buf, q, fb)
-                q = lb
+                _, la, lb, q = _field(buf, q, fb)
                 r = la
                 while r < lb:  # FeatureLine: refer, Features
-                    f1, w1, r = _tag(buf, r, lb)
-                    if w1 != 2:
-                        r = _varint(buf, r, lb)[1] if w1 == 0 else _skip(buf, r, lb, w1, f1)
-                        continue
-                    xa, xb = _len_field(buf, r, lb)
-                    r = xb
+                    f1, xa, xb, r = _field(buf, r, lb)
                     s = xa
                     while f1 == 1 and s < xb:  # Feature: type, name, FeatureValues
-                        f2, w2, s = _tag(buf, s, xb)
-                        if w2 != 2:
-                            s = _varint(buf, s, xb)[1] if w2 == 0 else _skip(buf, s, xb, w2, f2)
-                            continue
-                        ya, yb = _len_field(buf, s, xb)
-                        s = yb
+                        f2, ya, yb, s = _field(buf, s, xb)
                         t = ya
                         at = -1  # where this FeatureValue's key went
                         while f2 == 3 and t < yb:  # FeatureValue: key, value, hkey, vector
