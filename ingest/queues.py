@@ -31,22 +31,20 @@ class BoundedQueue:
 
     def put_unless(self, item, stop, poll=0.05):
         """Put ``item``, waiting for a free place until the Event ``stop`` is set (checked every ``poll``
-        seconds, so a stopped reader never hangs on a full queue); whether it was put.  With a place free it is put
-        at once, without a look at ``stop`` (what a stopped reader's queues hold is never taken)."""
-        try:
-            self._free.get_nowait()  # the common case, in C: a batch is put without a Python call
-        except queue.Empty:
-            pass
-        else:
-            self._items.put(item)
-            return True
-        while not stop.is_set():
+        seconds, so a stopped reader never hangs on a full queue); whether it was put.  A free place is taken at
+        once, without a look at ``stop`` (what a stopped reader's queues hold is never taken): the common case, in C
+        calls only."""
+        wait = None  # the first try does not wait
+        while True:
             try:
-                self.put(item, timeout=poll)
-                return True
-            except queue.Full:
-                continue
-        return False
+                self._free.get(wait is not None, wait)
+                break
+            except queue.Empty:
+                if stop.is_set():
+                    return False
+                wait = poll
+        self._items.put(item)
+        return True
 
     def get(self, timeout=None):
         item = self._items.get(timeout=timeout)

@@ -60,7 +60,7 @@ class BatchBuilder:
         self.keep_pieces = keep_pieces  # the batch keeps its pieces (keep_sample, pause: its groups are released)
         self.track = track  # record the position each batch delivers up to (reader state)
         self.pool = pool if pool is not None else BufferPool()
-        self._scratch = threading.local()  # parse workers that build their own batches share the builder
+        self._scratch = _ThreadScratch()  # parse workers that build their own batches share the builder
         self.batch_size = batch_size
         self.pad = pad
         self.unique = unique
@@ -117,7 +117,7 @@ class BatchBuilder:
             self.kernels_ready()
         t0 = time.perf_counter()
         counts, rows, sid_total, at, key_base, value_base, meta = self.sums.arrays()
-        scratch = getattr(self._scratch, "arrays", None) or self.scratch()
+        scratch = self._scratch.arrays
         room = scratch.ranges
         plans = []
         c0 = 0  # each piece's ranges in columns of their own: a batch's pieces have at most batch_size rows
@@ -164,12 +164,8 @@ class BatchBuilder:
         return batch
 
     def scratch(self):
-        """This thread's ``Scratch`` (the hot paths read ``self._scratch.arrays`` first, and call this only on a
-        thread's first batch)."""
-        mine = getattr(self._scratch, "arrays", None)
-        if mine is None:
-            mine = self._scratch.arrays = Scratch()
-        return mine
+        """This thread's ``Scratch``."""
+        return self._scratch.arrays
 
     def add_unique(self, batch):
         """Fill the unique ids of a batch from ``assemble`` (nothing to do without ``unique``); returns it.
@@ -183,8 +179,7 @@ class BatchBuilder:
         if work:
             t0 = time.perf_counter()
             laid, ids, nids = work
-            scratch = getattr(self._scratch, "arrays", None) or self.scratch()
-            unique_ids_of_batch(ids, scratch.table_room(nids))
+            unique_ids_of_batch(ids, self._scratch.arrays.table_room(nids))
             laid.unique, laid.rows_from = True, (ids, nids)
             if self.stats is not None:
                 self.stats.stage("unique", t0, time.perf_counter())
@@ -251,6 +246,14 @@ class BatchSums:
         counts, rows, sid_total, at = self.sums_at
         key_base, value_base, meta = self.bases_at
         return sums[counts], sums[rows], sums[sid_total], sums[at], bases[key_base], bases[value_base], bases[meta]
+
+
+class _ThreadScratch(threading.local):
+    """Each thread's ``Scratch``, made when the thread first uses it (``threading.local`` runs ``__init__`` once in
+    each thread): the builder reads it every batch, an attribute read rather than a call."""
+
+    def __init__(self):
+        self.arrays = Scratch()
 
 
 class Scratch:

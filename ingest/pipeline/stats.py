@@ -19,8 +19,8 @@ class Stats:
     def __init__(self, timeline=None):
         self.timeline = timeline
         self._lock = threading.Lock()
-        self._local = threading.local()
         self._threads = []  # (counts, times) of every thread that counted
+        self._local = _ThreadCounts(self._threads, self._lock)
         self._skipped_by_kind = Counter()
         self._first_errors = []
         self._started = None
@@ -28,29 +28,14 @@ class Stats:
     def start_clock(self):
         self._started = time.perf_counter()
 
-    def _mine(self):
-        """This thread's (counts, times) dicts, made on its first count.  ``add`` and ``stage`` read
-        ``self._local.mine`` themselves first: they run several times a batch, and a call costs as much as the
-        count."""
-        mine = self._local.mine = ({}, {})
-        with self._lock:
-            self._threads.append(mine)
-        return mine
-
     def add(self, **counts):
-        try:
-            mine = self._local.mine[0]
-        except AttributeError:
-            mine = self._mine()[0]
+        mine = self._local.counts
         for name, n in counts.items():
             mine[name] = mine.get(name, 0) + n
 
     def stage(self, stage, start, end, **args):
         """Count ``end - start`` seconds (``perf_counter``) to ``stage``, and record it on the timeline."""
-        try:
-            times = self._local.mine[1]
-        except AttributeError:
-            times = self._mine()[1]
+        times = self._local.times
         times[stage] = times.get(stage, 0.0) + (end - start)
         if self.timeline is not None:
             self.timeline.span(stage, start, end, args)
@@ -86,3 +71,13 @@ class Stats:
             if self._started is not None:
                 out["seconds"]["wall"] = round(time.perf_counter() - self._started, 6)
         return out
+
+
+class _ThreadCounts(threading.local):
+    """A thread's ``counts`` and ``times`` dicts, made (and listed in ``threads``) when the thread first counts:
+    ``threading.local`` runs ``__init__`` once in each thread, so a count is an attribute read, not a call."""
+
+    def __init__(self, threads, lock):
+        self.counts, self.times = {}, {}
+        with lock:
+            threads.append((self.counts, self.times))
