@@ -17,7 +17,8 @@ from ingest.formats.protobuf import ProtobufFormat
 from ingest.pipeline.stages import UnitDone, UnitStart, read_units
 from ingest.pipeline.stats import Stats
 from ingest.sources import FileRange, expand_paths, plan_units, seekable
-from ingest.sources.seekable import FramedZstdWriter, group_frames
+from ingest.sources.files.source import open_file
+from ingest.sources.seekable import FrameReader, FramedZstdWriter, frame_table, group_frames
 from conftest import flatten, make_reader, read_synthetic
 
 QUIET = {"log": lambda *a: None}
@@ -63,7 +64,7 @@ def test_frames_begin_at_writes_and_the_seek_table_finds_them():
     assert (count, descriptor, magic) == (len(frames), 0, 0x8F92EAB1)  # the data frames and the mark
 
 
-def test_files_without_the_mark_or_a_table_that_adds_up_are_not_cut():
+def test_files_without_the_mark_or_a_table_that_adds_up_are_not_cut(tmp_path):
     data = _framed([b"x" * 5000] * 10, 1000)
     assert group_frames(io.BytesIO(data), len(data)) is not None
     plain = zstandard.ZstdCompressor().compress(b"x" * 50000)
@@ -74,8 +75,50 @@ def test_files_without_the_mark_or_a_table_that_adds_up_are_not_cut():
     other = data[: table_at - mark] + _table_without_mark(data, table_at, mark)
     assert zstandard.ZstdDecompressor().stream_reader(io.BytesIO(other), read_across_frames=True).read() == b"x" * 50000
     assert group_frames(io.BytesIO(other), len(other)) is None
+    (tmp_path / "other.zst").write_bytes(other)  # read by its table's frames all the same
+    assert _unit_bytes(tmp_path / "other.zst") == b"x" * 50000
     for damaged in (data + b"\0", b"\0" + data, data[:-1], data[:5]):
         assert group_frames(io.BytesIO(damaged), len(damaged)) is None
+
+
+def _unit_bytes(path):
+    """What the reader's stream of ``path`` (a .zst file, one unit) gives."""
+    size = path.stat().st_size
+    with open_file(FileRange(0, str(path), 0, None, size, "zstd")) as stream:
+        return stream.read()
+
+
+def test_the_frames_of_a_seek_table_are_decompressed_one_call_each_and_read_out_in_any_slices(tmp_path, monkeypatch):
+    writes = [bytes([k]) * (100 + 37 * k) for k in range(60)]
+    data, whole = _framed(writes, 1000), b"".join(writes)
+    sizes = frame_table(io.BytesIO(data), len(data))
+    for n in (1, 7, 1000, 4096, 1 << 20):
+        reader, out = FrameReader(io.BytesIO(data), sizes), []
+        while chunk := reader.read(n):
+            assert 0 < len(chunk) <= n
+            out.append(bytes(chunk))
+        assert b"".join(out) == whole
+    decompress, calls = FrameReader._decompress, []
+    monkeypatch.setattr(FrameReader, "_decompress", lambda self, c, d: calls.append(d) or decompress(self, c, d))
+    path = tmp_path / "framed.zst"
+    path.write_bytes(data)
+    assert _unit_bytes(path) == whole
+    assert calls == [d for _, d in sizes] and len(calls) > 5  # every frame, the mark's (empty) too
+
+
+def test_a_seek_table_that_does_not_fit_its_frames_is_an_error_never_other_bytes(tmp_path):
+    data = _framed([bytes([k]) * 3000 for k in range(10)], 5000)
+    sizes = frame_table(io.BytesIO(data), len(data))
+    table_at = len(data) - (8 + 8 * len(sizes) + 9)
+    (c0, d0), (c1, d1) = sizes[:2]
+    for entries in ([(c0, d0 + 1), (c1, d1)], [(c0, d0 - 1), (c1, d1)], [(c0 + 1, d0), (c1 - 1, d1)]):
+        lying = bytearray(data)
+        lying[table_at + 8 : table_at + 24] = struct.pack("<IIII", *entries[0], *entries[1])
+        path = tmp_path / "lying.zst"
+        path.write_bytes(bytes(lying))
+        assert frame_table(io.BytesIO(lying), len(lying)) is not None  # it adds up: the frames tell
+        with pytest.raises(ingest.SourceError, match=r"lying.zst: cannot read bytes 0-\d+ of the stream"):
+            _unit_bytes(path)
 
 
 def _table_without_mark(data, table_at, mark):

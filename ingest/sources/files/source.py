@@ -10,7 +10,7 @@ from ..base import Source, Unit
 from ..compression import decompressed, infer_compression
 from ..filesystems import open_url, url_to_fs
 from ..hdfs import check_reachable
-from ..seekable import group_frames
+from ..seekable import FrameReader, frame_table, group_frames
 from .streams import FileStream, RangeStream, ReadAhead, Window, skip
 
 __all__ = ["FileRange", "FileSource", "MANIFEST", "expand_paths", "plan_units", "open_file"]
@@ -186,12 +186,32 @@ def _group_frames(url, size):
         raise SourceError(f"{url}: cannot read its seek table: {exc}", source=url) from exc
 
 
+def _frames_of(raw, unit):
+    """The ``(compressed, decompressed)`` sizes of the zstd frames of ``unit`` by its file's seek table, ``raw``
+    left at the unit's start; None when the file has no table that adds up (its frames are then found by
+    decompressing them)."""
+    if not unit.size or not raw.seekable():
+        return None
+    sizes = frame_table(raw, unit.size)
+    raw.seek(unit.start)
+    if sizes is None:
+        return None
+    end = unit.size if unit.end is None else unit.end
+    frames, at = [], 0
+    for c, d in sizes:
+        if unit.start <= at < end:
+            frames.append((c, d))
+        at += c
+    return frames
+
+
 def open_file(unit):
     """The unit's file opened for binary reading, decompressed, as a ``FileStream``.  Errors become
     ``SourceError``.
 
     A compressed unit is decompressed a few chunks ahead on a thread of its own (``ReadAhead``), so that
-    decompression overlaps with parsing; a range of frames is read from its first frame to its end only.  An
+    decompression overlaps with parsing; a zstd file with a seek table that adds up is decompressed a frame a call
+    (``seekable.FrameReader``); a range of frames is read from its first frame to its end only.  An
     aligned unit that resumes is positioned at ``unit.stream_start`` (a compressed one by decompressing up to
     there).  An hdfs-native file is read through ranged streams (``RangeStream``).  It gets no read-ahead thread
     when uncompressed: the stream already fetches ahead, and the extra thread halved the throughput of the parse
@@ -203,10 +223,15 @@ def open_file(unit):
             f = RangeStream(f, unit.url, unit.end)
         if unit.compression:
             raw = f
-            if unit.end is not None:
-                raw.seek(unit.start)
-                f = Window(raw, unit.end - unit.start)
-            f = ReadAhead(decompressed(f, unit.compression), unit.url, under=raw, done=unit.origin)
+            frames = _frames_of(raw, unit) if unit.compression == "zstd" else None
+            if frames is not None:
+                f = FrameReader(raw, frames)
+            else:
+                if unit.end is not None:
+                    raw.seek(unit.start)
+                    f = Window(raw, unit.end - unit.start)
+                f = decompressed(f, unit.compression)
+            f = ReadAhead(f, unit.url, under=raw, done=unit.origin)
     except (OSError, ValueError) as exc:
         raise SourceError(f"{unit.url}: cannot open: {exc}", source=unit.url) from exc
     if unit.aligned and unit.stream_start > unit.origin:
