@@ -106,6 +106,23 @@ def test_the_frames_of_a_seek_table_are_decompressed_one_call_each_and_read_out_
     assert calls == [d for _, d in sizes] and len(calls) > 5  # every frame, the mark's (empty) too
 
 
+def test_a_resumed_unit_passes_over_the_frames_before_its_position_undecompressed(tmp_path, monkeypatch):
+    writes = [bytes([k]) * (100 + 37 * k) for k in range(60)]
+    data, whole = _framed(writes, 1000), b"".join(writes)
+    path = tmp_path / "framed.zst"
+    path.write_bytes(data)
+    starts = [d for _, d in group_frames(io.BytesIO(data), len(data))]
+    decompress, calls = FrameReader._decompress, []
+    monkeypatch.setattr(FrameReader, "_decompress", lambda self, c, d: calls.append(d) or decompress(self, c, d))
+    for position in (0, 1, starts[3] - 1, starts[3], starts[3] + 5, len(whole) - 1):
+        calls.clear()
+        unit = FileRange(0, str(path), 0, None, len(data), "zstd", resume=(position,))
+        with open_file(unit) as stream:
+            assert stream.read() == whole[position:]
+        first = max(k for k, start in enumerate(starts) if start <= position)  # the frame the position is in
+        assert len(calls) == len(starts) - first  # that frame, the ones after it and the mark's
+
+
 def test_a_seek_table_that_does_not_fit_its_frames_is_an_error_never_other_bytes(tmp_path):
     data = _framed([bytes([k]) * 3000 for k in range(10)], 5000)
     sizes = frame_table(io.BytesIO(data), len(data))

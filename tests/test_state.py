@@ -76,6 +76,7 @@ CASES = [
     ("pb", 2, {"unit_bytes": (100_000,)}),
     ("pb.zst", 2, {}),
     ("pb.zst-frames", 2, {"unit_bytes": (30_000,)}),
+    ("pb.zst-frames", 1, {}),  # one unit of many frames: a resume passes over the frames before its position
     ("pb.zst-frames", 1, {"unit_bytes": (30_000,), "epochs": (2,), "shuffle": (7,)}),
     ("spb", 1, {}),
     ("txt", 2, {"deterministic": (True,)}),

@@ -14,6 +14,7 @@ up, with or without the mark, is read by its frames (``FrameReader``: one decomp
 is read frame after frame as zstd files are.
 """
 
+import io
 import struct
 
 import pyarrow as pa
@@ -131,16 +132,28 @@ class FrameReader:
 
     def __init__(self, fileobj, sizes):
         self._f = fileobj
-        self._sizes = iter(sizes)
+        self._sizes = sizes
+        self._next = 0  # the next frame of _sizes
         self._frame = memoryview(b"")
         self._at = 0  # next byte of _frame
 
+    def pass_over(self, n):
+        """Before the first ``read``: pass over the whole frames within the first ``n`` bytes without decompressing
+        them (a seek of ``fileobj`` past them; it must be seekable); returns their decompressed bytes."""
+        passed = compressed = 0
+        while self._next < len(self._sizes) and passed + self._sizes[self._next][1] <= n:
+            compressed += self._sizes[self._next][0]
+            passed += self._sizes[self._next][1]
+            self._next += 1
+        self._f.seek(compressed, io.SEEK_CUR)
+        return passed
+
     def read(self, n):
         while self._at == len(self._frame):
-            size = next(self._sizes, None)
-            if size is None:
+            if self._next == len(self._sizes):
                 return b""
-            self._frame, self._at = self._decompress(*size), 0
+            self._frame, self._at = self._decompress(*self._sizes[self._next]), 0
+            self._next += 1
         out = self._frame[self._at : self._at + n]
         self._at += len(out)
         return out

@@ -211,12 +211,13 @@ def open_file(unit):
 
     A compressed unit is decompressed a few chunks ahead on a thread of its own (``ReadAhead``), so that
     decompression overlaps with parsing; a zstd file with a seek table that adds up is decompressed a frame a call
-    (``seekable.FrameReader``); a range of frames is read from its first frame to its end only.  An
-    aligned unit that resumes is positioned at ``unit.stream_start`` (a compressed one by decompressing up to
-    there).  An hdfs-native file is read through ranged streams (``RangeStream``).  It gets no read-ahead thread
-    when uncompressed: the stream already fetches ahead, and the extra thread halved the throughput of the parse
-    workers.
+    (``seekable.FrameReader``); a range of frames is read from its first frame to its end only.  An aligned unit
+    that resumes is positioned at ``unit.stream_start``: a compressed one by decompressing up to there, the whole
+    frames before it passed over undecompressed when its table gives them.  An hdfs-native file is read through
+    ranged streams (``RangeStream``).  It gets no read-ahead thread when uncompressed: the stream already fetches
+    ahead, and the extra thread halved the throughput of the parse workers.
     """
+    at = unit.origin  # the position of the stream's first byte
     try:
         f = open_url(unit.url)
         if hasattr(f, "read_range_stream"):
@@ -226,14 +227,15 @@ def open_file(unit):
             frames = _frames_of(raw, unit) if unit.compression == "zstd" else None
             if frames is not None:
                 f = FrameReader(raw, frames)
+                at += f.pass_over(unit.stream_start - unit.origin)  # a resume's whole frames before it
             else:
                 if unit.end is not None:
                     raw.seek(unit.start)
                     f = Window(raw, unit.end - unit.start)
                 f = decompressed(f, unit.compression)
-            f = ReadAhead(f, unit.url, under=raw, done=unit.origin)
+            f = ReadAhead(f, unit.url, under=raw, done=at)
     except (OSError, ValueError) as exc:
         raise SourceError(f"{unit.url}: cannot open: {exc}", source=unit.url) from exc
-    if unit.aligned and unit.stream_start > unit.origin:
-        skip(f, unit.stream_start - unit.origin, unit.url)
+    if unit.aligned and unit.stream_start > at:
+        skip(f, unit.stream_start - at, unit.url)
     return FileStream(f, unit.url, decompressed=unit.compression is not None)
