@@ -88,6 +88,13 @@ def _unit_bytes(path):
         return stream.read()
 
 
+def _decompressions(monkeypatch):
+    """The decompressed size of every frame ``FrameReader`` decompresses from now on, in a list."""
+    decompress, calls = FrameReader._decompress, []
+    monkeypatch.setattr(FrameReader, "_decompress", lambda self, c, d: calls.append(d) or decompress(self, c, d))
+    return calls
+
+
 def test_the_frames_of_a_seek_table_are_decompressed_one_call_each_and_read_out_in_any_slices(tmp_path, monkeypatch):
     writes = [bytes([k]) * (100 + 37 * k) for k in range(60)]
     data, whole = _framed(writes, 1000), b"".join(writes)
@@ -98,8 +105,7 @@ def test_the_frames_of_a_seek_table_are_decompressed_one_call_each_and_read_out_
             assert 0 < len(chunk) <= n
             out.append(bytes(chunk))
         assert b"".join(out) == whole
-    decompress, calls = FrameReader._decompress, []
-    monkeypatch.setattr(FrameReader, "_decompress", lambda self, c, d: calls.append(d) or decompress(self, c, d))
+    calls = _decompressions(monkeypatch)
     path = tmp_path / "framed.zst"
     path.write_bytes(data)
     assert _unit_bytes(path) == whole
@@ -112,8 +118,7 @@ def test_a_resumed_unit_passes_over_the_frames_before_its_position_undecompresse
     path = tmp_path / "framed.zst"
     path.write_bytes(data)
     starts = [d for _, d in group_frames(io.BytesIO(data), len(data))]
-    decompress, calls = FrameReader._decompress, []
-    monkeypatch.setattr(FrameReader, "_decompress", lambda self, c, d: calls.append(d) or decompress(self, c, d))
+    calls = _decompressions(monkeypatch)
     for position in (0, 1, starts[3] - 1, starts[3], starts[3] + 5, len(whole) - 1):
         calls.clear()
         unit = FileRange(0, str(path), 0, None, len(data), "zstd", resume=(position,))

@@ -125,7 +125,7 @@ class FrameReader:
     ``fileobj``'s position.  Each frame is decompressed in one call straight into a buffer of its size (pyarrow's
     codec, without the GIL); ``read(n)`` returns up to ``n`` of its bytes as a memoryview of that buffer.
     zstandard's streaming decoder writes into its window and copies out of it, in calls of a few hundred KB: in a
-    pb.zst read that copy was a sixth of the read-ahead thread's time, and each call's chunk a hand-over to the
+    pb.zst read that copy costs a sixth of the read-ahead thread's time, and each call's chunk a hand-over to the
     parse thread.  A frame that does not decompress to its size is an ``OSError``."""
 
     _CODEC = pa.Codec("zstd")  # stateless: each call makes its own context
