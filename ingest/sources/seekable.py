@@ -10,17 +10,15 @@ beginning at a record (a group).  After the frames come two skippable frames, wh
 
 The table alone does not say where groups begin (other tools cut frames anywhere), so only a file with the mark is
 cut.  A file without both, or whose table does not add up to its size, is one work unit.  A file whose table adds
-up, with or without the mark, is read by its frames (``FrameReader``: one decompression call a frame); any other
-is read frame after frame as zstd files are.
+up, with or without the mark, is read by its frames (``compression.FrameReader``: one decompression call a
+frame); any other is read frame after frame as zstd files are.
 """
 
-import io
 import struct
 
-import pyarrow as pa
 import zstandard
 
-__all__ = ["FRAME_BYTES", "FrameReader", "FramedZstdWriter", "frame_table", "group_frames"]
+__all__ = ["FRAME_BYTES", "FramedZstdWriter", "frame_table", "group_frames"]
 
 # Decompressed bytes per frame.  Each frame starts zstd's 1 MiB window afresh: on the benchmarks' pb samples, 8 MiB
 # frames make the file 0.17 % larger than one frame (4 MiB 0.36 %, 1 MiB 1.5 %), and a 1 GB pb.zst has ~1,000.
@@ -118,57 +116,6 @@ def group_frames(f, size):
     if _read_at(f, c_at, len(_MARK_FRAME)) != _MARK_FRAME:
         return None
     return starts
-
-
-class FrameReader:
-    """The bytes of zstd frames of known sizes (a seek table's ``(compressed, decompressed)`` entries), read from
-    ``fileobj``'s position.  Each frame is decompressed in one call straight into a buffer of its size (pyarrow's
-    codec, without the GIL); ``read(n)`` returns up to ``n`` of its bytes as a memoryview of that buffer.
-    zstandard's streaming decoder writes into its window and copies out of it, in calls of a few hundred KB: in a
-    pb.zst read that copy costs a sixth of the read-ahead thread's time, and each call's chunk a hand-over to the
-    parse thread.  A frame that does not decompress to its size is an ``OSError``."""
-
-    _CODEC = pa.Codec("zstd")  # stateless: each call makes its own context
-
-    def __init__(self, fileobj, sizes):
-        self._f = fileobj
-        self._sizes = sizes
-        self._next = 0  # the next frame of _sizes
-        self._frame = memoryview(b"")
-        self._at = 0  # next byte of _frame
-
-    def pass_over(self, n):
-        """Before the first ``read``: pass over the whole frames within the first ``n`` bytes without decompressing
-        them (a seek of ``fileobj`` past them; it must be seekable); returns their decompressed bytes."""
-        passed = compressed = 0
-        while self._next < len(self._sizes) and passed + self._sizes[self._next][1] <= n:
-            compressed += self._sizes[self._next][0]
-            passed += self._sizes[self._next][1]
-            self._next += 1
-        self._f.seek(compressed, io.SEEK_CUR)
-        return passed
-
-    def read(self, n):
-        while self._at == len(self._frame):
-            if self._next == len(self._sizes):
-                return b""
-            self._frame, self._at = self._decompress(*self._sizes[self._next]), 0
-            self._next += 1
-        out = self._frame[self._at : self._at + n]
-        self._at += len(out)
-        return out
-
-    def _decompress(self, compressed, decompressed):
-        data = self._f.read(compressed)
-        while len(data) < compressed:  # a stream may return less than asked
-            more = self._f.read(compressed - len(data))
-            if not more:
-                raise OSError(f"the file ends {compressed - len(data)} bytes before the end of a zstd frame")
-            data += more
-        return memoryview(self._CODEC.decompress(data, decompressed_size=decompressed)).cast("B")
-
-    def close(self):
-        self._f.close()
 
 
 def _read_at(f, offset, n):

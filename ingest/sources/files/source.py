@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 from ...errors import ConfigError, SourceError
 from ..base import Source, Unit
-from ..compression import decompressed, infer_compression
+from ..compression import FrameReader, decompressed, infer_compression
 from ..filesystems import open_url, url_to_fs
 from ..hdfs import check_reachable
-from ..seekable import FrameReader, frame_table, group_frames
+from ..seekable import frame_table, group_frames
 from .streams import FileStream, RangeStream, ReadAhead, Window, skip
 
 __all__ = ["FileRange", "FileSource", "MANIFEST", "expand_paths", "plan_units", "open_file"]
@@ -211,7 +211,7 @@ def open_file(unit):
 
     A compressed unit is decompressed a few chunks ahead on a thread of its own (``ReadAhead``), so that
     decompression overlaps with parsing; a zstd file with a seek table that adds up is decompressed a frame a call
-    (``seekable.FrameReader``); a range of frames is read from its first frame to its end only.  An aligned unit
+    (``compression.FrameReader``); a range of frames is read from its first frame to its end only.  An aligned unit
     that resumes is positioned at ``unit.stream_start``: a compressed one by decompressing up to there, the whole
     frames before it passed over undecompressed when its table gives them.  An hdfs-native file is read through
     ranged streams (``RangeStream``).  It gets no read-ahead thread when uncompressed: the stream already fetches
