@@ -120,16 +120,16 @@ def _zstd_reader(fileobj):
 
 
 # The buffers FrameReader decompresses frames into, leased again once nothing refers to them: a buffer allocated
-# for each frame costs the first touch of its pages (a pb.zst read on one thread spent 0.76 s of system time
-# against 0.44 in 80 passes of the benchmarks' file, and its parse thread waited for the read-ahead).
+# for each frame costs the first touch of its pages (over 80 passes of the benchmarks' pb.zst on one thread, 0.76 s
+# of system time against 0.44-0.64 pooled, and the parse thread waited for the read-ahead).
 _FRAME_BUFFERS = BufferPool()
 
 
 class FrameReader:
     """The bytes of zstd frames of known sizes (a seek table's ``(compressed, decompressed)`` entries), read from
     ``fileobj``'s position.  Each frame is decompressed in one call (the GIL released) into a pooled buffer of its
-    size, and ``read(n)`` returns up to ``n`` of its bytes as a memoryview of that buffer: one chunk a frame for
-    the read-ahead queue, where ``decompressobj`` makes one a few hundred KB, each a hand-over to the parse thread.
+    size, and ``read(n)`` returns up to ``n`` of its bytes as a memoryview of that buffer: chunks as large as the
+    read-ahead asks for, where ``decompressobj`` makes one a few hundred KB, each a hand-over to the parse thread.
     A frame that does not decompress to the size its table gives is an ``OSError`` (or ``zstandard.ZstdError``)."""
 
     def __init__(self, fileobj, sizes):
