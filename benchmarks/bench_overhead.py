@@ -14,7 +14,9 @@ pays once (start-up, threads, opening the file), which the JSON reports apart (`
 runs' noise). The consumer takes nothing of a batch but its size, except in the configurations where it takes every
 array (``batch.arrays()``): a reader makes a batch's arrays only when its consumer asks for them, so those show the
 Python a batch costs its consumer too. Each configuration runs ``--runs`` times, the configurations in turn; medians
-per batch of 1024 samples, with the kernel calls a batch makes. Writes ``benchmarks/results/bench_overhead.json``.
+per batch of 1024 samples, with the kernel calls a batch makes and the CPU time of the consumer's thread (all of
+it, kernels included: with ``threads(0)`` it reads too; with parse threads it only takes batches, waiting for them
+when it is ahead). Writes ``benchmarks/results/bench_overhead.json``.
 
 The VM's speed moves these figures by a fifth or more over an hour, more than a change to the Python around the
 kernels does. ``--old REV`` compares two revisions in the same hour: each run of every configuration in a subprocess
@@ -132,22 +134,22 @@ def cpu_seconds():
 
 
 def timed_read(path, file_type, aux, unique, threads, epochs, takes):
-    """(batches, CPU seconds, CPU seconds in kernels and file reads, their calls) of one reader; with ``takes``, the
-    consumer takes every array of every batch."""
+    """(batches, CPU seconds, the consumer's thread's CPU seconds, CPU seconds in kernels and file reads, their calls)
+    of one reader; with ``takes``, the consumer takes every array of every batch."""
     reader = ingest_reader(path, file_type, aux, threads=threads, unique=unique, epochs=epochs)
     with KernelClock() as clock:
-        cpu0 = cpu_seconds()
+        cpu0, consumer0 = cpu_seconds(), time.thread_time()
         reader.startup()
         batches = sum(1 for batch in reader if not takes or batch.arrays())
-        cpu = cpu_seconds() - cpu0
-    return batches, cpu, clock.seconds, clock.calls
+        cpu, consumer = cpu_seconds() - cpu0, time.thread_time() - consumer0
+    return batches, cpu, consumer, clock.seconds, clock.calls
 
 
 def one_run(path, file_type, aux, unique, threads, takes, epochs, wrapper):
     """Per batch: user CPU, in kernels, outside them (less ``wrapper`` seconds a kernel call) and kernel calls, from
     a run of ``epochs`` less a run of one; and the time outside kernels a reader spends once."""
-    b1, cpu1, k1, calls1 = timed_read(path, file_type, aux, unique, threads, 1, takes)
-    bn, cpun, kn, callsn = timed_read(path, file_type, aux, unique, threads, epochs, takes)
+    b1, cpu1, consumer1, k1, calls1 = timed_read(path, file_type, aux, unique, threads, 1, takes)
+    bn, cpun, consumern, kn, callsn = timed_read(path, file_type, aux, unique, threads, epochs, takes)
     added = bn - b1
     per_batch = 1e6 / added
     wrapped = wrapper * (sum(callsn.values()) - sum(calls1.values()))
@@ -156,6 +158,7 @@ def one_run(path, file_type, aux, unique, threads, takes, epochs, wrapper):
         "cpu_us_per_batch": per_batch * (cpun - cpu1),
         "kernel_us_per_batch": per_batch * (kn - k1),
         "outside_us_per_batch": outside,
+        "consumer_us_per_batch": per_batch * (consumern - consumer1),
         "once_ms": 1e3 * (cpu1 - k1 - wrapper * sum(calls1.values())) - outside * b1 / 1e3,
         "kernel_calls_per_batch": (sum(callsn.values()) - sum(calls1.values())) / added,
         "calls": dict(callsn.most_common()),
@@ -239,7 +242,14 @@ def main():
     results = {}
     for config, done in runs.items():
         name = config_name(config)
-        keys = ("cpu_us_per_batch", "kernel_us_per_batch", "outside_us_per_batch", "once_ms", "kernel_calls_per_batch")
+        keys = (
+            "cpu_us_per_batch",
+            "kernel_us_per_batch",
+            "outside_us_per_batch",
+            "consumer_us_per_batch",
+            "once_ms",
+            "kernel_calls_per_batch",
+        )
         results[name] = {key: statistics.median(r[key] for r in done) for key in keys}
         results[name]["calls"] = done[-1]["calls"]
         results[name]["batches"] = done[-1]["batches"]
@@ -258,6 +268,7 @@ def main():
             f"{r['cpu_us_per_batch']:.0f}",
             f"{r['kernel_us_per_batch']:.0f}",
             f"**{r['outside_us_per_batch']:.0f}**",
+            f"{r['consumer_us_per_batch']:.0f}",
             f"{r['kernel_calls_per_batch']:.1f}",
         ]
         for name, r in results.items()
@@ -266,7 +277,8 @@ def main():
         f"\n{measured_on(report)}, medians of {args.runs} runs, per batch of {BATCH_SIZE} (less {1e6 * wrapper:.2f} µs "
         "of the benchmark's wrapper a kernel call):"
     )
-    print(markdown_table(["", "CPU µs", "in kernels and reads µs", "outside µs", "kernel calls"], rows))
+    header = ["", "CPU µs", "in kernels and reads µs", "outside µs", "consumer's thread µs", "kernel calls"]
+    print(markdown_table(header, rows))
 
 
 if __name__ == "__main__":
