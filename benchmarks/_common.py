@@ -75,6 +75,21 @@ def synthetic_inputs(samples):
     return {"text": (text, "txt", set()), "pb": (pb, "pb", aux)}
 
 
+def converted(text, suffix):
+    """The synthetic text file ``text`` converted by ``ingest convert`` to the format of ``suffix`` (``.pb.zst``, with
+    ``--aux auto`` as ``synthetic_inputs``' pb; ``.parquet``) beside it.  A Parquet file is kept once written; a pb.zst
+    is written each time (a kept one may be of an older zstd level)."""
+    from ingest.convert import convert
+
+    path = OUT / f"{text.stem}{suffix}"
+    if suffix == ".pb.zst" or not path.exists():
+        print(f"writing {path} ...", file=sys.stderr, flush=True)
+        partial = path.with_name("partial-" + path.name)  # its extension names the format
+        convert([str(text)], str(partial), aux="auto" if suffix == ".pb.zst" else None, log=lambda *_: None)
+        os.replace(partial, path)
+    return path
+
+
 def machine():
     """Cores, CPU model and versions of what is measured, as a dict."""
     cpu = platform.processor() or platform.machine()

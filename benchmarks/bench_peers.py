@@ -47,9 +47,8 @@ import time
 import ingest
 from ingest import synthetic
 from ingest.cli.bench import measure
-from ingest.convert import convert
 
-from _common import OUT, RESULTS, arguments, markdown_table, measured_on, save_report, synthetic_inputs
+from _common import OUT, RESULTS, arguments, converted, markdown_table, measured_on, save_report, synthetic_inputs
 
 BATCH_SIZE = 1024
 THREADS = (1, 2)
@@ -242,13 +241,7 @@ def main(argv=None):
         )
         os.replace(str(tfrecord) + ".partial", tfrecord)
 
-    pb_zst, parquet = OUT / f"{text.stem}.pb.zst", OUT / f"{text.stem}.parquet"
-    for path in (pb_zst, parquet):
-        if path == pb_zst or not path.exists():  # pb.zst always: a kept one may be of an older zstd level
-            print(f"writing {path} ...", file=sys.stderr, flush=True)
-            partial = path.with_name("partial-" + path.name)  # its extension names the format
-            convert([str(text)], str(partial), aux="auto" if path == pb_zst else None, log=lambda *_: None)
-            os.replace(partial, path)
+    pb_zst, parquet = converted(text, ".pb.zst"), converted(text, ".parquet")
     configs = [(unique, threads) for unique in (False, True) for threads in THREADS]
     tf_readers = {
         (unique, threads): {
