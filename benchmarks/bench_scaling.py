@@ -74,7 +74,7 @@ def main(argv=None):
             for unique in (False, True):
                 makers = {way: maker(path, file_type, aux, unique, *how) for way, how in WAYS.items()}
                 os.sched_setaffinity(0, allowed)  # the processes inherit it: a "1 core" run may have pinned us
-                with TwoProcesses(path, file_type, aux, unique, args.batch_size, halves=name != "pb.zst") as two:
+                with TwoProcesses(path, file_type, aux, unique, args.batch_size, shards=name != "pb.zst") as two:
                     makers["2 processes"] = two.run
                     results[f"{name} {'on' if unique else 'off'}"] = alternated_runs(
                         makers, args.samples * EPOCHS[file_type], args.runs
@@ -110,7 +110,7 @@ def main(argv=None):
 
 
 class TwoProcesses:
-    """Two processes, each with a ``threads(1)`` reader of one shard of the input (``halves``) or of all of it read
+    """Two processes, each with a ``threads(1)`` reader of one shard of the input (``shards``) or of all of it read
     half as many times, kept alive over the rounds; ``run()`` starts both readings at once and returns them as one run
     (``measure``'s fields).
 
@@ -118,7 +118,7 @@ class TwoProcesses:
     second answer, so the combined samples/s counts the slower process in full.
     """
 
-    def __init__(self, path, file_type, aux, unique, batch_size, halves=True):
+    def __init__(self, path, file_type, aux, unique, batch_size, shards=True):
         spawn = multiprocessing.get_context("spawn")  # a fresh interpreter: nothing inherited from this one
         self.pipes = []
         self.procs = []
@@ -126,7 +126,7 @@ class TwoProcesses:
             mine, theirs = spawn.Pipe()
             proc = spawn.Process(
                 target=_shard_process,
-                args=(theirs, str(path), file_type, aux, unique, batch_size, index if halves else None),
+                args=(theirs, str(path), file_type, aux, unique, batch_size, index if shards else None),
                 daemon=True,
             )
             proc.start()
