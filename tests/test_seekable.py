@@ -1,8 +1,10 @@
 """zstd files of frames that begin at sample groups: written by convert, cut into work units by the reader."""
 
+import gc
 import io
 import re
 import struct
+import sys
 import threading
 from collections import Counter
 
@@ -16,7 +18,8 @@ from ingest.convert import convert
 from ingest.formats.protobuf import ProtobufFormat
 from ingest.pipeline.stages import UnitDone, UnitStart, read_units
 from ingest.pipeline.stats import Stats
-from ingest.sources import FileRange, expand_paths, plan_units, seekable
+from ingest.pool import BufferPool
+from ingest.sources import FileRange, compression, expand_paths, plan_units, seekable
 from ingest.sources.files.source import open_file
 from ingest.sources.compression import FrameReader
 from ingest.sources.seekable import FramedZstdWriter, frame_table, group_frames
@@ -127,6 +130,22 @@ def test_a_resumed_unit_passes_over_the_frames_before_its_position_undecompresse
             assert stream.read() == whole[position:]
         first = max(k for k, start in enumerate(starts) if start <= position)  # the frame the position is in
         assert len(calls) == len(starts) - first  # that frame, the ones after it and the mark's
+
+
+def test_a_closed_unit_holds_no_frame_buffer(files, monkeypatch):
+    """A unit's frames go back to the pool when its stream closes, not when the garbage collector finds the
+    read-ahead's cycle (its thread refers to it): else each pass over a file leased frames anew, and the pool grew
+    with the passes."""
+    pool = BufferPool()
+    monkeypatch.setattr(compression, "_FRAME_BUFFERS", pool)
+    reader = synthetic.declare(make_reader([files["zst"]], file_type="pb", epochs=(4,)), aux=files["aux"])
+    gc.disable()
+    try:
+        read = sum(batch.size for batch in reader.startup())
+        held = [buf for queue in pool._classes.values() for buf in queue if sys.getrefcount(buf) > pool._free_refs]
+    finally:
+        gc.enable()
+    assert read == 4 * 3000 and pool.allocated > 0 and held == []
 
 
 def test_a_seek_table_that_does_not_fit_its_frames_is_an_error_never_other_bytes(tmp_path):

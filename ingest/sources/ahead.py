@@ -4,6 +4,8 @@ The producing call blocks in C (socket reads, zstd) with the GIL released, so it
 parse worker that takes its results.
 """
 
+import contextlib
+import queue
 import threading
 
 from ..queues import BoundedQueue
@@ -55,3 +57,6 @@ class Ahead:
     def close(self):
         self.stop.set()
         self._thread.join()
+        with contextlib.suppress(queue.Empty):  # results not taken let go now, not when the collector finds the cycle
+            while True:
+                self._queue.get_nowait()
