@@ -59,6 +59,11 @@ class BufferPool:
             self.allocated_bytes += size
             return buf
 
+    def in_use(self):
+        """How many of the pool's buffers something outside it still refers to."""
+        with self._lock:
+            return sum(sys.getrefcount(buf) > self._free_refs for queue in self._classes.values() for buf in queue)
+
     def lease(self, shape, dtype):
         """A C-contiguous array of ``shape`` and ``dtype`` over a pooled buffer (contents undefined)."""
         dtype = np.dtype(dtype)

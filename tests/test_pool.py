@@ -18,10 +18,11 @@ def test_a_buffer_is_reused_only_when_nothing_refers_to_it():
     view = a[10:20]
     del a
     b = pool.lease(100, np.int64)  # the first buffer is still held through `view`
-    assert pool.allocated == 2 and np.all(view == 7)
+    assert pool.allocated == 2 and np.all(view == 7) and pool.in_use() == 2
     del view, b
+    assert pool.in_use() == 0
     c = pool.lease((10, 10), np.float32)  # same size class: reused
-    assert pool.allocated == 2 and c.shape == (10, 10) and c.flags.c_contiguous
+    assert pool.allocated == 2 and c.shape == (10, 10) and c.flags.c_contiguous and pool.in_use() == 1
 
 
 def _reader(path, **options):

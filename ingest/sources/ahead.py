@@ -4,8 +4,6 @@ The producing call blocks in C (socket reads, zstd) with the GIL released, so it
 parse worker that takes its results.
 """
 
-import contextlib
-import queue
 import threading
 
 from ..queues import BoundedQueue
@@ -57,6 +55,7 @@ class Ahead:
     def close(self):
         self.stop.set()
         self._thread.join()
-        with contextlib.suppress(queue.Empty):  # results not taken let go now, not when the collector finds the cycle
-            while True:
-                self._queue.get_nowait()
+        # the producer is most often a method of this Ahead's owner (a ReadAhead's ``_read_chunk``): without the
+        # cycle, the owner and what it holds (decompressed frames, results not taken) go when the owner is dropped,
+        # not when the garbage collector comes round
+        self._produce = None

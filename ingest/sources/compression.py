@@ -184,7 +184,6 @@ class FrameReader:
         if self._context is not None:
             _IDLE_ZSTD.append(self._context)
             self._context = None
-        self._frame = memoryview(b"")  # its pooled buffer is free for the next frame read anywhere
         self._f.close()
 
 

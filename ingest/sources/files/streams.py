@@ -193,7 +193,6 @@ class ReadAhead(_Chunked):
     def close(self):
         if not self.closed:
             self._ahead.close()
-            self._current = memoryview(b"")  # the chunk's buffer (a pooled frame's) is free once the stream closes
             self._f.close()
             if self._under is not None:
                 self._under.close()
