@@ -6,9 +6,10 @@ import time
 import numpy as np
 
 from .._native.columns import BlockParts, Columns, KeptLayout, region_decoded, region_room, trim_rows
+from ..blocks import Block
 from ..sources import read_into
 
-__all__ = ["UnitFormat", "ReadClock", "Kept", "KeptRows", "Room", "refill", "grown", "whole_so_far"]
+__all__ = ["UnitFormat", "ReadClock", "Kept", "KeptRows", "Room", "chunk_block", "refill", "grown", "whole_so_far"]
 
 
 class Kept:
@@ -90,6 +91,26 @@ class KeptRows:
         for k, (t, _, w) in enumerate(self.dense_list):
             dense.append(parts.dense[dense_at[k] : dense_at[k + 1]].reshape(tab_rows[t], w))
         return parts, offsets, dense, refers
+
+
+def chunk_block(tables, parts, cols, high, unit, start, end):
+    """The Block of a chunk's ``tables`` (Table), ``parts`` (what ``KeptRows.of`` kept) and ``cols`` (its
+    ``Columns``; ``high``: their high ids are kept) of ``unit``'s bytes ``start:end``."""
+    return Block(
+        tables=tables,
+        group_offsets=parts.group_offsets,
+        sp_keys=cols.keys,
+        sp_hkeys=cols.hkeys if high else None,
+        sp_values=cols.values,
+        labels=parts.labels,
+        timestamps=parts.timestamps,
+        sid_bytes=parts.sid_bytes,
+        sid_offsets=parts.sid_offsets,
+        source=unit.url,
+        start=start,
+        end=end,
+        group_pos=parts.group_pos,
+    )
 
 
 class Room:

@@ -16,9 +16,9 @@ from .._native.columns import ChunkRows
 from .._native.names import build_name_table
 from ..errors import DataError
 from ..features import DenseLayout
-from ..blocks import Block, Table
+from ..blocks import Table
 from ..sources.files.streams import skip
-from .base import Kept, KeptRows, Room, UnitFormat, grown, refill, whole_so_far
+from .base import Kept, KeptRows, Room, UnitFormat, chunk_block, grown, refill, whole_so_far
 
 __all__ = [
     "ProtobufFormat",
@@ -355,21 +355,7 @@ class ProtobufFormat(UnitFormat):
             tables.append(
                 Table(rows_t, offsets[t], tuple(dense[self.dense_of_table[t]]), refers[t] if t < last else None)
             )
-        return Block(
-            tables=tuple(tables),
-            group_offsets=parts.group_offsets,
-            sp_keys=cols.keys,
-            sp_hkeys=cols.hkeys if high else None,
-            sp_values=cols.values,
-            labels=parts.labels,
-            timestamps=parts.timestamps,
-            sid_bytes=parts.sid_bytes,
-            sid_offsets=parts.sid_offsets,
-            source=unit.url,
-            start=start,
-            end=end,
-            group_pos=parts.group_pos,
-        )
+        return chunk_block(tuple(tables), parts, cols, high, unit, start, end)
 
     def _error(self, f, buf, filled, row, unit, base, records):
         code, record, record_pos, pos, table, line, feat, got = (int(v) for v in row)

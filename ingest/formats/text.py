@@ -12,8 +12,8 @@ from .._native.columns import ChunkRows
 from .._native.names import build_name_table
 from ..errors import TextParseError
 from ..features import DenseLayout
-from ..blocks import Block, Table, empty_aux_tables
-from .base import Kept, KeptRows, Room, UnitFormat, grown, refill, whole_so_far
+from ..blocks import Table, empty_aux_tables
+from .base import Kept, KeptRows, Room, UnitFormat, chunk_block, grown, refill, whole_so_far
 
 __all__ = ["TextFormat", "group_start_at_or_after", "range_span", "count_lines_before"]
 
@@ -359,21 +359,7 @@ class TextFormat(UnitFormat):
         parts, [offsets], dense, _ = self.kept_rows.of([nrows], s.kept, plain_cols, False, nsid, ngroups, start)
         refer0, aux = empty_aux_tables(self.schema, parts.group_offsets, 0)
         main = Table(nrows, offsets, tuple(dense), refer0)
-        return Block(
-            tables=(main, *aux),
-            group_offsets=parts.group_offsets,
-            sp_keys=cols.keys,
-            sp_hkeys=None,
-            sp_values=cols.values,
-            labels=parts.labels,
-            timestamps=parts.timestamps,
-            sid_bytes=parts.sid_bytes,
-            sid_offsets=parts.sid_offsets,
-            source=unit.url,
-            start=start,
-            end=end,
-            group_pos=parts.group_pos,
-        )
+        return chunk_block((main, *aux), parts, cols, False, unit, start, end)
 
     def _error(self, f, buf, filled, row, unit, base, line_base):
         code, line, line_start, bad_s, bad_e, field, feat = (int(v) for v in row)
