@@ -274,19 +274,18 @@ KERBEROS_HDFS = (
 
 
 @pytest.fixture(scope="session")
-def kerberos_hdfs():
+def kerberos_hdfs(services):
     """The Kerberos-secured HDFS of ``scripts/services.sh start --kerberos`` (its URL, its clients'
-    HADOOP_CONF_DIR, a krb5.conf naming its KDC, a client principal and its keytab), from the environment, else
-    from ``scripts/services.sh status --kerberos``; skipped when neither has it (CI starts it in ``.ci/run``)."""
+    HADOOP_CONF_DIR, a krb5.conf naming its KDC, a client principal and its keytab), from the environment (CI
+    starts it in ``.ci/run``), else started here: ``start --kerberos`` leaves the running services alone and adds
+    it, and ``services.sh stop`` (the ``services`` fixture's, when it started them) stops it with the others."""
     if all(n in os.environ for n in KERBEROS_HDFS):
         return {n: os.environ[n] for n in KERBEROS_HDFS}
     done = subprocess.run(
-        [str(ROOT / "scripts" / "services.sh"), "status", "--kerberos"], capture_output=True, text=True
+        [str(ROOT / "scripts" / "services.sh"), "start", "--kerberos"], capture_output=True, text=True, timeout=900
     )
+    assert done.returncode == 0, f"scripts/services.sh start --kerberos failed:\n{done.stderr[-3000:]}"
     found = dict(line.split("=", 1) for line in done.stdout.split() if "=" in line)
-    if not all(n in found for n in KERBEROS_HDFS):
-        pytest.skip(
-            'no Kerberos-secured HDFS: run `eval "$(scripts/services.sh start --kerberos)"` and export its '
-            f"{', '.join(KERBEROS_HDFS)} (.ci/run does)"
-        )
+    missing = [n for n in KERBEROS_HDFS if n not in found]
+    assert not missing, f"scripts/services.sh start --kerberos gives no {missing}:\n{done.stderr[-2000:]}"
     return {n: found[n] for n in KERBEROS_HDFS}
