@@ -186,25 +186,26 @@ def test_missing_path_is_a_source_error(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "call",
+    "call, named",
     [
-        lambda r: r.batch_size(0),
-        lambda r: r.threads(-1),
-        lambda r: r.on_error("ignore"),
-        lambda r: r.shard(3, 3),
-        lambda r: r.feature(name="x", type="dense"),
-        lambda r: r.feature(name="x", type="dense", nvec=3, mask="10"),
-        lambda r: r.feature(name="x", type="sparse", mask="1"),
-        lambda r: r.feature(name="a|b", type="sparse"),
-        lambda r: r.feature(name="x", type="embedding"),
-        lambda r: r.z("brotli"),
+        (lambda r: r.batch_size(0), "batch_size=0"),
+        (lambda r: r.threads(-1), "threads=-1"),
+        (lambda r: r.on_error("ignore"), "on_error='ignore'"),
+        (lambda r: r.shard(3, 3), "task_index=3"),
+        (lambda r: r.feature(name="x", type="dense"), "dense feature 'x': nvec=None"),
+        (lambda r: r.feature(name="x", type="dense", nvec=3, mask="10"), "dense feature 'x': mask='10'"),
+        (lambda r: r.feature(name="x", type="sparse", mask="1"), "sparse feature 'x': mask"),
+        (lambda r: r.feature(name="a|b", type="sparse"), "feature name='a|b'"),
+        (lambda r: r.feature(name="x", type="embedding"), "feature 'x': type='embedding'"),
+        (lambda r: r.z("brotli"), "compression='brotli'"),
     ],
 )
-def test_bad_options_are_config_errors_that_name_the_argument(call):
+def test_bad_options_are_config_errors_that_name_the_argument(call, named):
     reader = ingest.DataReader("r", paths=["x"])
     with pytest.raises(ingest.ConfigError) as info:
         call(reader)
     assert isinstance(info.value, ValueError)
+    assert str(info.value).startswith(named)
 
 
 # -- batching rules -----------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ import io
 import re
 import struct
 import threading
+import time
 from collections import Counter
 
 import numpy as np
@@ -19,6 +20,7 @@ from ingest.pipeline.stages import UnitDone, UnitStart, read_units
 from ingest.pipeline.stats import Stats
 from ingest.pool import BufferPool
 from ingest.sources import FileRange, compression, expand_paths, plan_units, seekable
+from ingest.sources.files import source as file_source
 from ingest.sources.files.source import open_file
 from ingest.sources.compression import FrameReader
 from ingest.sources.seekable import FramedZstdWriter, frame_table, group_frames
@@ -261,14 +263,27 @@ def test_a_record_a_corrupt_frame_garbles_is_named_as_a_read_of_the_whole_file_n
     assert cut.offset > hit.origin and str(cut) == str(whole) and "record" in str(cut)
 
 
-def test_a_reader_stopped_early_leaves_no_unit_opened_ahead(files):
-    """The next unit of a framed file opens while the current one is read; shutdown closes both (the autouse
+def test_a_reader_stopped_early_leaves_no_unit_opened_ahead(files, monkeypatch):
+    """The next unit of a framed file opens while the current one is read; shutdown closes both (and the autouse
     fixture checks that no read-ahead thread is left)."""
+    opened = []
+    real_init = file_source.ReadAhead.__init__
+
+    def init(self, *args, **kwargs):
+        opened.append(self)
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(file_source.ReadAhead, "__init__", init)
     reader = synthetic.declare(
         make_reader([files["zst"]], file_type="pb", unit_bytes=(30_000,), batch_size=(64,)), aux=files["aux"]
     )
     next(iter(reader.startup()))
+    deadline = time.monotonic() + 10
+    while len(opened) < 2 and time.monotonic() < deadline:  # the unit read, and the next one opened ahead
+        time.sleep(0.01)
+    assert len(opened) >= 2 and not opened[-1].closed
     reader.shutdown()
+    assert all(f.closed for f in opened)
 
 
 def test_a_unit_opened_ahead_raises_its_error_in_its_turn(files, tmp_path):
