@@ -226,7 +226,7 @@ class DataReader:
         return self._set(max_record_bytes=_positive_int("max_record_bytes", n))
 
     def z(self, codec) -> "DataReader":
-        """Force a compression codec for every path (``gzip``, ``zstd``, ``zlib``; None infers)."""
+        """Force a compression codec for every path (``gzip``, ``zstd``, ``zlib``, ``lz4``; None infers)."""
         return self._set(compression=check_codec(codec))
 
     def deterministic(self, on=True) -> "DataReader":

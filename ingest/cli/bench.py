@@ -416,7 +416,7 @@ def add_arguments(parser):
         "--progress",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="a progress line on stderr (default: when stderr is a terminal and not --json)",
+        help="a progress line on stderr (default: when stderr is a terminal)",
     )
     parser.add_argument(
         "--json",
