@@ -11,6 +11,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 import zstandard
 
 import ingest
@@ -580,15 +581,17 @@ def test_validate_catches_a_broken_batch():
         batch.validate()
 
 
-def test_synthetic_generator_matches_python_formatting():
-    from ingest import synthetic
+@settings(max_examples=25, deadline=None)
+@given(samples=st.integers(1, 400), seed=st.integers(0, 2**32 - 1))
+def test_synthetic_generator_matches_python_formatting(samples, seed):
+    """``format_ads_lines`` (the kernel behind ``synthetic.generate``) against f-strings of the same arrays."""
 
     def fmt4(v):
         sign = "-" if v < 0 else ""
         return f"{sign}{abs(v) // 10000}.{abs(v) % 10000:04d}"
 
     lines = []
-    for first_group, a in synthetic.generate_arrays(300, seed=3):
+    for first_group, a in synthetic.generate_arrays(samples, seed=seed):
         for i in range(len(a["group"])):
             g = a["group"][i]
             gid = first_group + g
@@ -613,7 +616,7 @@ def test_synthetic_generator_matches_python_formatting():
                 f"pv{gid}_{a['pos_in_group'][i]}|pv{gid}|{';'.join(sparse)}|{';'.join(dense)}|"
                 f"{a['clk'][i]}.0,{a['conv'][i]}.0|{a['ts'][i]}\n"
             )
-    assert b"".join(synthetic.generate(300, seed=3)) == "".join(lines).encode()
+    assert b"".join(synthetic.generate(samples, seed=seed)) == "".join(lines).encode()
     sizes = Counter(line.split("|")[1] for line in lines)
     assert max(sizes.values()) <= 40
 
