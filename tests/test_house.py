@@ -87,6 +87,8 @@ TWIN_TESTS = [
     "tests/test_unique.py",
     "tests/test_batcher.py",
     "tests/test_trace_kernel.py",
+    "tests/test_ops.py",
+    "tests/test_kafka_fetch.py",
 ]
 
 
