@@ -1,6 +1,7 @@
 """The command line: ingest-bench on synthetic and real files, and its one-line errors."""
 
 import json
+import re
 
 import pytest
 
@@ -75,7 +76,10 @@ def test_bench_timeline_unique_ids_and_dsl(tmp_path, capsys):
 def test_bench_report_shows_stages(capsys):
     assert bench.main(["--synthetic", "2000", "--no-progress"]) in (0, None)
     report = capsys.readouterr().out
-    assert "stages" in report and "parse" in report and "wait" in report
+    assert re.search(r"^samples +2,000 in 2 batches of 1,024, 1 thread$", report, re.M)
+    [stages] = re.findall(r"^stages +(.*)$", report, re.M)
+    timed = dict(re.findall(r"(\w+) [\d.]+ s \(([\d.]+) us/sample\)", stages))
+    assert {"read", "parse", "batch", "wait"} <= set(timed) and float(timed["parse"]) > 0
 
 
 # -- errors a new user can act on -------------------------------------------------------------------------------
