@@ -135,9 +135,12 @@ class _TextWriter:
 
     def __init__(self, schema):
         self.schema = schema
-        sp_name, sp_name_off = byte_blob([s.name.encode() for s in schema.sparse])
-        dn_name, dn_name_off = byte_blob([s.name.encode() for s in schema.dense])
-        dense_layout = DenseLayout(schema.dense)
+        # a line's main features first, then the aux ones (the schema lists them as the input first had them)
+        self.sparse = sorted(schema.sparse, key=lambda s: s.table)
+        self.dense = sorted(schema.dense, key=lambda s: s.table)
+        sp_name, sp_name_off = byte_blob([s.name.encode() for s in self.sparse])
+        dn_name, dn_name_off = byte_blob([s.name.encode() for s in self.dense])
+        dense_layout = DenseLayout(self.dense)
         self.layout = TextLayout(
             sp_name=sp_name,
             sp_name_off=sp_name_off,
@@ -163,15 +166,15 @@ class _TextWriter:
         rows = [np.arange(n, dtype=np.int64)]
         for t in range(schema.tables - 1):
             rows.append(blk.tables[t].refer[rows[-1]])
-        starts = np.empty((len(schema.sparse), n), np.int64)
-        ends = np.empty((len(schema.sparse), n), np.int64)
-        for f, spec in enumerate(schema.sparse):
+        starts = np.empty((len(self.sparse), n), np.int64)
+        ends = np.empty((len(self.sparse), n), np.int64)
+        for f, spec in enumerate(self.sparse):
             off = blk.tables[spec.table].sp_offsets[place[spec.name]]
             starts[f] = off[rows[spec.table]]
             ends[f] = off[rows[spec.table] + 1]
         dense = (
-            np.hstack([blk.tables[s.table].dense[place[s.name]][rows[s.table]] for s in schema.dense])
-            if schema.dense
+            np.hstack([blk.tables[s.table].dense[place[s.name]][rows[s.table]] for s in self.dense])
+            if self.dense
             else np.zeros((n, 0), np.float32)
         )
         sizes = np.diff(blk.group_offsets)
@@ -215,10 +218,35 @@ def _records_to_text(unit, schema, simple, write, first_group, count, progress=N
                 expected="64-bit ids (hkey 0) for text output",
                 kind="HKEY",
             )
+        _refuse_text_sample_ids(blk)
         group += writer.write(blk, group, write)
         if progress is not None:
             progress.update(blk.nbytes)
     return group - first_group
+
+
+def _refuse_text_sample_ids(blk, first_row=None):
+    """A DataError for the first sample id of ``blk`` that holds ``|`` or a newline, which a text line cannot
+    carry (FORMATS.md), located by its group's position (pb), or as a record (``first_row``: the block's first
+    row of a Parquet file)."""
+    bad = np.flatnonzero((blk.sid_bytes == ord("|")) | (blk.sid_bytes == ord("\n")))
+    if not len(bad):
+        return
+    row = int(np.searchsorted(blk.sid_offsets, bad[0], side="right")) - 1
+    sid = blk.sid_bytes[blk.sid_offsets[row] : blk.sid_offsets[row + 1]].tobytes().decode("utf-8", "replace")
+    if first_row is None:
+        group = int(np.searchsorted(blk.group_offsets, row, side="right")) - 1
+        where = {"offset": int(blk.group_pos[group])}
+    else:
+        where = {"offset": blk.start, "record": first_row + row}
+    raise DataError(
+        "a sample id holding '|' or a newline has no text form;",
+        source=blk.source,
+        text=sid,
+        expected="sample ids without '|' or newlines for text output",
+        kind="SAMPLE_ID",
+        **where,
+    )
 
 
 def _blocks_to_records(blocks, schema, dst, write, count):
@@ -228,6 +256,7 @@ def _blocks_to_records(blocks, schema, dst, write, count):
         writer, group = _TextWriter(schema), 0
         for blk in blocks:
             count(blk)
+            _refuse_text_sample_ids(blk, first_row=group)
             group += writer.write(blk, group, write)
         return
     encoder = RecordEncoder(schema, set(), dst is FileType.spb)

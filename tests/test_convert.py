@@ -174,6 +174,60 @@ def test_hkeys_have_no_text_form(tmp_path):
         convert([str(src)], str(tmp_path / "h.txt"), **quiet)
 
 
+def _one_sample_group(sample_id, features):
+    """A SampleGroup of one sample with ``sample_id``; ``features``: ``[(table, name, key)]``, a line per table."""
+    g = pb.SampleGroup(sample_ids=[sample_id])
+    g.labels.add().values.append(1)
+    for t in range(max(t for t, _, _ in features) + 1):
+        line = g.feature_tables.add().feature_lines.add()
+        for table, name, key in features:
+            if table == t:
+                line.features.add(type=pb.kSparse, name=name).values.add(key=key)
+    return g.SerializeToString()
+
+
+@pytest.mark.parametrize("bad", ["a|b", "c\nd"])
+def test_a_sample_id_text_cannot_carry_is_refused_where_its_group_starts(tmp_path, bad):
+    records = [_one_sample_group(sid, [(0, "a", 1)]) for sid in ("s0", "s1", bad, "s3")]
+    src = tmp_path / "ids.pb"
+    src.write_bytes(frame(records))
+    with pytest.raises(ingest.DataError) as err:
+        convert([str(src)], str(tmp_path / "ids.txt"), **quiet)
+    e = err.value
+    assert (e.kind, e.source, e.text) == ("SAMPLE_ID", str(src), bad)
+    assert e.offset == sum(4 + len(r) for r in records[:2])  # the third record's length prefix
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ids.pb"]
+
+
+def test_a_parquet_sample_id_text_cannot_carry_is_refused_by_its_row(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    ids = [f"s{r}" for r in range(10)]
+    ids[7] = "x|y"
+    table = pa.table(
+        {"sample_id": ids, "labels": pa.array([[1.0]] * 10, pa.list_(pa.float32())), "a": [[r] for r in range(10)]}
+    )
+    src = tmp_path / "ids.parquet"
+    pq.write_table(table, src)
+    with pytest.raises(ingest.DataError) as err:
+        convert([str(src)], str(tmp_path / "ids.txt"), **quiet)
+    assert (err.value.kind, err.value.record, err.value.text) == ("SAMPLE_ID", 7, "x|y")
+
+
+def test_text_lines_carry_the_aux_features_after_the_main_ones(tmp_path):
+    """The input's first group has the aux feature before the main feature ``m2`` first comes."""
+    records = [
+        _one_sample_group("s0", [(0, "m1", 1), (1, "x", 5)]),
+        _one_sample_group("s1", [(0, "m1", 2), (0, "m2", 3), (1, "x", 6)]),
+    ]
+    src = tmp_path / "aux.pb"
+    src.write_bytes(frame(records))
+    convert([str(src)], str(tmp_path / "aux.txt"), **quiet)
+    lines = (tmp_path / "aux.txt").read_text().splitlines()
+    assert [line.split("|")[2] for line in lines] == ["m1@1;x@5", "m1@2;m2@3;x@6"]
+
+
 def test_cli_convert_and_inspect(tmp_path, capsys):
     out = tmp_path / "ads.pb"
     assert cli.main(["convert", str(SAMPLES / "ads.txt"), str(out), "--aux", "auto"]) == 0
