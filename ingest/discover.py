@@ -85,6 +85,22 @@ def _scan_file(unit, limit, scan, span=None):
             done += used
 
 
+def _utf8_name(raw, unit, offset, hint=""):
+    """A feature name's bytes as a str; a DataError when they are not UTF-8 (``hint`` ends what it expected):
+    names are looked up by their UTF-8, so a name the scan cannot spell so would be found again and again."""
+    try:
+        return raw.tobytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise DataError(
+            "a feature name that is not UTF-8;",
+            source=unit.url,
+            offset=offset,
+            text=raw.tobytes().decode("utf-8", "replace")[:80],
+            expected=f"feature names in UTF-8 {hint}".rstrip(),
+            kind="NAME_NOT_UTF8",
+        ) from None
+
+
 def _scan_unit(unit, limit):
     """Features of one file or byte range (its first ``limit`` bytes when given): ``(sparse, dense,
     labels_seen)``."""
@@ -101,16 +117,16 @@ def _scan_unit(unit, limit):
             if kind == 0:
                 break
             raw = buf[a:b]
-            name = raw.tobytes().decode("utf-8", "replace")
             if len(sparse) + len(dense) >= MAX_FEATURES or (raw < 32).any():
                 raise DataError(
                     f"a feature name with control bytes, or more than {MAX_FEATURES} names;",
                     source=unit.url,
                     offset=base + a,
-                    text=name[:80],
+                    text=raw.tobytes().decode("utf-8", "replace")[:80],
                     kind="NOT_TEXT",
                     expected="a text sample file (is this a pb or binary file read as text?)",
                 )
+            name = _utf8_name(raw, unit, base + a, "(is this a binary file read as text?)")
             if kind == 1:
                 sparse.append(name)
                 tables[0] = build_name_table(sparse)
@@ -178,7 +194,7 @@ def _scan_records_unit(unit, simple, limit):
             if found[0] == 0:
                 return pos  # the end of the last whole record
             kind, a, b, table, width = (int(v) for v in found)
-            name = buf[a:b].tobytes().decode("utf-8", "replace")
+            name = _utf8_name(buf[a:b], unit, base + a)
             if kind == 3:
                 raise DataError(
                     f"feature {name!r} appears in more than one table or with two types;",

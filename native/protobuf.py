@@ -20,7 +20,7 @@ whole and reported in the error table; the next record is found by its length pr
 
 import numpy as np
 
-from .jit import helper, kernel
+from .jit import helper, inline, kernel
 from .names import lookup_name
 from .protobuf_codes import *  # noqa: F403 - the codes are part of this module's interface (the front end's)
 from .protobuf_codes import (
@@ -274,7 +274,9 @@ def scan_record_names(buf, start, end, simple, slots, names, name_off, known_kin
     Returns the position of the record holding it (``found`` says what it is, see
     ``_scan_line``), or the position after the last whole record when there is none
     (``found[0] == 0``).  ``labels_seen[0]``/``[1]`` keep the fewest and most label values
-    of a sample.  Malformed records are passed over: reading them reports them.
+    of a sample: each ``labels`` entry of a SampleGroup is a sample's, and a SampleSimple's ``label``
+    fields merge into its one sample's, as protobuf merges a message field given twice.  Malformed
+    records are passed over: reading them reports them.
     """
     found[0] = 0
     p = start
@@ -286,6 +288,7 @@ def scan_record_names(buf, start, end, simple, slots, names, name_off, known_kin
             return p
         q = a
         table = 0
+        simple_labels = -1  # the label values of a SampleSimple so far (-1: no label field yet)
         while q < b:
             field, wt, q = _tag(buf, q, b)
             if q < 0:
@@ -314,10 +317,10 @@ def scan_record_names(buf, start, end, simple, slots, names, name_off, known_kin
                     r = r + 4 if (lf == 1 and lw == 5) else _skip(buf, r, fb, lw, lf)
                     if r < 0:
                         break
-                if n < labels_seen[0]:
-                    labels_seen[0] = n
-                if n > labels_seen[1]:
-                    labels_seen[1] = n
+                if simple:
+                    simple_labels = max(simple_labels, 0) + n
+                else:
+                    _seen_labels(labels_seen, n)
             elif field == 3 and simple:
                 if _scan_line(buf, fa, fb, 0, slots, names, name_off, known_kind, known_table, found):
                     return p
@@ -339,5 +342,15 @@ def scan_record_names(buf, start, end, simple, slots, names, name_off, known_kin
                         if r < 0:
                             break
                 table += 1
+        if simple_labels >= 0:
+            _seen_labels(labels_seen, simple_labels)
         p = b
     return p
+
+
+@inline
+def _seen_labels(labels_seen, n):
+    if n < labels_seen[0]:
+        labels_seen[0] = n
+    if n > labels_seen[1]:
+        labels_seen[1] = n

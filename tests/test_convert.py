@@ -1,6 +1,7 @@
 """ingest convert and ingest inspect: round trips, structured compression, errors."""
 
 import json
+import struct
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ from ingest.discover import scan_text_features
 from ingest.sources.plan import plan_paths
 
 from conftest import SAMPLES, key_of, read_samples, sample_file, xdl
-from pbwire import frame
+from pbwire import frame, length_delimited, tag
 
 quiet = {"log": lambda *_: None}
 
@@ -226,6 +227,23 @@ def test_text_lines_carry_the_aux_features_after_the_main_ones(tmp_path):
     convert([str(src)], str(tmp_path / "aux.txt"), **quiet)
     lines = (tmp_path / "aux.txt").read_text().splitlines()
     assert [line.split("|")[2] for line in lines] == ["m1@1;x@5", "m1@2;m2@3;x@6"]
+
+
+def test_a_feature_name_that_is_not_utf8_is_a_located_error(tmp_path):
+    """Names are looked up by their UTF-8: a name the scan could not spell so was found again and again."""
+    text = tmp_path / "latin1.txt"
+    text.write_bytes(b"s0|g|a@1||1\ns1|g|caf\xe9@2||1\n")
+    records = tmp_path / "latin1.pb"
+    feature = tag(1, 0) + b"\x01" + length_delimited(2, b"caf\xe9") + length_delimited(3, tag(1, 0) + b"\x01")
+    line = length_delimited(1, feature)
+    label = length_delimited(2, tag(1, 5) + struct.pack("<f", 1.0))
+    data = frame([label + length_delimited(3, length_delimited(1, line))])
+    records.write_bytes(data)
+    for src, at in [(text, len(b"s0|g|a@1||1\ns1|g|")), (records, data.index(b"caf"))]:
+        with pytest.raises(ingest.DataError) as err:
+            convert([str(src)], str(tmp_path / "out.pb" if src is text else tmp_path / "out.txt"), **quiet)
+        assert (err.value.kind, err.value.source, err.value.offset) == ("NAME_NOT_UTF8", str(src), at)
+        assert err.value.text == "caf\ufffd"
 
 
 def test_cli_convert_and_inspect(tmp_path, capsys):
