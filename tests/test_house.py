@@ -89,6 +89,8 @@ TWIN_TESTS = [
     "tests/test_trace_kernel.py",
     "tests/test_ops.py",
     "tests/test_kafka_fetch.py",
+    "tests/test_scan_kernels.py",
+    "tests/test_convert_kernels.py",
 ]
 
 
