@@ -11,6 +11,7 @@ import numpy as np
 from .bundles import bundle
 from .index import _u
 from .jit import helper, inline, kernel
+from .numbers import same_float, written_float
 from .text_write import _int_digits, _put_bytes, _put_int_text
 
 # side of a line: the features it carries
@@ -141,7 +142,7 @@ def write_sparse_feature(out, p, f, r, body, offsets, keys, hkeys, values, hdr, 
 @helper
 def _dense_present(d, r, dense, dn_base, dn_width):
     for c in range(dn_base[d], dn_base[d] + dn_width[d]):
-        if dense[r, c] != 0.0:
+        if written_float(dense[r, c]):
             return True
     return False
 
@@ -235,12 +236,12 @@ def _same_aux(r1, r2, offsets, keys, values, sp_aux, dense, dn_base, dn_width, d
         if offsets[f, r2 + 1] - a2 != n:
             return False
         for i in range(n):
-            if keys[a1 + i] != keys[a2 + i] or values[a1 + i] != values[a2 + i]:
+            if keys[a1 + i] != keys[a2 + i] or not same_float(values[a1 + i], values[a2 + i]):
                 return False
     for d in range(len(dn_width)):
         if dn_aux[d]:
             for c in range(dn_base[d], dn_base[d] + dn_width[d]):
-                if dense[r1, c] != dense[r2, c]:
+                if not same_float(dense[r1, c], dense[r2, c]):
                     return False
     return True
 
@@ -419,7 +420,7 @@ def identical_features(group_offsets, offsets, keys, values, dense, dn_base, dn_
                     differs[f] = True
                     break
                 for i in range(n0):
-                    if keys[a + i] != keys[a0 + i] or values[a + i] != values[a0 + i]:
+                    if keys[a + i] != keys[a0 + i] or not same_float(values[a + i], values[a0 + i]):
                         differs[f] = True
                         break
                 if differs[f]:
@@ -429,8 +430,8 @@ def identical_features(group_offsets, offsets, keys, values, dense, dn_base, dn_
             if differs[j]:
                 continue
             for c in range(dn_base[d], dn_base[d] + dn_width[d]):
-                if dense[r0, c] != 0.0:
+                if written_float(dense[r0, c]):
                     present[j] = True
                 for r in range(r0 + 1, r1):
-                    if dense[r, c] != dense[r0, c]:
+                    if not same_float(dense[r, c], dense[r0, c]):
                         differs[j] = True

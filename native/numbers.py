@@ -1,9 +1,12 @@
-"""Number scanners over raw bytes: base-10 int64 and decimal floats.
+"""Number scanners over raw bytes: base-10 int64 and decimal floats; and the float comparisons of the writers.
 
 Each scanner reads exactly the bytes ``buf[i:end]`` and reports whether they form one
 number; nothing outside the range is read.  They are the only place that turns text into
-numbers, shared by every text kernel.
+numbers, shared by every text kernel.  The writers (pb and text) decide with ``same_float`` and
+``written_float`` which floats read back alike, so that a conversion keeps every bit a reader sees.
 """
+
+import math
 
 import numpy as np
 
@@ -20,6 +23,18 @@ _NEG_LIMIT = np.int64(-922337203685477580)
 
 # 10**k for k in 0..22 are exact in float64 (Clinger's fast path)
 _EXACT_POW10 = np.array([10.0**k for k in range(23)], dtype=np.float64)
+
+
+@inline
+def same_float(a, b):
+    """``a`` and ``b`` read back alike: equal, with the same sign (-0.0 is not 0.0); a NaN is like nothing."""
+    return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
+
+
+@inline
+def written_float(x):
+    """A dense element a writer must write: not 0.0, what an absent vector reads back as (-0.0 is written)."""
+    return x != 0.0 or math.copysign(1.0, x) < 0.0
 
 
 @helper

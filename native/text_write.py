@@ -8,7 +8,7 @@ import numpy as np
 from .bundles import bundle
 from .index import _u
 from .jit import helper, inline
-from .numbers import scan_float
+from .numbers import scan_float, written_float
 
 _PIPE, _NL, _AT, _SEMI, _COMMA = 124, 10, 64, 59, 44
 
@@ -217,7 +217,7 @@ def write_text_rows(r, nrows, rows, layout, out, pos):
             c0 = dn_base[d]
             present = False
             for c in range(c0, c0 + dn_width[d]):
-                present |= dense[r, c] != 0.0
+                present |= written_float(dense[r, c])
             if not present:
                 continue
             if not first:

@@ -13,7 +13,7 @@ from ingest.convert import choose_aux, convert
 from ingest.discover import scan_text_features
 from ingest.sources.plan import plan_paths
 
-from conftest import SAMPLES, key_of, read_samples, sample_file, xdl
+from conftest import SAMPLES, key_of, make_reader, read_samples, sample_file, xdl
 from pbwire import frame, length_delimited, tag
 
 quiet = {"log": lambda *_: None}
@@ -244,6 +244,23 @@ def test_a_feature_name_that_is_not_utf8_is_a_located_error(tmp_path):
             convert([str(src)], str(tmp_path / "out.pb" if src is text else tmp_path / "out.txt"), **quiet)
         assert (err.value.kind, err.value.source, err.value.offset) == ("NAME_NOT_UTF8", str(src), at)
         assert err.value.text == "caf\ufffd"
+
+
+@pytest.mark.parametrize("aux", [None, ["v", "w"]])
+def test_negative_zeros_keep_their_sign_through_pb_and_back_to_text(tmp_path, aux):
+    """-0.0 is not 0.0 to a reader that looks at the bits: a vector of them is written, and an aux line is shared
+    only by samples whose floats have the same bits (pb -> text puts each sample's aux line back on its line)."""
+    src = tmp_path / "zeros.txt"
+    src.write_text("s0|g|a@1:-0.0|v@-0.0,-0.0;w@0.0,-0.0|1\ns1|g|a@1:0.0|v@0.0,0.0;w@0.0,-0.0|1\n")
+    convert([str(src)], str(tmp_path / "zeros.pb"), aux=aux, **quiet)
+    convert([str(tmp_path / "zeros.pb")], str(tmp_path / "back.txt"), **quiet)
+    inputs = [(src, "txt"), (tmp_path / "back.txt", "txt")] + ([(tmp_path / "zeros.pb", "pb")] if aux is None else [])
+    for path, file_type in inputs:
+        reader = make_reader([path], sparse=["a"], dense={"v": 2, "w": 2}, file_type=file_type)
+        [batch] = reader.startup().read_all()
+        signs = [np.signbit(batch[name][:2]).tolist() for name in ("v", "w")]
+        assert signs == [[[True, True], [False, False]], [[False, True], [False, True]]], path.name
+        assert np.signbit(batch["a"].values).tolist() == [True, False], path.name
 
 
 def test_cli_convert_and_inspect(tmp_path, capsys):

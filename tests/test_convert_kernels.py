@@ -107,13 +107,25 @@ def _bits(x):
     return "nan" if np.isnan(x) else int(x.view(np.uint32))
 
 
+def _same_float(x, y):
+    """Floats that read back alike: the same bits (-0.0 is not 0.0); a NaN is like nothing."""
+    return not np.isnan(x) and not np.isnan(y) and _bits(x) == _bits(y)
+
+
+def _written(x):
+    """A dense element a writer must write: any but +0.0, what an absent vector reads back as."""
+    return _bits(x) != 0
+
+
 def _same(a, b):
-    """Equal contents of two samples as the kernels compare floats (``==``: NaN is never equal, -0.0 equals 0.0)."""
+    """Equal contents of two samples, floats compared by ``_same_float``."""
     for name, pairs in a["sparse"].items():
         other = b["sparse"][name]
-        if len(pairs) != len(other) or any(k1 != k2 or v1 != v2 for (k1, v1), (k2, v2) in zip(pairs, other)):
+        if len(pairs) != len(other) or any(
+            k1 != k2 or not _same_float(v1, v2) for (k1, v1), (k2, v2) in zip(pairs, other)
+        ):
             return False
-    return all(all(x == y for x, y in zip(vec, b["dense"][name])) for name, vec in a["dense"].items())
+    return all(all(_same_float(x, y) for x, y in zip(vec, b["dense"][name])) for name, vec in a["dense"].items())
 
 
 def _of(sample, names):
@@ -249,16 +261,16 @@ def _read_line(line):
         else:
             assert feat.type == pb.kDense and feat.name not in dense
             [v] = feat.values
-            assert len(v.vector) == ENC_DENSE[feat.name] and any(x != 0.0 for x in v.vector)
+            assert len(v.vector) == ENC_DENSE[feat.name] and any(_written(x) for x in v.vector)
             dense[feat.name] = [_bits(x) for x in v.vector]
     assert not line.reserve
     return sparse, dense
 
 
 def _expected_line(content):
-    """``_read_line``'s reading of a line holding ``content``: empty rows and all-zero vectors are absent."""
+    """``_read_line``'s reading of a line holding ``content``: empty rows and vectors of +0.0 are absent."""
     sparse = {n: [(k, _bits(v)) for k, v in pairs] for n, pairs in content["sparse"].items() if pairs}
-    dense = {n: [_bits(x) for x in vec] for n, vec in content["dense"].items() if any(x != 0.0 for x in vec)}
+    dense = {n: [_bits(x) for x in vec] for n, vec in content["dense"].items() if any(map(_written, vec))}
     return sparse, dense
 
 
@@ -431,7 +443,9 @@ def _identical_twin(blocks):
             for name in names:
                 rows = [_of(s, {name}) for s in group]
                 differs[name] |= not all(_same(rows[0], r) for r in rows[1:])
-                present[name] |= any(s["sparse"][name] if name in ID_SPARSE else any(s["dense"][name]) for s in group)
+                present[name] |= any(
+                    s["sparse"][name] if name in ID_SPARSE else any(map(_written, s["dense"][name])) for s in group
+                )
     return [differs[n] for n in names], [n for n in names if present[n] and not differs[n]]
 
 
@@ -597,9 +611,9 @@ def _expected_line_values(row):
     for name, content in feats.items():
         if name in TW_SPARSE:
             values[name] = [(k, _bits(v)) for k, v in content]
-        elif any(x != 0.0 for x in content):
+        elif any(map(_written, content)):
             values[name] = [_bits(x) for x in content]
-        else:  # an all-zero vector may be left out: it reads back as +0.0 (equal to -0.0, not the same bits)
+        else:  # a vector of +0.0 may be left out: it reads back the same
             values[name] = [_bits(0.0)] * len(content)
     return sid, gid, values, [_bits(x) for x in labels], ts
 
