@@ -255,6 +255,21 @@ def test_a_corrupt_frame_names_the_decompressed_bytes_of_the_whole_file(files, t
     assert str(path) in str(err) and first == hit.origin > 0
 
 
+@pytest.mark.parametrize("threads", [0, 2])
+def test_a_seek_table_that_gives_a_frame_0_bytes_is_an_error_not_a_lost_frame(files, tmp_path, threads):
+    """A unit passes over the frames before where it starts by their sizes in the table: one of 0 bytes, at a
+    unit's start, was passed over unread (its samples lost, no error)."""
+    packed = bytearray(files["zst"].read_bytes())
+    sizes = frame_table(io.BytesIO(packed), len(packed))
+    count = len(sizes)
+    table_at = len(packed) - 9 - 8 * count  # the entries, after the table's skippable-frame header
+    struct.pack_into("<I", packed, table_at + 8 * (count // 2) + 4, 0)  # a frame in the middle: 0 bytes
+    path = tmp_path / "zero.pb.zst"
+    path.write_bytes(bytes(packed))
+    err = _error_of(path, files["aux"], ingest.SourceError, unit_bytes=(30_000,), threads=threads)
+    assert str(path) in str(err) and "holds more than the 0 bytes its seek table gives" in str(err)
+
+
 def test_a_record_a_corrupt_frame_garbles_is_named_as_a_read_of_the_whole_file_names_it(files, tmp_path):
     """Record numbers count from the file's start, whichever unit meets the record."""
     path, _, hit = _damaged(files, tmp_path, lambda u: (u.start + u.end) // 2, b"\x55" * 40)

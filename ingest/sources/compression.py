@@ -142,9 +142,11 @@ class FrameReader:
 
     def pass_over(self, n):
         """Before the first ``read``: pass over the whole frames within the first ``n`` bytes without decompressing
-        them (a seek of ``fileobj`` past them; it must be seekable); returns their decompressed bytes."""
+        them (a seek of ``fileobj`` past them; it must be seekable); returns their decompressed bytes.  A frame the
+        table gives 0 bytes is decompressed, not passed over: were the table wrong, its bytes would be lost unseen,
+        where a decompressed frame is checked against its size."""
         passed = compressed = 0
-        while self._next < len(self._sizes) and passed + self._sizes[self._next][1] <= n:
+        while self._next < len(self._sizes) and 0 < self._sizes[self._next][1] <= n - passed:
             compressed += self._sizes[self._next][0]
             passed += self._sizes[self._next][1]
             self._next += 1
