@@ -12,6 +12,7 @@ the unit's (decompressed) stream, or a position in its source's own terms (docs/
 
 import hashlib
 import json
+import operator
 import os
 
 from .errors import ConfigError, StateError
@@ -46,7 +47,8 @@ def header(name, options, units):
 
 
 def encode(head, progress):
-    return json.dumps({**head, **progress.to_json()}, separators=(",", ":")).encode()
+    # a count or position a kernel returned may be a numpy integer (numba run as Python): JSON takes it as an int
+    return json.dumps({**head, **progress.to_json()}, separators=(",", ":"), default=operator.index).encode()
 
 
 def decode(data):

@@ -90,9 +90,9 @@ class Progress:
         out = {
             "epoch": self.epoch,
             "done": {str(e): _ranges(sorted(s)) for e, s in sorted(self.done.items())},
-            "partial": [[e, u, _plain(pos), int(rows)] for (e, u), (pos, rows) in sorted(self.partial.items())],
+            "partial": [[e, u, _plain(pos), rows] for (e, u), (pos, rows) in sorted(self.partial.items())],
             "batches": self.batches,
-            "samples": int(self.samples),
+            "samples": self.samples,
         }
         if self.window is not None:
             out["window"] = list(self.window)
@@ -107,8 +107,7 @@ class Progress:
 
 
 def _plain(pos):
-    """A position as JSON takes it: numpy integers (a kernel's, when numba runs as Python) as ints."""
-    return [int(p) for p in pos] if isinstance(pos, tuple) else int(pos)
+    return list(pos) if isinstance(pos, tuple) else pos
 
 
 def _ranges(sorted_ints):
