@@ -161,6 +161,7 @@ class _TextWriter:
     def write(self, blk, first_group, write):
         """Write the samples of ``blk``, group ids numbered from ``first_group`` (empty for one-sample groups);
         returns the groups written."""
+        _refuse_what_text_cannot_carry(blk, first_group)
         schema, place = self.schema, self.place
         n = blk.nrows
         rows = [np.arange(n, dtype=np.int64)]
@@ -209,36 +210,35 @@ def _records_to_text(unit, schema, simple, write, first_group, count, progress=N
     group = first_group
     for blk in ProtobufFormat(schema, simple=simple).read_unit(unit):
         count(blk)
-        if blk.sp_hkeys is not None and blk.sp_hkeys.any():
-            raise DataError(
-                "a 128-bit id (hkey != 0) has no text form;",
-                source=unit.url,
-                offset=blk.start,
-                text="",
-                expected="64-bit ids (hkey 0) for text output",
-                kind="HKEY",
-            )
-        _refuse_text_sample_ids(blk)
         group += writer.write(blk, group, write)
         if progress is not None:
             progress.update(blk.nbytes)
     return group - first_group
 
 
-def _refuse_text_sample_ids(blk, first_row=None):
-    """A DataError for the first sample id of ``blk`` that holds ``|`` or a newline, which a text line cannot
-    carry (FORMATS.md), located by its group's position (pb), or as a record (``first_row``: the block's first
-    row of a Parquet file)."""
+def _refuse_what_text_cannot_carry(blk, first_group):
+    """A DataError for a 128-bit id (``hkey != 0``) or a sample id holding ``|`` or a newline in ``blk``, which a
+    text line cannot carry (FORMATS.md).  A sample id is located by its group's position in the source (pb), or as
+    a record: a Parquet block (no group positions) has a sample a group, ``first_group`` its first row."""
+    if blk.sp_hkeys is not None and blk.sp_hkeys.any():
+        raise DataError(
+            "a 128-bit id (hkey != 0) has no text form;",
+            source=blk.source,
+            offset=blk.start,
+            text="",
+            expected="64-bit ids (hkey 0) for text output",
+            kind="HKEY",
+        )
     bad = np.flatnonzero((blk.sid_bytes == ord("|")) | (blk.sid_bytes == ord("\n")))
     if not len(bad):
         return
     row = int(np.searchsorted(blk.sid_offsets, bad[0], side="right")) - 1
     sid = blk.sid_bytes[blk.sid_offsets[row] : blk.sid_offsets[row + 1]].tobytes().decode("utf-8", "replace")
-    if first_row is None:
+    if blk.group_pos is not None:
         group = int(np.searchsorted(blk.group_offsets, row, side="right")) - 1
         where = {"offset": int(blk.group_pos[group])}
     else:
-        where = {"offset": blk.start, "record": first_row + row}
+        where = {"offset": blk.start, "record": first_group + row}
     raise DataError(
         "a sample id holding '|' or a newline has no text form;",
         source=blk.source,
@@ -256,7 +256,6 @@ def _blocks_to_records(blocks, schema, dst, write, count):
         writer, group = _TextWriter(schema), 0
         for blk in blocks:
             count(blk)
-            _refuse_text_sample_ids(blk, first_row=group)
             group += writer.write(blk, group, write)
         return
     encoder = RecordEncoder(schema, set(), dst is FileType.spb)
