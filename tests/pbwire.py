@@ -100,6 +100,18 @@ def frame(records):
     return b"".join(struct.pack("<I", len(r)) + r for r in records)
 
 
+def unframe(data):
+    """The messages of length-prefixed records (``frame``'s inverse); the data must end with a whole record."""
+    out, pos = [], 0
+    while pos < len(data):
+        assert pos + 4 <= len(data)
+        (n,) = struct.unpack_from("<I", data, pos)
+        assert pos + 4 + n <= len(data)
+        out.append(data[pos + 4 : pos + 4 + n])
+        pos += 4 + n
+    return out
+
+
 def _line_features(line, names_of_table, sparse, dense, cutoff):
     s_out, d_out = {}, {}
     for feat in line.features if line is not None else ():

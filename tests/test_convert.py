@@ -14,7 +14,7 @@ from ingest.discover import scan_text_features
 from ingest.sources.plan import plan_paths
 
 from conftest import SAMPLES, key_of, make_reader, read_samples, sample_file, xdl
-from pbwire import frame, length_delimited, tag
+from pbwire import frame, length_delimited, tag, unframe
 
 quiet = {"log": lambda *_: None}
 
@@ -73,12 +73,7 @@ def test_structured_compression_stores_aux_lines_once_per_distinct_content(tmp_p
     out = tmp_path / "out.pb"
     summary = convert([str(src)], str(out), aux=["user", "d"], **quiet)
     assert summary["aux"] == ["user", "d"]
-    data = out.read_bytes()
-    groups, pos = [], 0
-    while pos < len(data):
-        n = int.from_bytes(data[pos : pos + 4], "little")
-        groups.append(pb.SampleGroup.FromString(data[pos + 4 : pos + 4 + n]))
-        pos += 4 + n
+    groups = [pb.SampleGroup.FromString(record) for record in unframe(out.read_bytes())]
     assert len(groups) == 2
     g = groups[0]
     assert [line.refer for line in g.feature_tables[0].feature_lines] == [0, 0, 1]

@@ -3,7 +3,6 @@
 (``--aux auto``) and ``write_text_rows`` (pb/spb -> text) read back by a twin of the text format."""
 
 import re
-import struct
 from fractions import Fraction
 
 import numpy as np
@@ -18,6 +17,9 @@ from ingest.convert import _Identical, _TextWriter
 from ingest.features import Schema, make_feature
 from ingest.formats import encoding
 from ingest.formats.encoding import RecordEncoder
+
+from naive import INT_RE, SPECIAL_RE
+from pbwire import unframe
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 F32_MAX = float(np.finfo(np.float32).max)
@@ -182,18 +184,6 @@ def _encode(groups, aux, label_count, simple, buffer=None):
         return [part.tobytes() for part in encoder.encode(blk)]
 
 
-def _records(data):
-    """The messages of length-prefixed records (FORMATS.md 2: a 4-byte little-endian length, then the message)."""
-    out, pos = [], 0
-    while pos < len(data):
-        assert pos + 4 <= len(data)
-        (n,) = struct.unpack_from("<I", data, pos)
-        assert pos + 4 + n <= len(data)
-        out.append(data[pos + 4 : pos + 4 + n])
-        pos += 4 + n
-    return out
-
-
 def _fields(buf):
     """``(field number, wire type, payload)`` of each field of a serialized message."""
     pos = 0
@@ -336,7 +326,7 @@ def _check_simple(msg, s, label_count):
 def _check_records(parts, groups, aux, label_count, simple):
     messages = []
     for part in parts:  # every part holds whole records: the writer appends parts as they come
-        messages += _records(part)
+        messages += unframe(part)
     want = [[s] for g in groups for s in g] if simple else groups
     assert len(messages) == len(want)
     for raw, group in zip(messages, want):
@@ -375,7 +365,7 @@ def test_aux_lines_are_shared_within_the_last_8_distinct():
             )
             for c in contents
         ]
-        [raw] = _records(b"".join(_encode([group], {"u"}, 0, False)))
+        [raw] = unframe(b"".join(_encode([group], {"u"}, 0, False)))
         msg = pb.SampleGroup.FromString(raw)
         assert [line.refer for line in msg.feature_tables[0].feature_lines] == want
         assert [[v.key for v in line.features[0].values] for line in msg.feature_tables[1].feature_lines] == [
@@ -533,16 +523,14 @@ def _expected_rows(blocks):
     return rows
 
 
-_KEY_RE = re.compile(rb"[+-]?[0-9]+\Z")
 # decisions.md, text format: [+-](digits[.digits]|.digits)[e[+-]digits], or inf / infinity / nan in any case
 _FLOAT_RE = re.compile(rb"[+-]?([0-9]+(\.[0-9]+)?|\.[0-9]+)([eE][+-]?[0-9]+)?\Z")
-_SPECIAL_RE = re.compile(rb"[+-]?(inf|infinity|nan)\Z", re.IGNORECASE)
 _TO_INF = Fraction(2**128) - Fraction(2**103)  # halfway from the largest float32 to 2**128: rounds (to even) to inf
 
 
 def _read_f32(tok):
     """The float32 a decimal token stands for: the nearest one, ties to even, beyond the range ±inf."""
-    if _SPECIAL_RE.match(tok):
+    if SPECIAL_RE.match(tok):
         return np.float32(float(tok))
     assert _FLOAT_RE.match(tok), tok
     exact = Fraction(tok.decode())
@@ -589,7 +577,7 @@ def _parse_text_line(line, label_count):
         order.append(name.decode())
         for tok in toks.split(b","):
             key, sep, value = tok.partition(b":")
-            assert _KEY_RE.match(key), tok
+            assert INT_RE.match(key), tok
             feats[name.decode()] += [(int(key), _float_value(value) if sep else _bits(1.0))]
     seen_dense = set()
     for entry in dense.split(b";") if dense else []:
@@ -601,7 +589,7 @@ def _parse_text_line(line, label_count):
     labels = [_float_value(tok) for tok in labels.split(b",")] if labels else []
     assert len(labels) == label_count
     ts = fields[5] if len(fields) == 6 else b""
-    assert not ts or _KEY_RE.match(ts)
+    assert not ts or INT_RE.match(ts)
     return (sid, gid, feats, labels, int(ts or 0)), order
 
 
