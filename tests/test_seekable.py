@@ -74,7 +74,7 @@ def test_files_without_the_mark_or_a_table_that_adds_up_are_not_cut(tmp_path):
     assert group_frames(io.BytesIO(data), len(data)) is not None
     plain = zstandard.ZstdCompressor().compress(b"x" * 50000)
     assert group_frames(io.BytesIO(plain), len(plain)) is None
-    table_at = len(data) - (8 + 8 * struct.unpack("<I", data[-9:-5])[0] + 9)
+    table_at = _table_at(data)
     mark = len(seekable.MARK) + 8
     # another tool's seekable file: the same frames and a table, no mark
     other = data[: table_at - mark] + _table_without_mark(data, table_at, mark)
@@ -152,7 +152,7 @@ def test_a_closed_unit_holds_no_frame_buffer(files, monkeypatch):
 def test_a_seek_table_that_does_not_fit_its_frames_is_an_error_never_other_bytes(tmp_path):
     data = _framed([bytes([k]) * 3000 for k in range(10)], 5000)
     sizes = frame_table(io.BytesIO(data), len(data))
-    table_at = len(data) - (8 + 8 * len(sizes) + 9)
+    table_at = _table_at(data)
     (c0, d0), (c1, d1) = sizes[:2]
     # a frame's size off by one either way fails that frame; a byte of the next frame given to it fails the next
     for entries, failed_at in (
@@ -167,6 +167,12 @@ def test_a_seek_table_that_does_not_fit_its_frames_is_an_error_never_other_bytes
         assert frame_table(io.BytesIO(lying), len(lying)) is not None  # it adds up: the frames tell
         with pytest.raises(ingest.SourceError, match=rf"lying.zst: cannot read bytes {failed_at}-\d+ of the stream"):
             _unit_bytes(path)
+
+
+def _table_at(data):
+    """Where the seek table of framed ``data`` begins: its skippable frame's 8-byte header, then 8 bytes an entry
+    (compressed, decompressed size), then the 9-byte footer that counts them."""
+    return len(data) - (8 + 8 * struct.unpack("<I", data[-9:-5])[0] + 9)
 
 
 def _table_without_mark(data, table_at, mark):
@@ -260,10 +266,8 @@ def test_a_seek_table_that_gives_a_frame_0_bytes_is_an_error_not_a_lost_frame(fi
     """A unit passes over the frames before where it starts by their sizes in the table: one of 0 bytes, at a
     unit's start, was passed over unread (its samples lost, no error)."""
     packed = bytearray(files["zst"].read_bytes())
-    sizes = frame_table(io.BytesIO(packed), len(packed))
-    count = len(sizes)
-    table_at = len(packed) - 9 - 8 * count  # the entries, after the table's skippable-frame header
-    struct.pack_into("<I", packed, table_at + 8 * (count // 2) + 4, 0)  # a frame in the middle: 0 bytes
+    middle = len(frame_table(io.BytesIO(packed), len(packed))) // 2
+    struct.pack_into("<I", packed, _table_at(packed) + 8 + 8 * middle + 4, 0)  # its decompressed size: 0 bytes
     path = tmp_path / "zero.pb.zst"
     path.write_bytes(bytes(packed))
     err = _error_of(path, files["aux"], ingest.SourceError, unit_bytes=(30_000,), threads=threads)
