@@ -489,6 +489,85 @@ def test_group_alignment_matches_a_line_by_line_scan(synthetic_file):
             assert group_start_at_or_after(f, offset, len(data)) == want
 
 
+def _group_starts(data):
+    """Line-by-line twin of group_start_at_or_after: offsets of the lines that start a group, then len(data); 0 is
+    always a start (a range at the file's start begins there)."""
+    starts, prev, pos = [0], None, 0
+    for line in data.split(b"\n")[:-1]:
+        if line.rstrip(b"\r"):
+            parts = line.rstrip(b"\r").split(b"|", 2)
+            gid = parts[1] if len(parts) == 3 else None
+            if (prev is None or not gid or not prev or gid != prev) and pos:
+                starts.append(pos)
+            prev = gid if gid is not None else b""
+        pos += len(line) + 1
+    return starts + [len(data)]
+
+
+_lines = st.lists(
+    st.one_of(
+        st.just(b""),
+        st.tuples(st.sampled_from([b"g1", b"g2", b""]), st.integers(0, 3000)).map(
+            lambda t: b"s|" + t[0] + b"|f@" + b"1," * t[1] + b"2|1"
+        ),
+    ),
+    min_size=1,
+    max_size=30,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_lines, st.lists(st.integers(0, 1 << 16), min_size=1, max_size=8), st.integers(1, 4096))
+def test_range_alignment_matches_a_line_by_line_scan(tmp_path_factory, lines, offsets, length):
+    from types import SimpleNamespace
+    from ingest.formats.text import group_start_at_or_after, range_span
+
+    data = b"\n".join(lines) + b"\n"
+    size, starts = len(data), _group_starts(data)
+    path = tmp_path_factory.mktemp("align") / "a.txt"
+    path.write_bytes(data)
+
+    def want(offset):
+        return next(s for s in starts if s >= offset)
+
+    with open(path, "rb") as f:
+        for offset in [o % (size + 1) for o in offsets]:
+            before = offset + length
+            assert group_start_at_or_after(f, offset, size) == want(offset)
+            got = group_start_at_or_after(f, offset, size, before=before)
+            assert got == want(offset) if want(offset) < before else got >= before
+            end = min(before, size)
+            span = range_span(f, SimpleNamespace(start=offset, end=end, size=size))
+            exact = (want(offset), want(end))
+            assert span == exact if exact[0] < exact[1] else span[0] >= span[1]
+
+
+def test_aligning_ranges_inside_a_long_line_reads_each_range_about_once(tmp_path):
+    from types import SimpleNamespace
+    from ingest.formats.text import range_span
+
+    # one 4 MB line among short ones, cut into 4 KiB ranges: each range in the line used to scan to its end
+    data = b"a|g1|f@1|1\n" + b"b|g2|f@" + b"1," * (2 << 20) + b"2|1\n" + b"c|g3|f@3|1\n"
+    path = tmp_path / "long.txt"
+    path.write_bytes(data)
+
+    class Counting(io.BufferedReader):
+        bytes_read = 0
+
+        def read(self, n=-1):
+            out = super().read(n)
+            Counting.bytes_read += len(out)
+            return out
+
+    size, step = len(data), 4096
+    spans = []
+    with Counting(io.FileIO(path)) as f:
+        for lo in range(0, size, step):
+            spans.append(range_span(f, SimpleNamespace(start=lo, end=min(lo + step, size), size=size)))
+    assert [s for s in spans if s[0] < s[1]] == [(0, size - 11), (size - 11, size)]
+    assert Counting.bytes_read < 10 * size  # a few passes (two look-backs over the long line), not one a range
+
+
 # -- sources -----------------------------------------------------------------------------------------------
 def test_compressed_files_read_like_the_plain_file(tmp_path):
     plain = (SAMPLES / "edge_cases.txt").read_bytes()

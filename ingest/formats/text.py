@@ -47,6 +47,7 @@ _KIND = {
 }
 
 _ALIGN_WINDOW = 1 << 16
+_LOOK_BACK = 1 << 12  # first window for the line before a range's first line start (doubled until it holds one)
 
 
 def _reason(code, spec, label_count, text):
@@ -144,7 +145,7 @@ def _blank(line):
     return line == b"" or line == b"\r"
 
 
-def group_start_at_or_after(f, offset, size):
+def group_start_at_or_after(f, offset, size, before=None):
     """Byte position of the first line at or after ``offset`` that starts a sample group.
 
     A line starts a group when its group id differs from the previous non-blank line's,
@@ -152,16 +153,21 @@ def group_start_at_or_after(f, offset, size):
     ends, so no group is ever cut between two work units.  ``max_group_size`` cuts are
     not used as alignment points: counting restarts at every group-id change, so a range
     that starts there groups exactly as a whole-file read does.
+
+    With ``before``, the search stops there: a result >= ``before`` only says that no group starts in
+    ``[offset, before)``, which keeps the cost of aligning a byte range to the range's own bytes (a line far
+    longer than the ranges would otherwise be scanned once by every range it spans).
     """
     if offset <= 0:
         return 0
     if offset >= size:
         return size
+    stop = size if before is None else min(before, size)
     # p0: first line start >= offset
     f.seek(offset - 1)
     pos = offset - 1
     while True:
-        data = f.read(_ALIGN_WINDOW)
+        data = f.read(_window(pos, stop))
         if not data:
             return size
         k = data.find(b"\n")
@@ -169,11 +175,13 @@ def group_start_at_or_after(f, offset, size):
             p0 = pos + k + 1
             break
         pos += len(data)
-    if p0 >= size:
-        return size
+        if pos >= stop:
+            return stop
+    if p0 >= stop:
+        return stop
     # group id of the previous non-blank line
     prev = None
-    window = _ALIGN_WINDOW
+    window = _LOOK_BACK
     while True:
         lo = max(0, p0 - window)
         f.seek(lo)
@@ -194,11 +202,13 @@ def group_start_at_or_after(f, offset, size):
     pos = p0
     tail = b""
     while True:
-        data = f.read(_ALIGN_WINDOW)
+        data = f.read(_window(pos + len(tail), stop))
         buf = tail + data
         lines = buf.split(b"\n")
         complete = lines if not data else lines[:-1]
         for line in complete:
+            if pos >= stop:
+                return stop
             if not _blank(line):
                 gid = _gid(line)
                 if not has_prev or _starts_group(prev, gid):
@@ -209,13 +219,24 @@ def group_start_at_or_after(f, offset, size):
         if not data:
             return size
         tail = lines[-1]
+        if pos >= stop:
+            return stop
+
+
+def _window(at, stop):
+    """Bytes to read at ``at`` while aligning: no further than ``stop`` while that is ahead."""
+    return _ALIGN_WINDOW if at >= stop else max(1, min(_ALIGN_WINDOW, stop - at))
 
 
 def range_span(f, unit):
     """``(start, end)``: the bytes of the file ``f`` that the byte-range unit ``unit`` holds, both ends aligned to
-    group starts (``group_start_at_or_after``)."""
-    start = group_start_at_or_after(f, unit.start, unit.size)
-    return start, unit.size if unit.end is None else group_start_at_or_after(f, unit.end, unit.size)
+    group starts (``group_start_at_or_after``); ``(unit.end, unit.end)`` when no group starts in the range."""
+    if unit.end is None:
+        return group_start_at_or_after(f, unit.start, unit.size), unit.size
+    start = group_start_at_or_after(f, unit.start, unit.size, before=unit.end)
+    if start >= unit.end:
+        return unit.end, unit.end
+    return start, group_start_at_or_after(f, unit.end, unit.size)
 
 
 def count_lines_before(unit, offset):
