@@ -249,9 +249,10 @@ def scan_features(units, file_type, threads=1, limit=None):
 
 
 def names_in(unit, file_type, limit=4 << 20):
-    """The feature names in the first ``limit`` bytes of one work unit (a file or a Kafka partition)."""
+    """The feature names in the first ``limit`` bytes of one work unit (a file or a Kafka partition), each with
+    its place: ``{name: ("sparse" or "dense", table)}``."""
     if FileType(file_type) is FileType.txt:
         sparse, dense, _ = _scan_unit(unit, limit)
-        return sparse + list(dense)
+        return {**{name: ("sparse", 0) for name in sparse}, **{name: ("dense", 0) for name in dense}}
     features, _ = _scan_records_unit(unit, FileType(file_type) is FileType.spb, limit)
-    return [name for _, name, _, _ in features]
+    return {name: ("sparse" if kind == 1 else "dense", table) for kind, name, table, _ in features}

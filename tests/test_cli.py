@@ -7,6 +7,7 @@ import pytest
 
 import ingest
 from ingest.cli import bench, main as ingest_main
+from ingest.convert import convert
 from conftest import SAMPLES, xdl
 
 
@@ -99,6 +100,29 @@ def test_a_declared_feature_never_seen_is_warned_at_each_epoch_end_with_the_clos
     ]
     assert reader.stats()["features_never_seen"] == ["itme", "user_emb2"]
 
+
+
+def test_a_feature_never_seen_as_declared_is_told_where_the_input_has_it(tmp_path):
+    reader = ingest.DataReader("kind", [str(SAMPLES / "ads.txt")]).label_count(2)
+    reader.feature("item", "dense", nvec=1).feature("user_emb", "sparse")
+    with pytest.warns(ingest.UnseenFeatureWarning) as caught:
+        assert sum(b.size for b in reader.startup()) == 1000
+    assert [str(w.message) for w in caught] == [
+        "reader 'kind': feature 'user_emb' was declared but never seen in 1,000 samples (epoch 0); "
+        "the input has it as a dense feature, not a sparse feature",
+        "reader 'kind': feature 'item' was declared but never seen in 1,000 samples (epoch 0); "
+        "the input has it as a sparse feature, not a dense feature",
+    ]
+    # pb: the table counts too ('user' is an aux feature, in table 1)
+    src = tmp_path / "in.txt"
+    src.write_text("a|g|item@1;user@7||1\nb|g|item@2;user@7||0\n")
+    convert([str(src)], str(tmp_path / "out.pb"), aux=["user"], log=lambda *_: None)
+    reader = ingest.DataReader("table", [str(tmp_path / "out.pb")], file_type="pb").feature("user", "sparse")
+    with pytest.warns(ingest.UnseenFeatureWarning) as caught:
+        assert sum(b.size for b in reader.startup()) == 2
+    assert [str(w.message).split("; ")[1] for w in caught] == [
+        "the input has it as a sparse feature of table 1, not a sparse feature"
+    ]
 
 def test_bench_warns_in_one_line_of_a_feature_file_name_never_seen(tmp_path, capsys):
     features = tmp_path / "features.txt"

@@ -32,6 +32,8 @@ class Coverage:
         # per table, the positions (in self.names) of its sparse features and of its dense ones, in block order
         self.names = []
         self.tables = []
+        self.places = {s.name: ("sparse", s.table) for s in schema.sparse}
+        self.places.update({s.name: ("dense", s.table) for s in schema.dense})
         for t in range(schema.tables):
             sparse = np.array([self._number(s.name) for s in schema.sparse_in(t)], np.int64)
             dense = [self._number(s.name) for s in schema.dense_in(t)]
@@ -88,22 +90,30 @@ class Coverage:
         return out
 
     def warn_unseen(self, reader, units, file_type):
-        """An ``UnseenFeatureWarning`` for each declared feature an epoch that ended never held, with the closest
-        name of an undeclared feature in the input (from the first 4 MiB of the first work unit, ``units[0]``)."""
+        """An ``UnseenFeatureWarning`` for each declared feature an epoch that ended never held, with where the
+        input has it when that is another type or table, else the closest name of an undeclared feature in the
+        input (both from the first 4 MiB of the first work unit, ``units[0]``)."""
         ended = self.ended()
         if not ended:
             return
         try:
             present = names_in(units[0], file_type)
         except IngestError:
-            present = []
+            present = {}
         for epoch, names, samples in ended:
             for name in names:
-                close = difflib.get_close_matches(name, [p for p in present if p not in self.declared], n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else ""
+                if name in present and present[name] != self.places[name]:
+                    hint = f"; the input has it as {_place(*present[name])}, not {_place(*self.places[name])}"
+                else:
+                    close = difflib.get_close_matches(name, [p for p in present if p not in self.declared], n=1)
+                    hint = f"; did you mean {close[0]!r}?" if close else ""
                 warnings.warn(
                     f"reader {reader!r}: feature {name!r} was declared but never seen in {samples:,} "
                     f"samples (epoch {epoch}){hint}",
                     UnseenFeatureWarning,
                     stacklevel=4,
                 )
+
+
+def _place(kind, table):
+    return f"a {kind} feature" + (f" of table {table}" if table else "")
