@@ -59,6 +59,24 @@ class BufferPool:
             self.allocated_bytes += size
             return buf
 
+    def trim(self):
+        """Let go of every buffer nothing outside the pool refers to; returns the bytes let go."""
+        freed = 0
+        with self._lock:
+            for queue in self._classes.values():
+                for _ in range(len(queue)):
+                    candidate = queue.popleft()
+                    queue.append(candidate)  # counted as lease counts it: in the queue
+                    if sys.getrefcount(candidate) == self._free_refs:
+                        freed += queue.pop().nbytes
+                    del candidate
+        return freed
+
+    def held_bytes(self):
+        """Bytes of the buffers the pool holds, in use or not."""
+        with self._lock:
+            return sum(buf.nbytes for queue in self._classes.values() for buf in queue)
+
     def in_use(self):
         """How many of the pool's buffers something outside it still refers to."""
         with self._lock:

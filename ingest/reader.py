@@ -21,7 +21,7 @@ from .pipeline.runner import Flow, PipelineDelivery, Stages, runner_for
 from .pipeline.shuffle import GroupShuffle
 from .pipeline.stats import Stats
 from .pipeline.timeline import Timeline
-from .sources.compression import check_codec
+from .sources.compression import check_codec, trim_frame_buffers
 from .sources.filesystems import check_writable
 from .sources.plan import plan_paths, sources_of
 from .sources.registry import scheme_of, source_for
@@ -39,6 +39,7 @@ def _close(pipeline, member, committers, stats):
     for other in ([member] if member is not None else []) + committers:
         other.close()
     stats.end_timeline()
+    trim_frame_buffers()
 
 
 def _positive_int(name, value, minimum=1):
@@ -466,6 +467,7 @@ class DataReader:
                 self._member.close()
             self._report_skipped()
             self._stats.end_timeline()
+            trim_frame_buffers()
             raise
         if self._coverage is not None and self._coverage.epochs_ended:
             self._report_unseen()

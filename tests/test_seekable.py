@@ -136,7 +136,7 @@ def test_a_resumed_unit_passes_over_the_frames_before_its_position_undecompresse
 def test_a_closed_unit_holds_no_frame_buffer(files, monkeypatch):
     """A unit's frames go back to the pool when its stream closes, not when the garbage collector finds the
     read-ahead's cycle (its thread refers to it): else each pass over a file leased frames anew, and the pool grew
-    with the passes."""
+    with the passes. A reader that ends, or is shut down early, lets go of the pool's free frames."""
     pool = BufferPool()
     monkeypatch.setattr(compression, "_FRAME_BUFFERS", pool)
     reader = synthetic.declare(make_reader([files["zst"]], file_type="pb", epochs=(4,)), aux=files["aux"])
@@ -146,7 +146,12 @@ def test_a_closed_unit_holds_no_frame_buffer(files, monkeypatch):
         held = pool.in_use()
     finally:
         gc.enable()
-    assert read == 4 * 3000 and pool.allocated > 0 and held == 0
+    assert read == 4 * 3000 and pool.allocated > 0 and held == 0 and pool.held_bytes() == 0
+    reader = synthetic.declare(make_reader([files["zst"]], file_type="pb", threads=2), aux=files["aux"])
+    next(reader.startup())
+    assert pool.held_bytes() > 0
+    reader.shutdown()
+    assert pool.held_bytes() == 0
 
 
 def test_a_seek_table_that_does_not_fit_its_frames_is_an_error_never_other_bytes(tmp_path):

@@ -125,6 +125,12 @@ def _zstd_reader(fileobj):
 _FRAME_BUFFERS = BufferPool()
 
 
+def trim_frame_buffers():
+    """Let go of the frame buffers no read is using (a reader that ends calls this: the pool would otherwise keep
+    what was in flight, ~9 MiB a frame, for reads the process may never make); returns the bytes let go."""
+    return _FRAME_BUFFERS.trim()
+
+
 class FrameReader:
     """The bytes of zstd frames of known sizes (a seek table's ``(compressed, decompressed)`` entries), read from
     ``fileobj``'s position.  Each frame is decompressed in one call (the GIL released) into a pooled buffer of its
