@@ -39,7 +39,6 @@ def _close(pipeline, member, committers, stats):
     for other in ([member] if member is not None else []) + committers:
         other.close()
     stats.end_timeline()
-    trim_frame_buffers()
 
 
 def _positive_int(name, value, minimum=1):
@@ -592,6 +591,7 @@ class DataReader:
         if self._pipeline is not None:
             committers, self._committers = self._committers, []
             _close(self._pipeline, self._member, committers, self._stats)
+            trim_frame_buffers()  # not in _close: a finalizer may run amid a lease, which holds the pool's lock
         if self._finalizer is not None:
             self._finalizer.detach()
 
