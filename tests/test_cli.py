@@ -101,7 +101,6 @@ def test_a_declared_feature_never_seen_is_warned_at_each_epoch_end_with_the_clos
     assert reader.stats()["features_never_seen"] == ["itme", "user_emb2"]
 
 
-
 def test_a_feature_never_seen_as_declared_is_told_where_the_input_has_it(tmp_path):
     reader = ingest.DataReader("kind", [str(SAMPLES / "ads.txt")]).label_count(2)
     reader.feature("item", "dense", nvec=1).feature("user_emb", "sparse")
@@ -123,6 +122,7 @@ def test_a_feature_never_seen_as_declared_is_told_where_the_input_has_it(tmp_pat
     assert [str(w.message).split("; ")[1] for w in caught] == [
         "the input has it as a sparse feature of table 1, not a sparse feature"
     ]
+
 
 def test_bench_warns_in_one_line_of_a_feature_file_name_never_seen(tmp_path, capsys):
     features = tmp_path / "features.txt"

@@ -25,7 +25,6 @@ def test_a_buffer_is_reused_only_when_nothing_refers_to_it():
     assert pool.allocated == 2 and c.shape == (10, 10) and c.flags.c_contiguous and pool.in_use() == 1
 
 
-
 def test_trim_lets_go_of_the_free_buffers_only():
     pool = BufferPool()
     kept, dropped, other = pool.lease(5000, np.uint8), pool.lease(5000, np.uint8), pool.lease(10000, np.uint8)
@@ -35,6 +34,7 @@ def test_trim_lets_go_of_the_free_buffers_only():
     assert pool.trim() == 8192 + 16384 and pool.held_bytes() == 8192 and pool.in_use() == 1 and np.all(kept == 3)
     del kept
     assert pool.trim() == 8192 and pool.held_bytes() == 0
+
 
 def _reader(path, **options):
     reader = make_reader([path], batch_size=(256,), **options)
