@@ -1,6 +1,7 @@
 """DataReader: options, lifecycle and iteration (docs/formats.md, reader options)."""
 
 import dataclasses
+import os
 import warnings
 import weakref
 
@@ -541,7 +542,10 @@ class DataReader:
         """Write ``state()`` to ``url`` (any fsspec URL, replaced atomically) every ``n_batches`` batches,
         when the consumer asks for the next one (so the state covers the batches it has finished
         with), and at the end of the input."""
-        return self._set(save_every=(_positive_int("n_batches", n_batches), str(url)), enable_state=True)
+        if not isinstance(url, (str, os.PathLike)):
+            raise ConfigError(f"save_state_every url={url!r}: expected a path or URL (str)")
+        check_writable(os.fspath(url), "save_state_every")
+        return self._set(save_every=(_positive_int("n_batches", n_batches), os.fspath(url)), enable_state=True)
 
     def restore_from(self, url, missing_ok=False) -> "DataReader":
         """``restore()`` from a state saved at ``url``; with ``missing_ok`` a missing file starts afresh."""

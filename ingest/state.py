@@ -10,6 +10,7 @@
 the unit's (decompressed) stream, or a position in its source's own terms (docs/state.md).
 """
 
+import contextlib
 import hashlib
 import json
 import operator
@@ -52,17 +53,75 @@ def encode(head, progress):
 
 
 def decode(data):
-    """The state as a dict, checked for format and version."""
+    """The state as a dict, checked for format, version and the type of every field."""
+    if isinstance(data, str):
+        data = data.encode()
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise StateError(f"a reader state is bytes (what reader.state() returns), not {type(data).__name__}")
     try:
         obj = json.loads(bytes(data).decode())
         ok = isinstance(obj, dict) and obj.get("format") == FORMAT
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, RecursionError):
         ok = False
     if not ok:
         raise StateError("not an ingest reader state (expected the bytes of reader.state())")
     if obj.get("version") != VERSION:
         raise StateError(f"reader state of version {obj.get('version')!r}; this ingest reads version {VERSION}")
+    _check_fields(obj)
     return obj
+
+
+def _count(value):
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _position(value):
+    """A unit's position: a byte offset, or a source's own ``[offset, byte in message]``."""
+    return _count(value) or (isinstance(value, list) and len(value) == 2 and all(map(_count, value)))
+
+
+def _field_error(field, value, expected):
+    text = json.dumps(value)
+    text = text if len(text) <= 80 else text[:77] + "..."
+    return StateError(f"reader state: {field} is {text}; expected {expected} (was the state edited?)")
+
+
+def _check_fields(obj):
+    """Every field a state resumes from has the type and range that ``state()`` writes: an edited or damaged
+    state is refused here, before a reader seeks to or drops anything by it."""
+    expected = {
+        "options": (lambda v: isinstance(v, dict), "an object"),
+        "units": (lambda v: isinstance(v, str), "a string"),
+        "unit_count": (_count, "an int >= 0"),
+        "epoch": (_count, "an int >= 0"),
+        "done": (lambda v: isinstance(v, dict), "an object"),
+        "partial": (lambda v: isinstance(v, list), "a list"),
+        "batches": (_count, "an int >= 0"),
+        "samples": (_count, "an int >= 0"),
+    }
+    for key, (ok, what) in expected.items():
+        if key not in obj:
+            raise StateError(f"reader state: no field {key!r} (was the state edited?)")
+        if not ok(obj[key]):
+            raise _field_error(key, obj[key], what)
+    units, epoch = obj["unit_count"], obj["epoch"]
+    for e, runs in obj["done"].items():
+        if not (e.isdigit() and int(e) >= epoch and isinstance(runs, list)):
+            raise _field_error(f"done[{e!r}]", runs, f"runs of unit indices under an epoch >= {epoch}")
+        for run in runs:
+            if not (isinstance(run, list) and len(run) == 2 and all(map(_count, run)) and run[0] < run[1] <= units):
+                raise _field_error(f"a run of done[{e!r}]", run, f"[first, end) with 0 <= first < end <= {units}")
+    for entry in obj["partial"]:
+        if not (isinstance(entry, list) and len(entry) == 4):
+            raise _field_error("a partial entry", entry, "[epoch, unit index, position, rows]")
+        e, u, position, rows = entry
+        if not (_count(e) and e >= epoch and _count(u) and u < units and _position(position) and _count(rows)):
+            raise _field_error(
+                "a partial entry", entry, f"an epoch >= {epoch}, a unit index < {units}, a position and rows >= 0"
+            )
+    window = obj.get("window")
+    if window is not None and not (isinstance(window, list) and len(window) == 3 and all(map(_count, window))):
+        raise _field_error("window", window, "[epoch, window, rows delivered], ints >= 0")
 
 
 def check(obj, name, options, units):
@@ -80,16 +139,44 @@ def check(obj, name, options, units):
             f"units, now {len(units)}, or the same number of other files, ranges or sizes); "
             f"a state resumes only the same paths"
         )
+    epochs = options.get("epochs")  # 0: epochs without end
+    if epochs and obj["epoch"] > epochs:
+        raise _field_error("epoch", obj["epoch"], f"at most epochs={epochs}")
+    later = [e for e in [*map(int, obj["done"]), *(entry[0] for entry in obj["partial"])] if epochs and e >= epochs]
+    if later:
+        raise _field_error("an epoch of done or partial", later[0], f"below epochs={epochs}")
+    by_index = {u.index: u for u in units}
+    for entry in obj["partial"]:
+        unit = by_index.get(entry[1])
+        if unit is None:
+            raise _field_error("a partial entry", entry, "a unit of this reader's shard")
+        refused = unit.resume_refused(entry[2])
+        if refused is not None:
+            raise _field_error("the position of a partial entry", entry, refused)
     return Progress.from_json([u.index for u in units], obj)
 
 
 def write_atomic(url, data):
-    """Write ``data`` to ``url`` (any fsspec URL) so that a reader of ``url`` sees the old or the new bytes."""
+    """Write ``data`` to ``url`` (any fsspec URL) so that a reader of ``url`` sees the old or the new bytes; a
+    ``ConfigError`` naming ``url`` when it cannot be written, and no temporary file left."""
     fs, path = url_to_fs(url)
     tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        _write_then_rename(fs, path, tmp, data)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            if fs.exists(tmp):
+                fs.rm(tmp)
+        raise ConfigError(f"{url}: cannot write the reader state there ({exc})") from exc
+
+
+def _write_then_rename(fs, path, tmp, data):
+    local = "file" in (fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,))
+    if local:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)  # as check_writable promises
     with fs.open(tmp, "wb") as f:
         f.write(data)
-    if "file" in (fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)):
+    if local:
         os.replace(tmp, path)
         return
     if type(fs).__module__.startswith("hdfs_native"):

@@ -341,3 +341,108 @@ def test_an_error_after_a_restore_names_the_line_a_fresh_read_names(tmp_path, sy
 
     fresh, resumed = error_of([]), error_of([5])
     assert fresh.line == 2901 and (resumed.line, resumed.offset) == (fresh.line, fresh.offset)
+
+
+def _edited(state, edit):
+    obj = json.loads(state)
+    edit(obj)
+    return json.dumps(obj).encode()
+
+
+def _entry(i, value):
+    def edit(obj):
+        obj["partial"][0][i] = value
+
+    return edit
+
+
+def _set(key, value):
+    return lambda obj: obj.__setitem__(key, value)
+
+
+EDITS = [
+    # (what is edited, the edit, what the StateError says); the state is of unit 0 of 2, in epoch 0 of 1
+    ("rows < 0", _entry(3, -1), r"a partial entry is \[0, 0, \d+, -1\]; expected .* rows >= 0"),
+    ("no epoch", lambda obj: obj.pop("epoch"), "no field 'epoch'"),
+    ("options a list", _set("options", [1]), r"options is \[1\]; expected an object"),
+    ("done a list", _set("done", []), r"done is \[\]; expected an object"),
+    ("a short entry", lambda obj: obj["partial"][0].pop(), r"expected \[epoch, unit index, position, rows\]"),
+    ("position a string", _entry(2, "x"), "a position and rows >= 0"),
+    ("epoch a float", _set("epoch", 1.5), "epoch is 1.5; expected an int >= 0"),
+    ("epoch < 0", _set("epoch", -1), "epoch is -1"),
+    ("epoch past epochs", _set("epoch", 5), r"expected an epoch >= 5"),
+    ("entry past epochs", _entry(0, 7), "an epoch of done or partial is 7; expected below epochs=1"),
+    ("units past the plan", _set("done", {"0": [[0, 10**9]]}), r"0 <= first < end <= 2"),
+    ("negative units", _set("done", {"0": [[-5, 1]]}), r"0 <= first < end <= 2"),
+    ("another unit", _entry(1, 1), "the position of a partial entry .* expected a byte offset of .* in"),
+    ("position past the file", _entry(2, 2**63), "the position of a partial entry"),
+    ("position past the range", _entry(2, 10**6 * 100), "the position of a partial entry"),
+    ("position in the next range", None, r"resumes the byte range \[0, \d+\) at byte \d+, where none of its lines"),
+    ("position mid-line", _entry(2, 1), r"at byte 1, where none of its lines starts"),
+    ("rows past the group", _entry(3, 10**6), "says 1000000 samples of the group at byte \\d+ were delivered"),
+]
+
+
+@pytest.mark.parametrize("what, edit, says", EDITS, ids=[e[0] for e in EDITS])
+def test_an_edited_state_is_refused_before_anything_is_read(files, what, edit, says):
+    """A state that ``state()`` could not have written (a field missing, of another type, out of range, a position
+    outside its unit or rows past its group) is a StateError: none reads other samples or corrupts memory."""
+    size = files["txt"].stat().st_size
+    make = lambda: _reader([files["txt"]], unit_bytes=(size // 2 + 1,), enable_state=True)  # noqa: E731
+    reader = make().startup()
+    with reader:
+        for _ in range(3):
+            next(reader)
+        state = reader.state()
+    assert json.loads(state)["partial"][0][:2] == [0, 0] and json.loads(state)["partial"][0][3] > 0
+    if edit is None:  # a position in unit 1's bytes, given to unit 0
+        edit = _entry(2, size // 2 + 100)
+    with pytest.raises(ingest.StateError, match=says):
+        list(make().restore(_edited(state, edit)).startup())
+
+
+def test_a_pb_range_resumes_only_where_one_of_its_records_starts(files):
+    size = files["pb"].stat().st_size
+    make = lambda: _reader([files["pb"]], "pb", aux=files["aux"], unit_bytes=(size // 2 + 1,), enable_state=True)  # noqa: E731
+    reader = make().startup()
+    with reader:
+        next(reader)
+        state = reader.state()
+    at = json.loads(state)["partial"][0][2]
+    with pytest.raises(ingest.StateError, match=f"resumes the byte range \\[0, \\d+\\) at byte {at + 1}, where none"):
+        list(make().restore(_edited(state, _entry(2, at + 1))).startup())
+    assert sum(b.size for b in make().restore(state).startup()) == 3000 - 100
+
+
+def test_a_window_state_past_the_window_is_refused(files):
+    _, state = _order(_shuffled(files, "txt", 1), 3)
+    assert json.loads(state)["window"][2] == 300
+    with pytest.raises(ingest.StateError, match="says 100000 samples of window 0 of epoch 0 were delivered"):
+        edited = _edited(state, lambda obj: obj["window"].__setitem__(2, 100_000))
+        list(_shuffled(files, "txt", 1).restore(edited).startup())
+
+
+def test_restore_takes_the_state_as_bytes_or_str_and_nothing_else(files):
+    reader = _reader([files["txt"]], enable_state=True).startup()
+    with reader:
+        next(reader)
+        state = reader.state()
+    rest = sum(b.size for b in _reader([files["txt"]]).restore(state.decode()).startup())
+    assert rest == 3000 - 100
+    with pytest.raises(ingest.StateError, match="a reader state is bytes .*, not int"):
+        _reader([files["txt"]]).restore(2**40)
+
+
+def test_save_state_every_checks_its_url_and_makes_its_folder(files, tmp_path):
+    with pytest.raises(ingest.ConfigError, match="save_state_every url=None: expected a path or URL"):
+        _reader([files["txt"]]).save_state_every(2, None)
+    with pytest.raises(ingest.ConfigError, match="is a directory"):
+        _reader([files["txt"]]).save_state_every(2, tmp_path)
+    url = tmp_path / "new" / "folder" / "reader.state"
+    reader = _reader([files["txt"]]).save_state_every(2, url).startup()
+    with reader:
+        for _ in range(3):
+            next(reader)
+    assert json.loads(url.read_bytes())["batches"] == 2 and sorted(p.name for p in url.parent.iterdir()) == [
+        "reader.state"
+    ]

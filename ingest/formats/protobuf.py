@@ -14,7 +14,7 @@ import numpy as np
 from .._native import protobuf as K
 from .._native.columns import ChunkRows
 from .._native.names import build_name_table
-from ..errors import DataError
+from ..errors import DataError, StateError
 from ..features import DenseLayout
 from ..blocks import Table
 from ..sources.files.streams import skip
@@ -273,6 +273,8 @@ class ProtobufFormat(UnitFormat):
             first = unit.start if unit.resume is None else unit.resume[0]
             records = int(np.searchsorted(starts, first))
             last = len(starts) if unit.end is None else int(np.searchsorted(starts, unit.end))
+            if unit.resume is not None:
+                _check_resume(unit, starts, records, last)
             if records >= last:
                 return
             base = int(starts[records])
@@ -430,3 +432,16 @@ class SimpleProtobufFormat(ProtobufFormat):
 
     def __init__(self, schema, **options):
         super().__init__(schema, simple=True, **options)
+
+
+def _check_resume(unit, starts, records, last):
+    """A byte range resumes at one of its records' starts, or at its end (all of it delivered), as ``state()``
+    records them; any other position would pass records over unread."""
+    end = unit.size if last == len(starts) else int(starts[last])
+    first = unit.resume[0]
+    ours = int(np.searchsorted(starts, unit.start)) <= records <= last
+    if not (ours and (first == end or (records < last and int(starts[records]) == first))):
+        raise StateError(
+            f"{unit.url}: the reader state resumes the byte range [{unit.start}, {end}) at byte {first}, where "
+            f"none of its records starts (was the state edited, or the input?)"
+        )

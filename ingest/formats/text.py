@@ -10,7 +10,7 @@ import numpy as np
 from .._native import text as K
 from .._native.columns import ChunkRows
 from .._native.names import build_name_table
-from ..errors import TextParseError
+from ..errors import StateError, TextParseError
 from ..features import DenseLayout
 from ..blocks import Table, empty_aux_tables
 from .base import Kept, KeptRows, Room, UnitFormat, chunk_block, grown, refill, whole_so_far
@@ -239,6 +239,18 @@ def range_span(f, unit):
     return start, group_start_at_or_after(f, unit.end, unit.size)
 
 
+def _check_resume(f, url, aligned, end, start):
+    """A byte range resumes where one of its lines starts (``state()`` marks the first line of a group), or at its
+    end: any other position would pass samples over or parse half a line."""
+    if start > aligned:
+        f.seek(start - 1)
+    if not aligned <= start <= end or (start > aligned and f.read(1) != b"\n"):
+        raise StateError(
+            f"{url}: the reader state resumes the byte range [{aligned}, {end}) at byte {start}, where none of "
+            f"its lines starts (was the state edited, or the input?)"
+        )
+
+
 def count_lines_before(unit, offset):
     """Number of newlines in the unit's file before ``offset`` (for line numbers of errors)."""
     n = 0
@@ -304,6 +316,8 @@ class TextFormat(UnitFormat):
         end = None
         if not unit.aligned:
             aligned, end = range_span(f, unit)
+            if unit.resume is not None:
+                _check_resume(f, unit.url, aligned, end, start)
             start = aligned if unit.resume is None else start
             if start >= end:
                 return

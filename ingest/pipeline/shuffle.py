@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import StateError
 from ..ops.blocks import concat_blocks, take_ranges
 from .progress import WINDOW_DONE, Marks
 
@@ -118,9 +119,13 @@ class GroupShuffle:
         skip = 0
         if self.resume is not None and self.resume[:2] == (epoch, number):
             skip, self.resume = self.resume[2], None  # delivered before the state was taken
-        if skip < window.rows:
-            order = np.random.default_rng([self.seed, epoch, number]).permutation(len(pending))
-            yield Shuffled(_gathered(pending, order), skip, window.rows, window)
+            if skip >= window.rows:  # a window delivered whole is not under way (state() drops it)
+                raise StateError(
+                    f"the reader state says {skip} samples of window {number} of epoch {epoch} were delivered, "
+                    f"and it has {window.rows} (was the state edited, or the input?)"
+                )
+        order = np.random.default_rng([self.seed, epoch, number]).permutation(len(pending))
+        yield Shuffled(_gathered(pending, order), skip, window.rows, window)
 
 
 def _gathered(pending, order):

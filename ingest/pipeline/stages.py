@@ -16,6 +16,7 @@ import time
 import numpy as np
 
 from ..batch import Batch
+from ..errors import StateError
 from ..formats.base import ReadClock
 from ..ops.blocks import take_rows
 from .batcher import FLUSH
@@ -217,6 +218,12 @@ class Prepare:
             if self.rounds is not None:
                 self.rounds.dropped(groups - (len(blk.group_offsets) - 1))
         if skip and blk.nrows:  # rows the ops keep, as delivered before the restore
+            group = int(blk.group_offsets[1])
+            if skip >= group:  # state() counts rows of the group holding the next sample: fewer than it has
+                raise StateError(
+                    f"{blk.source}: the reader state says {skip} samples of the group at byte "
+                    f"{blk.position(0)[0]} were delivered, and it has {group} (was the state edited, or the input?)"
+                )
             blk.skip, skip = skip, 0
         parsed = blk
         if epoch is not None and self.coverage is not None:

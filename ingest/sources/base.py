@@ -46,6 +46,11 @@ class Unit:
         """What identifies the unit in a reader state's plan digest: equal between two runs over the same input."""
         return [self.index, self.url]  # type: ignore[attr-defined]
 
+    def resume_refused(self, position) -> str | None:
+        """What a resume position of this unit must be, when ``position`` (from a reader state) cannot be one;
+        None when it can."""
+        return None
+
     def open(self) -> "UnitStream":
         """The unit's bytes as a ``UnitStream``, positioned at ``stream_start``."""
         raise NotImplementedError

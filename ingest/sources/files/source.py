@@ -60,6 +60,14 @@ class FileRange(Unit):
     def ident(self):
         return [self.index, self.url, self.start, self.end, self.size, self.compression]
 
+    def resume_refused(self, position):
+        # a range's groups may start up to its aligned end, past its nominal end; a run of frames counts from origin
+        low = self.start if self.compression is None else self.origin
+        high = self.size if self.compression is None and self.size is not None else None
+        if isinstance(position, int) and position >= low and (high is None or position <= high):
+            return None
+        return f"a byte offset of {self.url} in [{low}, {'its end' if high is None else high}]"
+
     def open(self):
         return open_file(self)
 

@@ -85,6 +85,11 @@ class PartitionSpan(Unit):
     def ident(self):
         return [self.index, self.url]  # end offsets move between runs
 
+    def resume_refused(self, position):
+        if isinstance(position, list) and len(position) == 2:
+            return None
+        return f"[message offset, byte in message] of {self.url}"
+
     def open(self):
         return KafkaStream(self)
 
