@@ -46,21 +46,34 @@ class FeatureSpec:
         return np.where(keep, cols, -1).astype(np.int64)
 
 
+# Aux tables and dense widths a reader lays out arrays by (a tuple of arrays per table goes to the kernels): far
+# above any use, and low enough that a typo is an error rather than a hang or a MemoryError.
+MOST_TABLES = 64
+MOST_NVEC = 1 << 20
+
+
+def _integer(value):
+    return not isinstance(value, (bool, np.bool_)) and isinstance(value, (int, np.integer))
+
+
 def make_feature(name, type, table=0, nvec=None, serialized=False, dsl=None, cutoff=0, mask=None):
     """Validate user arguments into a ``FeatureSpec``; every problem is a ``ConfigError``."""
+    # the separators of the text format; ':' also keeps the DSL's hidden plans ("<feature>:<n>") apart from features
     if not isinstance(name, str) or not name or any(c in name for c in "|@;,:\n"):
         raise ConfigError(f"feature name={name!r}: expected a non-empty string without | @ ; , : or newline")
     try:
         ftype = FeatureType(type)
     except ValueError:
         raise ConfigError(f"feature {name!r}: type={type!r}, expected ingest.features.sparse or .dense") from None
-    if not isinstance(table, (int, np.integer)) or table < 0:
-        raise ConfigError(f"feature {name!r}: table={table!r}, expected an int >= 0")
-    if not isinstance(cutoff, (int, np.integer)):
+    if not _integer(table) or not 0 <= table < MOST_TABLES:
+        raise ConfigError(f"feature {name!r}: table={table!r}, expected an int >= 0 and < {MOST_TABLES}")
+    if not _integer(cutoff):
         raise ConfigError(f"feature {name!r}: cutoff={cutoff!r}, expected an int")
+    if not isinstance(serialized, (bool, np.bool_)):
+        raise ConfigError(f"feature {name!r}: serialized={serialized!r}, expected True or False")
     if ftype is FeatureType.dense:
-        if nvec is None or not isinstance(nvec, (int, np.integer)) or nvec <= 0:
-            raise ConfigError(f"dense feature {name!r}: nvec={nvec!r}, expected an int > 0")
+        if nvec is None or not _integer(nvec) or not 0 < nvec <= MOST_NVEC:
+            raise ConfigError(f"dense feature {name!r}: nvec={nvec!r}, expected an int > 0 and <= {MOST_NVEC:,}")
         if cutoff:
             raise ConfigError(f"dense feature {name!r}: cutoff applies to sparse features only")
         if mask is not None:

@@ -219,3 +219,10 @@ def test_no_progress_bar_off_a_terminal_and_a_version(capsys):
     with pytest.raises(SystemExit) as done:
         ingest_main.main(["--version"])
     assert done.value.code == 0 and capsys.readouterr().out.strip() == f"ingest {ingest.__version__}"
+
+
+def test_bench_a_dsl_file_that_cannot_be_read_is_a_one_line_error(tmp_path, capsys):
+    missing = tmp_path / "missing.conf"
+    assert bench.main([str(SAMPLES / "ads.txt"), "--dsl", str(missing)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1] == f"ingest-bench: --dsl {missing}: cannot read: No such file or directory"

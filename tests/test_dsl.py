@@ -1,6 +1,7 @@
 """The feature DSL: the kernel against the pure-Python twin, XDL's worked cases, cross64, errors, conf files."""
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -9,8 +10,10 @@ from hypothesis import given, strategies as st
 import ingest
 from ingest import sample_pb2 as pb
 from ingest._native.dsl import SHAPE_ANY, SHAPE_CROSS, SHAPE_CROSS3, SHAPE_LEAF, SHAPE_MATCH
+from ingest.dsl.compiler import MAX_DEPTH, MAX_PARTS
 from ingest.dsl.stage import dsl_stage
 from ingest.errors import DslError, DslLimitError
+from ingest.features import FeatureSpec, Schema
 
 from conftest import flatten
 from dsl_twin import cross64 as twin_cross64, evaluate, render
@@ -162,7 +165,7 @@ def test_common_ctr_features_compile_to_direct_plans():
     shapes = dict(zip((plan.name for plan in stage.plans), stage._fused.shape.tolist()))
     direct = {"au": SHAPE_CROSS, "ab": SHAPE_MATCH, "lu": SHAPE_LEAF, "abu": SHAPE_CROSS3}  # lu: logsum(u)'s samples
     assert shapes == {**{name: SHAPE_ANY for name in shapes}, **direct}
-    assert set(shapes) == {"au", "ab", "lu#0", "lu", "h", "abu", "abuc"}  # lu#0: the sum and log per aux line
+    assert set(shapes) == {"au", "ab", "lu:0", "lu", "h", "abu", "abuc"}  # lu:0: the sum and log per aux line
 
 
 def _check_against_twin(tmp_path, groups, exprs, as_dense, on_aux):
@@ -354,6 +357,12 @@ def test_result_too_large_is_a_located_error(tmp_path, monkeypatch, features, ex
         ("bucketize(a, 3, 1)", 17, "must not decrease"),
         ("log(3)", 5, "a number where a feature"),
         ("sum(log(x))", 9, "refers to 'x' itself"),
+        ("hash(a, 0)", 9, "whole number of buckets from 1 to 2**63 - 1 (9223372036854775807), got 0"),
+        ("hash(a, 1e400)", 9, "whole number of buckets from 1 to 2**63 - 1 (9223372036854775807), got 1e400"),
+        ("hash(a, 1e19)", 9, "whole number of buckets from 1 to 2**63 - 1 (9223372036854775807), got 1e19"),
+        ("hash(a, 9223372036854775808)", 9, "got 9223372036854775808"),  # 2**63: beyond int64
+        ("bucketize(a, 1, 1e400)", 17, "1e400 is beyond the range of float64"),
+        ("bucketize(a, -1e400)", 14, "-1e400 is beyond the range of float64"),
     ],
 )
 def test_errors_show_a_caret(expr, column, says):
@@ -425,3 +434,161 @@ def test_conf_errors(tmp_path, text, says):
     with pytest.raises(ingest.ConfigError) as exc:
         ingest.load_feature_conf(str(conf))
     assert says in str(exc.value)
+
+
+def test_conf_dsl_errors_keep_their_attributes_and_say_the_file_and_line(tmp_path):
+    conf = tmp_path / "features.conf"
+    conf.write_text("# crosses\nName=x;Type=KV;Expr=cartesian(a b)\n")
+    with pytest.raises(DslError) as exc:
+        ingest.load_feature_conf(str(conf))
+    first, line, caret = str(exc.value).splitlines()
+    assert first == f"{conf}:2: feature 'x': syntax error at column 13: unexpected 'b'; an expression is a " + (
+        "feature name or function(expression, ...)"
+    )
+    assert (exc.value.feature, exc.value.expression, exc.value.column) == ("x", "cartesian(a b)", 13)
+    assert line.strip() == "cartesian(a b)" and caret.index("^") - line.index("c") == 12
+
+
+def test_a_conf_file_that_is_not_utf8_is_a_config_error_at_its_byte(tmp_path):
+    conf = tmp_path / "features.conf"
+    conf.write_bytes(b"Name=ok;Type=KV;Expr=log(a)\r\nName=\xe9t\xe9;Type=KV;Expr=log(a)\n")
+    with pytest.raises(ingest.ConfigError) as exc:
+        ingest.load_feature_conf(str(conf))
+    assert type(exc.value) is ingest.ConfigError
+    assert str(exc.value) == (
+        f"{conf}:2: byte 34: b'\\xe9' is not UTF-8 (invalid continuation byte); a conf file is UTF-8 text"
+    )
+
+
+def test_conf_entries_in_a_chain_longer_than_the_recursion_limit_come_in_dependency_order(tmp_path):
+    conf = tmp_path / "features.conf"
+    chain = "".join(f"Name=f{i};Type=KV;Expr=value(f{i + 1})\n" for i in range(2000))
+    conf.write_text(chain + "Name=f2000;Type=KV;Expr=log(a)\n")
+    specs = ingest.load_feature_conf(str(conf))
+    assert [s.name for s in specs] == [f"f{i}" for i in range(2000, -1, -1)]
+    conf.write_text(chain + "Name=f2000;Type=KV;Expr=value(f0)\n")  # the same chain closed into a cycle
+    with pytest.raises(DslError) as exc:
+        ingest.load_feature_conf(str(conf))
+    assert str(exc.value).startswith(f"{conf}:2001: feature 'f2000': 'f0' depends on 'f2000' (a cycle)")
+    assert (exc.value.feature, exc.value.expression, exc.value.column) == ("f2000", "value(f0)", 7)
+
+
+# -- numbers, limits and names of the plans --------------------------------------------------------------
+
+
+def test_hash_takes_any_bucket_count_up_to_int64_max_exactly(tmp_path):
+    """Buckets are taken as written, not through a float: 2**63 - 1 is not rounded to 2**63, which int64 lacks."""
+    reader = _text_reader(tmp_path, "s|g|a@5,6||1", "a")
+    reader.feature("h", "sparse", serialized=True, dsl="hash(a, 9223372036854775807)")
+    reader.feature("h3", "sparse", serialized=True, dsl="hash(a, 3e0)")  # a whole number written as a float
+    [batch] = reader.startup().read_all()
+    assert batch["h"].ids.tolist() == [twin_cross64(k, 0) % (2**63 - 1) for k in (5, 6)]
+    assert batch["h3"].ids.tolist() == [twin_cross64(k, 0) % 3 for k in (5, 6)]
+
+
+def test_calls_nested_deeper_than_the_limit_are_refused_at_the_first_too_deep():
+    reader = ingest.DataReader("e", ["unused.txt"]).feature("a", "sparse")
+    reader.feature("ok", "sparse", dsl="log(" * MAX_DEPTH + "a" + ")" * MAX_DEPTH)
+    deep = "log(" * 400 + "a" + ")" * 400
+    with pytest.raises(DslError) as exc:
+        reader.feature("x", "sparse", dsl=deep)
+    assert f"nests deeper than {MAX_DEPTH} levels" in str(exc.value)
+    assert (exc.value.feature, exc.value.expression) == ("x", deep)
+    assert exc.value.column == 4 * (MAX_DEPTH + 1)  # the parenthesis opening level MAX_DEPTH + 1
+
+
+@pytest.mark.parametrize(
+    "step,levels,column",
+    [
+        ("value({p})", 2, 7),  # a call and the DSL feature it names: two levels a feature
+        ("{p}", 1, 1),  # a DSL feature that is another's name: one level a feature
+    ],
+)
+def test_a_chain_of_dsl_features_deeper_than_the_limit_is_refused(step, levels, column):
+    """Each DSL feature names the one before (substituted in); d0 = cartesian(a, b) is one level."""
+    reader = ingest.DataReader("e", ["unused.txt"]).feature("a", "sparse").feature("b", "sparse")
+    reader.feature("d0", "sparse", dsl="cartesian(a, b)")
+    with pytest.raises(DslError) as exc:
+        for i in range(1, 2000):
+            reader.feature(f"d{i}", "sparse", dsl=step.format(p=f"d{i - 1}"))
+    refused = (MAX_DEPTH - 1) // levels + 1  # d_i is 1 + levels * i deep
+    assert exc.value.feature == f"d{refused}" and exc.value.column == column
+    assert exc.value.expression == step.format(p=f"d{refused - 1}")
+    assert f"with the DSL features it names substituted in, the expression nests deeper than {MAX_DEPTH}" in str(
+        exc.value
+    )
+    assert [s.name for s in reader.schema.specs][-1] == f"d{refused - 1}"
+
+
+def test_a_chain_of_dsl_features_that_doubles_is_refused_past_the_size_limit():
+    """d_i = cartesian(d_i-1, d_i-1) has 3 + 2 * parts(d_i-1) parts (a named DSL feature is one more): d9 has
+    3069, d10 6141."""
+    reader = ingest.DataReader("e", ["unused.txt"]).feature("a", "sparse").feature("b", "sparse")
+    reader.feature("d0", "sparse", dsl="cartesian(a, b)")
+    for i in range(1, 10):
+        reader.feature(f"d{i}", "sparse", dsl=f"cartesian(d{i - 1}, d{i - 1})")
+    with pytest.raises(DslError) as exc:
+        reader.feature("d10", "sparse", dsl="cartesian(d9, d9)")
+    assert f"substituted in, the expression has more than {MAX_PARTS:,} parts" in str(exc.value)
+    assert (exc.value.feature, exc.value.column) == ("d10", 15)  # the second d9 goes over
+
+
+def test_an_expression_of_more_parts_than_the_limit_is_refused_at_the_part_beyond():
+    bounds = [str(i) for i in range(MAX_PARTS)]
+    expr = f"bucketize(a, {', '.join(bounds)})"
+    reader = ingest.DataReader("e", ["unused.txt"]).feature("a", "sparse")
+    with pytest.raises(DslError) as exc:
+        reader.feature("x", "sparse", dsl=expr)
+    assert f"the expression has more than {MAX_PARTS:,} parts" in str(exc.value)
+    # bucketize and a are parts 1 and 2: the boundary MAX_PARTS - 2 (from 0) is one too many
+    assert exc.value.column == expr.index(f" {MAX_PARTS - 2},") + 2
+
+
+def _aux_groups():
+    return [
+        (
+            [{"a": [(7, 1.0)], "b": [(8, 2.0)], "c": [], "d": [0, 0, 0], "refer": r} for r in (0, 0, 1)],
+            [{"u": [(1, 2.0), (2, 3.0)], "e": [1, 1]}, {"u": [(5, 1.0)], "e": [0, 0]}],
+        )
+    ]
+
+
+def test_no_feature_takes_the_name_of_a_part_computed_per_aux_line(tmp_path):
+    """A hidden plan is named "<feature>:<n>", which no feature name can be: a feature "x#0" and x's hidden plan
+    "x:0" are two plans, each read by its own leaves (one name for both made a leaf read out of bounds)."""
+    path = tmp_path / "aux.pb"
+    _write(path, _aux_groups())
+    results = []
+    for other in ("y", "x#0"):
+        reader = _raw_reader(path).batch_size(8)
+        reader.feature(other, "sparse", serialized=True, dsl="cartesian(a, b)")
+        reader.feature("x", "sparse", serialized=True, dsl="cartesian(a, logsum(u))")
+        stage = dsl_stage(reader.schema)
+        assert [(p.name, p.table, p.hidden) for p in stage.plans] == [
+            (other, 0, False),
+            ("x:0", 1, True),
+            ("x", 0, False),
+        ]
+        assert [leaf[:2] for leaf in stage.plans[2].leaves] == [("a", 0), ("x:0", 1)]
+        [batch] = reader.startup().read_all()
+        results.append((batch["x"].ids.tolist(), batch["x"].values.tolist(), batch[other].ids.tolist()))
+    assert results[0] == results[1]
+    # a's (7, 1.0) crossed with the logsum of its sample's aux line: key 0, ln(5) twice then ln(1)
+    assert results[0][0] == [twin_cross64(7, 0)] * 3
+    assert np.allclose(results[0][1], [math.log(5.0 + 1e-8)] * 2 + [math.log(1.0 + 1e-8)])
+    assert results[0][2] == [twin_cross64(7, 8)] * 3
+    with pytest.raises(ingest.ConfigError, match=re.escape("'x:0': expected a non-empty string without | @ ; , :")):
+        _raw_reader(path).feature("x:0", "sparse")
+
+
+def test_plans_of_one_name_are_refused_before_any_block_is_read():
+    """FeatureSpecs made by hand skip make_feature's check of names: the stage refuses two plans of one name rather
+    than let a leaf read the wrong table's rows."""
+    specs = [
+        FeatureSpec("a", ingest.features.sparse),
+        FeatureSpec("u", ingest.features.sparse, table=1),
+        FeatureSpec("x:0", ingest.features.sparse, dsl="cartesian(a, a)"),
+        FeatureSpec("x", ingest.features.sparse, dsl="cartesian(a, logsum(u))"),
+    ]
+    with pytest.raises(ingest.ConfigError, match="DSL plan 'x:0': the name of another plan"):
+        dsl_stage(Schema(specs, 1))

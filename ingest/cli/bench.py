@@ -201,17 +201,26 @@ def _format_of_name(path):
         return FileType.txt.value
 
 
-def _reader(name, paths, args, declare):
+def _reader(name, paths, args, declare, dsl):
     reader = DataReader(name, paths=paths, file_type=args.format)
     reader.batch_size(args.batch_size).threads(args.threads).epochs(args.epochs).split_group(args.split_group)
     reader.unique_ids(args.unique_ids)
     declare(reader)
-    if args.dsl is not None:
-        reader.features(load_feature_conf(args.dsl))
-    return reader
+    return reader.features(dsl)
+
+
+def _dsl_features(path):
+    """The features of the ``--dsl`` conf file; a ``ConfigError`` naming it when it cannot be read."""
+    try:
+        return load_feature_conf(path)
+    except IngestError:  # located already (a SourceError is also an OSError)
+        raise
+    except OSError as exc:
+        raise ConfigError(f"--dsl {path}: cannot read: {exc.strerror or exc}") from exc
 
 
 def _bench(args, paths):
+    dsl = () if args.dsl is None else _dsl_features(args.dsl)  # before anything is compiled or read
     parse = "text" if args.format == FileType.txt.value else "pb"
     groups = ([f"scan-{parse}"] if "auto" in (args.features, args.label_count) else []) + [parse, "batch"]
     groups += (["unique"] if args.unique_ids else []) + (["dsl"] if args.dsl else [])
@@ -219,8 +228,9 @@ def _bench(args, paths):
     declare = _declarer(args, paths[0])
     # whole groups (--no-split-group) may not fit in a warm-up batch of 8: keep the batch size then
     warm_batch_size = WARM_UP_BATCH_SIZE if args.split_group else args.batch_size
-    compile_seconds = warm_up(_reader("ingest-bench-warm-up", paths[:1], args, declare).batch_size(warm_batch_size))
-    reader = _reader("ingest-bench", paths, args, declare)
+    warm = _reader("ingest-bench-warm-up", paths[:1], args, declare, dsl)
+    compile_seconds = warm_up(warm.batch_size(warm_batch_size))
+    reader = _reader("ingest-bench", paths, args, declare, dsl)
     if args.timeline is not None:
         reader.timeline(args.timeline)
     bar = progress_bar(unit=" samples", desc="reading", enabled=args.progress)

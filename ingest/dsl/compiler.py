@@ -8,7 +8,9 @@ only aux-table features is computed once per aux line: it becomes a hidden plan 
 table, and the expression reads its result like a feature.
 """
 
+import math
 from dataclasses import dataclass
+from decimal import Decimal
 from functools import lru_cache
 from importlib import resources
 
@@ -19,7 +21,28 @@ from .._native import dsl as K
 from ..errors import DslError
 from ..features import FeatureType
 
-__all__ = ["parse", "check", "check_feature", "compile_feature", "Plan", "FUNCTIONS"]
+__all__ = [
+    "parse",
+    "check",
+    "check_feature",
+    "compile_feature",
+    "Plan",
+    "FUNCTIONS",
+    "MAX_DEPTH",
+    "MAX_PARTS",
+    "MAX_BUCKETS",
+    "HIDDEN_MARK",
+]
+
+# Bounds on an expression with the DSL features it names substituted in, counted while it is checked, so that
+# a check stops within MAX_PARTS steps: the later passes recurse once a level, and a chain of features each
+# naming the one before twice doubles in size with each feature.
+MAX_DEPTH = 64  # levels: each function call, and each DSL feature named (its expression substituted in)
+MAX_PARTS = 4096  # names, numbers and calls
+# hash() buckets: an int64 operand of the kernel, the divisor of a non-negative int64 key
+MAX_BUCKETS = 2**63 - 1
+# a hidden plan is named "<feature>:<n>"; make_feature refuses ':' in names, so no declared feature has it
+HIDDEN_MARK = ":"
 
 
 @dataclass(frozen=True)
@@ -32,6 +55,7 @@ class Name:
 class Number:
     value: float
     col: int
+    text: str = ""  # as written: hash() takes its buckets exactly, not through a float
 
 
 @dataclass(frozen=True)
@@ -87,6 +111,7 @@ def parse(text, feature):
             expression=text,
             column=1,
         )
+    _check_nesting(text, feature)
     try:
         tree = _parser().parse(text)
     except lark.exceptions.UnexpectedInput as exc:
@@ -105,23 +130,69 @@ def parse(text, feature):
     return _node(tree)
 
 
+def _check_nesting(text, feature):
+    """A ``DslError`` at the first call nested deeper than ``MAX_DEPTH``, before the tree is built (each pass over
+    it recurses once a level).  A name holds no parenthesis, so their nesting is that of the calls."""
+    depth = 0
+    for col, char in enumerate(text, 1):
+        if char == "(":
+            depth += 1
+            if depth > MAX_DEPTH:
+                _fail(feature, text, col, f"the expression nests deeper than {MAX_DEPTH} levels (a call is a level)")
+        elif char == ")":
+            depth -= 1
+
+
 def _node(tree):
     if tree.data == "name":
         tok = tree.children[0]
         return Name(str(tok), tok.column)
     if tree.data == "number":
         tok = tree.children[0]
-        return Number(float(tok), tok.column)
+        return Number(float(tok), tok.column, str(tok))
     func = tree.children[0]
     return Call(str(func), tuple(_node(c) for c in tree.children[1:]), func.column)
+
+
+class _Walk:
+    """One check of a declared feature's expression: the parts met so far, the parsed DSL features it names."""
+
+    def __init__(self, text, feature):
+        self.text = text
+        self.feature = feature
+        self.parts = 0
+        self.trees = {}  # DSL feature name -> its parsed expression, parsed once however often it is named
+
+    def enter(self, col, depth, at):
+        """Count a part ``depth`` levels deep; a ``DslError`` beyond the limits.  ``at`` is the column, in the
+        declared expression, of the DSL feature whose substituted expression holds the part (None when the part
+        is in the declared expression itself, at ``col``)."""
+        self.parts += 1
+        if depth <= MAX_DEPTH and self.parts <= MAX_PARTS:
+            return
+        if at is None:
+            message = "the expression"
+        else:
+            message = "with the DSL features it names substituted in, the expression"
+        if depth > MAX_DEPTH:
+            message += f" nests deeper than {MAX_DEPTH} levels (a call, or a DSL feature named, is a level)"
+        else:
+            message += f" has more than {MAX_PARTS:,} parts (names, numbers and calls)"
+        _fail(self.feature, self.text, col if at is None else at, message)
 
 
 def check(node, text, feature, known):
     """Check ``node`` against ``known`` (name -> FeatureSpec of earlier declarations).
 
     Returns the tree with the expressions of DSL features it names substituted in (so
-    it refers to parsed features only).
+    it refers to parsed features only).  That tree is at most ``MAX_DEPTH`` levels deep and
+    has at most ``MAX_PARTS`` parts.
     """
+    return _check(node, text, feature, known, _Walk(text, feature), 0, None)
+
+
+def _check(node, text, feature, known, walk, depth, at):
+    """``check`` of ``node``, ``depth`` levels below the declared expression's root; ``at`` as in ``_Walk.enter``."""
     if isinstance(node, Number):
         _fail(feature, text, node.col, "a number where a feature or an expression is expected")
     if isinstance(node, Name):
@@ -131,8 +202,14 @@ def check(node, text, feature, known):
         if spec is None:
             _fail(feature, text, node.col, f"unknown feature {node.name!r}: declare it before the features using it")
         if spec.dsl is not None:
-            return check(parse(spec.dsl, spec.name), spec.dsl, spec.name, known)
+            walk.enter(node.col, depth + 1, at)
+            tree = walk.trees.get(spec.name)
+            if tree is None:
+                tree = walk.trees[spec.name] = parse(spec.dsl, spec.name)
+            return _check(tree, spec.dsl, spec.name, known, walk, depth + 1, node.col if at is None else at)
+        walk.enter(node.col, depth, at)
         return node
+    walk.enter(node.col, depth + 1, at)
     if node.func not in FUNCTIONS:
         _fail(feature, text, node.col, f"unknown function {node.func!r}; known: {', '.join(sorted(FUNCTIONS))}")
     fewest, most, numbers = FUNCTIONS[node.func]
@@ -140,22 +217,40 @@ def check(node, text, feature, known):
     if n < fewest or (most is not None and n > most):
         want = f"{fewest}" if fewest == most else f"at least {fewest}" if most is None else f"{fewest} to {most}"
         _fail(feature, text, node.col, f"{node.func}() takes {want} argument{'s' * (want != '1')}, got {n}")
-    args = [check(node.args[0], text, feature, known)]
+    args = [_check(node.args[0], text, feature, known, walk, depth + 1, at)]
     for a in node.args[1:]:
         if numbers:
             if not isinstance(a, Number):
                 _fail(feature, text, a.col, f"{node.func}() takes numbers after its first argument")
-            args.append(a)
+            walk.enter(a.col, depth + 1, at)
+            args.append(_number(node.func, a, text, feature))
         else:
-            args.append(check(a, text, feature, known))
-    if node.func == "hash" and (args[1].value != int(args[1].value) or args[1].value < 1):
-        _fail(feature, text, args[1].col, "hash() takes a whole number of buckets >= 1")
+            args.append(_check(a, text, feature, known, walk, depth + 1, at))
     if node.func == "bucketize":
         bounds = [a.value for a in args[1:]]
         for a, prev in zip(args[2:], bounds):
             if a.value < prev:
                 _fail(feature, text, a.col, "bucketize() boundaries must not decrease")
     return Call(node.func, tuple(args), node.col)
+
+
+def _number(func, number, text, feature):
+    """The number argument of ``func``, as the kernel takes it: hash()'s buckets an exact int in 1..MAX_BUCKETS,
+    a bucketize() boundary a finite float64."""
+    shown = number.text or repr(number.value)
+    if func == "hash":
+        exact = Decimal(shown)
+        if not exact.is_finite() or not 1 <= exact <= MAX_BUCKETS or exact != exact.to_integral_value():
+            _fail(
+                feature,
+                text,
+                number.col,
+                f"hash() takes a whole number of buckets from 1 to 2**63 - 1 ({MAX_BUCKETS}), got {shown}",
+            )
+        return Number(int(exact), number.col, number.text)
+    if not math.isfinite(number.value):
+        _fail(feature, text, number.col, f"{shown} is beyond the range of float64 (about 1.8e308)")
+    return number
 
 
 def single_valued(node, specs):
@@ -239,7 +334,7 @@ class _Builder:
             return self._op(K.COSINE if f == "cosine" else K.DOT, self.emit(node.args[0]), self.emit(node.args[1]))
         x = self.emit(node.args[0])
         if f == "hash":
-            return self._op(K.HASH, x, int(node.args[1].value))
+            return self._op(K.HASH, x, node.args[1].value)  # an int within int64 (_number)
         if f == "bucketize":
             first = len(self.consts)
             self.consts.extend(a.value for a in node.args[1:])
@@ -265,7 +360,7 @@ def compile_feature(spec, tree, specs):
             return node
         home = home_table(node, specs)
         if home > table:
-            name = f"{spec.name}#{len(plans)}"
+            name = f"{spec.name}{HIDDEN_MARK}{len(plans)}"
             plans.append(_plan(name, home, hoist(node, home), specs, hidden_tables, False, True))
             hidden_tables[name] = home
             return Name(name, node.col)

@@ -24,7 +24,19 @@ def load_feature_conf(path):
     the features they read.
     """
     entries = {}
-    with open_url(path, "rb") as raw, io.TextIOWrapper(raw, encoding="utf-8") as f:
+    with open_url(path, "rb") as raw:
+        data = raw.read()
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        # the whole file is read and checked first: a decoder reading it by lines knows no byte offset
+        before = data[: exc.start].decode("utf-8")
+        line = before.replace("\r\n", "\n").replace("\r", "\n").count("\n") + 1
+        raise ConfigError(
+            f"{path}:{line}: byte {exc.start}: {data[exc.start : exc.end]!r} is not UTF-8 ({exc.reason}); "
+            "a conf file is UTF-8 text"
+        ) from None
+    with io.TextIOWrapper(io.BytesIO(data), encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             line = line.strip(_SPACES)
             if not line or line.startswith("#"):
@@ -53,34 +65,47 @@ def load_feature_conf(path):
             try:
                 spec = make_feature(name, kind[0], nvec=kind[1], dsl=fields["expr"])
                 tree = parse(spec.dsl, name)
-            except ConfigError as exc:
-                raise type(exc)(f"{path}:{lineno}: {exc}") from None
-            entries[name] = (spec, tree, lineno)
-    order = []
-    state = {}  # name -> 1 while visiting, 2 when placed
-
-    def visit(name):
-        state[name] = 1
-        spec, tree, lineno = entries[name]
-        for ref in _names(tree):
-            if ref.name not in entries or state.get(ref.name) == 2:
-                continue
-            if state.get(ref.name) == 1:
-                text = spec.dsl
+            except DslError as exc:
                 raise DslError(
-                    f"{path}:{lineno}: feature {name!r}: {ref.name!r} depends on {name!r} (a cycle)"
-                    f"\n  {text}\n  {' ' * (ref.col - 1)}^",
-                    feature=name,
-                    expression=text,
-                    column=ref.col,
-                )
-            visit(ref.name)
-        state[name] = 2
-        order.append(spec)
+                    f"{path}:{lineno}: {exc}", feature=exc.feature, expression=exc.expression, column=exc.column
+                ) from None
+            except ConfigError as exc:
+                raise ConfigError(f"{path}:{lineno}: {exc}") from None
+            entries[name] = (spec, tree, lineno)
+    return _dependency_order(entries, path)
 
-    for name in entries:
-        if name not in state:
-            visit(name)
+
+def _dependency_order(entries, path):
+    """The specs of ``entries`` (name -> (spec, tree, lineno)), each after the entries it names: a depth-first
+    walk with a stack of its own, as a chain of entries may be longer than Python's recursion limit."""
+    order = []
+    state = {}  # name -> 1 while on the stack, 2 when placed
+    for root in entries:
+        if root in state:
+            continue
+        state[root] = 1
+        stack = [(root, _names(entries[root][1]))]
+        while stack:
+            name, refs = stack[-1]
+            for ref in refs:
+                if ref.name not in entries or state.get(ref.name) == 2:
+                    continue
+                if state.get(ref.name) == 1:
+                    spec, _, lineno = entries[name]
+                    raise DslError(
+                        f"{path}:{lineno}: feature {name!r}: {ref.name!r} depends on {name!r} (a cycle)"
+                        f"\n  {spec.dsl}\n  {' ' * (ref.col - 1)}^",
+                        feature=name,
+                        expression=spec.dsl,
+                        column=ref.col,
+                    )
+                state[ref.name] = 1
+                stack.append((ref.name, _names(entries[ref.name][1])))
+                break
+            else:
+                stack.pop()
+                state[name] = 2
+                order.append(entries[name][0])
     return order
 
 

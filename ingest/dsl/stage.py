@@ -8,15 +8,16 @@ handed on holds the features of the full schema, in schema order; hidden plans (
 feed later plans and no feature points at their results.
 """
 
+import collections
 import dataclasses
 import threading
 
 import numpy as np
 
 from .._native import dsl as K
-from ..errors import DslLimitError
+from ..errors import ConfigError, DslLimitError
 from ..blocks import Table
-from .compiler import check_feature, compile_feature
+from .compiler import HIDDEN_MARK, check_feature, compile_feature
 
 __all__ = ["DslStage", "MAX_PAIRS_PER_ROW", "dsl_stage"]
 
@@ -52,6 +53,14 @@ class DslStage:
             self.parsed.update({s.name: (t, f) for f, s in enumerate(raw.sparse_in(t))})
             self.parsed.update({s.name: (t, d) for d, s in enumerate(raw.dense_in(t))})
         self._plan_of = {plan.name: p for p, plan in enumerate(plans)}
+        # a leaf finds its input by name: two inputs of one name would read the wrong table's rows out of bounds
+        names = collections.Counter(plan.name for plan in plans)
+        clash = sorted({name for name, n in names.items() if n > 1} | (names.keys() & self.parsed.keys()))
+        if clash:
+            raise ConfigError(
+                f"DSL plan {clash[0]!r}: the name of another plan or of a parsed feature too; "
+                f"a feature name may not hold {HIDDEN_MARK!r}"
+            )
         self._fused = K.fuse(
             [plan.program for plan in plans], [len(plan.leaves) for plan in plans], [plan.table for plan in plans]
         )
@@ -146,7 +155,7 @@ class DslStage:
             where = f"sample {row} of the chunk (sample id {sid!r})"
         else:
             where = f"aux line {row} of table {plan.table} of the chunk"
-        name = plan.name.split("#")[0]
+        name = plan.name.split(HIDDEN_MARK)[0]  # a hidden plan's feature
         return DslLimitError(
             f"feature {name!r}: one row's result would hold {need:,} pairs, at {where}; the value is",
             source=blk.source,
