@@ -3,9 +3,40 @@
 from dataclasses import dataclass, field
 from typing import Optional
 
+import numpy as np
+
+from .errors import ConfigError
 from .formats import FileType
 
-__all__ = ["ReaderOptions"]
+__all__ = ["ReaderOptions", "MOST", "positive_int", "flag"]
+
+# Upper bounds of the counts a reader allocates or starts by (a thread, a queue place, a row of every batch
+# array each): far above any use, and low enough that a typo is an error rather than a hang or a MemoryError.
+MOST = {
+    "threads": 1024,
+    "prefetch": 1 << 16,
+    "batch_size": 1 << 24,
+    "label_count": 1 << 12,
+    "max_group_size": (1 << 31) - 1,
+    "max_record_bytes": (1 << 32) - 1,  # a record's length prefix is 4 bytes
+}
+
+
+def positive_int(name, value, minimum=1, maximum=None):
+    """``value`` as an int (numpy integers too, not bools) in ``[minimum, maximum]``; ``maximum`` defaults to the
+    option's bound in ``MOST``."""
+    maximum = MOST.get(name) if maximum is None else maximum
+    ok = not isinstance(value, (bool, np.bool_)) and isinstance(value, (int, np.integer))
+    if not ok or value < minimum or (maximum is not None and value > maximum):
+        most = "" if maximum is None else f" and <= {maximum:,}"
+        raise ConfigError(f"{name}={value!r}: expected an int >= {minimum}{most}")
+    return int(value)
+
+
+def flag(name, value):
+    if not isinstance(value, (bool, np.bool_)):
+        raise ConfigError(f"{name}={value!r}: expected True or False")
+    return bool(value)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from .dsl.stage import dsl_stage
 from .errors import ConfigError, ReaderClosedError
 from .features import Schema, make_feature
 from .ops import OpStage, as_op
-from .options import ReaderOptions
+from .options import ReaderOptions, flag as _flag, positive_int as _positive_int
 from .pipeline.batcher import BatchBuilder
 from .pipeline.coverage import Coverage
 from .pipeline.progress import Progress
@@ -40,12 +40,6 @@ def _close(pipeline, member, committers, stats):
     for other in ([member] if member is not None else []) + committers:
         other.close()
     stats.end_timeline()
-
-
-def _positive_int(name, value, minimum=1):
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{name}={value!r}: expected an int >= {minimum}")
-    return value
 
 
 class DataReader:
@@ -76,7 +70,7 @@ class DataReader:
         self.name = name
         paths = list(paths) if paths is not None and not isinstance(paths, str) else paths
         self._options = ReaderOptions(
-            paths=paths, file_type=formats.file_type(file_type), enable_state=bool(enable_state)
+            paths=paths, file_type=formats.file_type(file_type), enable_state=_flag("enable_state", enable_state)
         )
         self._runtime()
 
@@ -182,32 +176,30 @@ class DataReader:
     def keep_sample(self, on=True) -> "DataReader":
         """XDL's iterative loop: a group the consumer is done with (next iteration or ``batch.release()``)
         goes back through the ops, pass after pass, until an op drops it (docs/ops.md)."""
-        return self._set(keep=bool(on))
+        return self._set(keep=_flag("keep_sample", on))
 
     def pause(self, n, wait_exactly=False) -> "DataReader":
         """Read in rounds of ``n`` sample groups: reading stops once ``n`` groups are live (admitted and not
         yet done with, or with ``keep_sample`` not yet dropped by an op) and goes on when every one has
         left (``wait_exactly=True``) or as soon as fewer than ``n`` are live.  A partial batch is delivered
         as soon as nothing else could complete it."""
-        return self._set(pause=(_positive_int("pause", n), bool(wait_exactly)))
+        return self._set(pause=(_positive_int("pause", n), _flag("wait_exactly", wait_exactly)))
 
     def split_group(self, on=True) -> "DataReader":
-        return self._set(split_group=bool(on))
+        return self._set(split_group=_flag("split_group", on))
 
     def pad(self, on=True) -> "DataReader":
         """Pad every short batch to ``batch_size`` rows (empty sparse rows, zero dense rows and labels)."""
-        return self._set(pad=bool(on))
+        return self._set(pad=_flag("pad", on))
 
     def drop_last(self, on=True) -> "DataReader":
-        return self._set(drop_last=bool(on))
+        return self._set(drop_last=_flag("drop_last", on))
 
     def shard(self, task_index, task_num) -> "DataReader":
         """Read only this worker's share: work units ``task_index, task_index + task_num, ...``."""
         self._option()
-        _positive_int("task_num", task_num)
-        if isinstance(task_index, bool) or not isinstance(task_index, int) or not 0 <= task_index < task_num:
-            raise ConfigError(f"task_index={task_index!r}: expected an int in [0, {task_num})")
-        return self._set(task=(task_index, task_num))
+        task_num = _positive_int("task_num", task_num)
+        return self._set(task=(_positive_int("task_index", task_index, 0, task_num - 1), task_num))
 
     def on_error(self, policy) -> "DataReader":
         """``"raise"`` (default) stops at the first bad line; ``"skip"`` skips and counts it."""
@@ -232,11 +224,11 @@ class DataReader:
 
     def deterministic(self, on=True) -> "DataReader":
         """Deliver samples in input order whatever the thread timing (slower with several threads)."""
-        return self._set(deterministic=bool(on))
+        return self._set(deterministic=_flag("deterministic", on))
 
     def unique_ids(self, on=True) -> "DataReader":
         """Per batch and sparse feature: ``unique_ids``, ``inverse``; ``unique_rows`` and their offsets when read."""
-        return self._set(unique=bool(on))
+        return self._set(unique=_flag("unique_ids", on))
 
     def kafka(
         self, group_id=None, start="earliest", until="caught_up", client="direct", **consumer_config

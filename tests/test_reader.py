@@ -199,6 +199,18 @@ def test_missing_path_is_a_source_error(tmp_path):
         (lambda r: r.feature(name="a|b", type="sparse"), "feature name='a|b'"),
         (lambda r: r.feature(name="x", type="embedding"), "feature 'x': type='embedding'"),
         (lambda r: r.z("brotli"), "compression='brotli'"),
+        # flags take True or False only: bool('False') is True
+        (lambda r: r.split_group("False"), "split_group='False': expected True or False"),
+        (lambda r: r.unique_ids([0]), "unique_ids=[0]: expected True or False"),
+        (lambda r: r.feature(name="x", type="sparse", serialized="no"), "feature 'x': serialized='no'"),
+        (lambda r: r.feature(name="x", type="sparse", table=True), "feature 'x': table=True"),
+        # counts a reader allocates or starts by are bounded: a typo is an error, not a hang or a MemoryError
+        (lambda r: r.threads(10**12), "threads=1000000000000: expected an int >= 0 and <= 1,024"),
+        (lambda r: r.prefetch(10**12), "prefetch=1000000000000: expected an int >= 1 and <= 65,536"),
+        (lambda r: r.batch_size(2**24 + 1), "batch_size=16777217: expected an int >= 1 and <= 16,777,216"),
+        (lambda r: r.max_group_size(2**63), "max_group_size=9223372036854775808"),
+        (lambda r: r.feature(name="x", type="sparse", table=10**6), "feature 'x': table=1000000"),
+        (lambda r: r.feature(name="x", type="dense", nvec=2**63), "dense feature 'x': nvec=9223372036854775808"),
     ],
 )
 def test_bad_options_are_config_errors_that_name_the_argument(call, named):
@@ -207,6 +219,13 @@ def test_bad_options_are_config_errors_that_name_the_argument(call, named):
         call(reader)
     assert isinstance(info.value, ValueError)
     assert str(info.value).startswith(named)
+
+
+def test_numpy_integers_and_bools_are_taken_as_ints_and_bools(synthetic_file):
+    reader = make_reader([synthetic_file], sparse=["cate"], batch_size=(np.int64(512),), threads=(np.int32(2),))
+    reader.shard(np.int64(0), np.int64(2)).pad(np.bool_(False)).feature("user_emb", "dense", nvec=np.int64(8))
+    sizes = [b.size for b in reader.startup()]
+    assert max(sizes) == 512 and 0 < sum(sizes) < 3000  # a batch of 512, half the units (shard 0 of 2)
 
 
 # -- batching rules -----------------------------------------------------------------------------------

@@ -336,7 +336,7 @@ def test_an_error_after_a_restore_names_the_line_a_fresh_read_names(tmp_path, sy
 
     def error_of(stops):
         with pytest.raises(ingest.DataError) as caught:
-            _split_run(lambda: _reader([path], enable_state=(True,), unit_bytes=(unit_bytes,)), stops)
+            _split_run(lambda: _reader([path], enable_state=True, unit_bytes=(unit_bytes,)), stops)
         return caught.value
 
     fresh, resumed = error_of([]), error_of([5])
