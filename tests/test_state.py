@@ -446,3 +446,25 @@ def test_save_state_every_checks_its_url_and_makes_its_folder(files, tmp_path):
     assert json.loads(url.read_bytes())["batches"] == 2 and sorted(p.name for p in url.parent.iterdir()) == [
         "reader.state"
     ]
+
+
+@pytest.mark.parametrize("newline", [b"\n", b""])
+def test_a_state_after_any_batch_restores_to_the_rest(tmp_path, newline):
+    """Every state a run can take (after each batch, the last one included) is accepted and resumes exactly:
+    positions at a range's end, inside a group cut by max_group_size, in a file without a final newline."""
+    lines = [f"s{i}|g{i // 7}|f@{i}||1" for i in range(150)]
+    path = tmp_path / "f.txt"
+    path.write_bytes("\n".join(lines).encode() + newline)
+
+    def make():
+        reader = make_reader([path], sparse=["f"], batch_size=(16,), threads=(0,), enable_state=True)
+        return reader.unit_bytes(1024).max_group_size(3)
+
+    whole = [key_of(s) for b in make().startup() for s in flatten(b)]
+    for k in range(len(whole) // 16 + 2):
+        first = make().startup()
+        taken = [key_of(s) for _, b in zip(range(k), first) for s in flatten(b)]
+        state = first.state()
+        first.shutdown()
+        rest = [key_of(s) for b in make().restore(state).startup() for s in flatten(b)]
+        assert taken + rest == whole, k

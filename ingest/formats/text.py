@@ -242,9 +242,10 @@ def range_span(f, unit):
 def _check_resume(f, url, aligned, end, start):
     """A byte range resumes where one of its lines starts (``state()`` marks the first line of a group), or at its
     end: any other position would pass samples over or parse half a line."""
-    if start > aligned:
+    inside = aligned < start < end  # at either end nothing is to be checked (a last line may have no newline)
+    if inside:
         f.seek(start - 1)
-    if not aligned <= start <= end or (start > aligned and f.read(1) != b"\n"):
+    if not aligned <= start <= end or (inside and f.read(1) != b"\n"):
         raise StateError(
             f"{url}: the reader state resumes the byte range [{aligned}, {end}) at byte {start}, where none of "
             f"its lines starts (was the state edited, or the input?)"
