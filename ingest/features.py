@@ -69,7 +69,7 @@ def make_feature(name, type, table=0, nvec=None, serialized=False, dsl=None, cut
         raise ConfigError(f"feature {name!r}: table={table!r}, expected an int >= 0 and < {MOST_TABLES}")
     if not _integer(cutoff):
         raise ConfigError(f"feature {name!r}: cutoff={cutoff!r}, expected an int")
-    if not isinstance(serialized, (bool, np.bool_)):
+    if not (isinstance(serialized, (bool, np.bool_)) or (_integer(serialized) and serialized in (0, 1))):
         raise ConfigError(f"feature {name!r}: serialized={serialized!r}, expected True or False")
     if ftype is FeatureType.dense:
         if nvec is None or not _integer(nvec) or not 0 < nvec <= MOST_NVEC:

@@ -34,9 +34,11 @@ def positive_int(name, value, minimum=1, maximum=None):
 
 
 def flag(name, value):
-    if not isinstance(value, (bool, np.bool_)):
-        raise ConfigError(f"{name}={value!r}: expected True or False")
-    return bool(value)
+    """``value`` as a bool: True or False, numpy's too, or the ints 1 and 0 (not any object: bool('False') is
+    True)."""
+    if isinstance(value, (bool, np.bool_)) or (isinstance(value, (int, np.integer)) and value in (0, 1)):
+        return bool(value)
+    raise ConfigError(f"{name}={value!r}: expected True or False")
 
 
 @dataclass(frozen=True)

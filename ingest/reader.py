@@ -124,15 +124,12 @@ class DataReader:
         samples in the order the uninterrupted one would have).  Batches then follow one block stream in input
         order, as with ``deterministic(True)``; docs/decisions.md gives the cost."""
         self._option()
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
-            raise ConfigError(f"shuffle(seed={seed!r}): expected an int >= 0 or None")
-        if buffer is not None and (
-            seed is None or isinstance(buffer, bool) or not isinstance(buffer, int) or buffer < 1
-        ):
-            raise ConfigError(
-                f"shuffle(seed={seed!r}, buffer={buffer!r}): expected a buffer of an int >= 1 "
-                f"sample groups, with a seed"
-            )
+        if seed is not None:
+            seed = _positive_int("shuffle seed", seed, 0)
+        if buffer is not None:
+            if seed is None:
+                raise ConfigError(f"shuffle(seed=None, buffer={buffer!r}): a buffer needs a seed")
+            buffer = _positive_int("shuffle buffer", buffer)
         return self._set(shuffle=seed, shuffle_buffer=buffer)
 
     def epochs(self, n) -> "DataReader":

@@ -104,10 +104,11 @@ def _check_fields(obj):
             raise StateError(f"reader state: no field {key!r} (was the state edited?)")
         if not ok(obj[key]):
             raise _field_error(key, obj[key], what)
-    units, epoch = obj["unit_count"], obj["epoch"]
+    units = obj["unit_count"]
+    # with a shuffle buffer, done runs and partial entries of an epoch before `epoch` say where a window starts
     for e, runs in obj["done"].items():
-        if not (e.isdigit() and int(e) >= epoch and isinstance(runs, list)):
-            raise _field_error(f"done[{e!r}]", runs, f"runs of unit indices under an epoch >= {epoch}")
+        if not (e.isdigit() and isinstance(runs, list)):
+            raise _field_error(f"done[{e!r}]", runs, "runs of unit indices under an epoch")
         for run in runs:
             if not (isinstance(run, list) and len(run) == 2 and all(map(_count, run)) and run[0] < run[1] <= units):
                 raise _field_error(f"a run of done[{e!r}]", run, f"[first, end) with 0 <= first < end <= {units}")
@@ -115,10 +116,8 @@ def _check_fields(obj):
         if not (isinstance(entry, list) and len(entry) == 4):
             raise _field_error("a partial entry", entry, "[epoch, unit index, position, rows]")
         e, u, position, rows = entry
-        if not (_count(e) and e >= epoch and _count(u) and u < units and _position(position) and _count(rows)):
-            raise _field_error(
-                "a partial entry", entry, f"an epoch >= {epoch}, a unit index < {units}, a position and rows >= 0"
-            )
+        if not (_count(e) and _count(u) and u < units and _position(position) and _count(rows)):
+            raise _field_error("a partial entry", entry, f"an epoch, a unit index < {units}, a position and rows >= 0")
     window = obj.get("window")
     if window is not None and not (isinstance(window, list) and len(window) == 3 and all(map(_count, window))):
         raise _field_error("window", window, "[epoch, window, rows delivered], ints >= 0")

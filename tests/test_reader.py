@@ -202,6 +202,8 @@ def test_missing_path_is_a_source_error(tmp_path):
         # flags take True or False only: bool('False') is True
         (lambda r: r.split_group("False"), "split_group='False': expected True or False"),
         (lambda r: r.unique_ids([0]), "unique_ids=[0]: expected True or False"),
+        (lambda r: r.pad(2), "pad=2: expected True or False"),
+        (lambda r: r.shuffle(-1), "shuffle seed=-1: expected an int >= 0"),
         (lambda r: r.feature(name="x", type="sparse", serialized="no"), "feature 'x': serialized='no'"),
         (lambda r: r.feature(name="x", type="sparse", table=True), "feature 'x': table=True"),
         # counts a reader allocates or starts by are bounded: a typo is an error, not a hang or a MemoryError
@@ -224,6 +226,7 @@ def test_bad_options_are_config_errors_that_name_the_argument(call, named):
 def test_numpy_integers_and_bools_are_taken_as_ints_and_bools(synthetic_file):
     reader = make_reader([synthetic_file], sparse=["cate"], batch_size=(np.int64(512),), threads=(np.int32(2),))
     reader.shard(np.int64(0), np.int64(2)).pad(np.bool_(False)).feature("user_emb", "dense", nvec=np.int64(8))
+    reader.split_group(1).drop_last(0).shuffle(np.int64(7))  # the ints 1 and 0 are flags too
     sizes = [b.size for b in reader.startup()]
     assert max(sizes) == 512 and 0 < sum(sizes) < 3000  # a batch of 512, half the units (shard 0 of 2)
 
