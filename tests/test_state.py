@@ -452,16 +452,16 @@ def test_save_state_every_checks_its_url_and_makes_its_folder(files, tmp_path):
 def test_a_state_after_any_batch_restores_to_the_rest(tmp_path, newline, shuffle):
     """Every state a run can take (after each batch, the last one included) is accepted and resumes exactly:
     positions at a range's end, inside a group cut by max_group_size, in a file without a final newline; with a
-    shuffle buffer over two epochs, whose states keep done units of an epoch before their first undelivered one
-    (in the same order as the uninterrupted run: without max_group_size cuts, see decisions.md)."""
+    shuffle buffer over two epochs, whose states keep done units of an epoch before their first undelivered one,
+    and one taken where a batch ends a window (the next window's number seeds its order)."""
     lines = [f"s{i}|g{i // 7}|f@{i}||1" for i in range(150)]
     path = tmp_path / "f.txt"
     path.write_bytes("\n".join(lines).encode() + newline)
 
     def make():
         reader = make_reader([path], sparse=["f"], batch_size=(16,), threads=(0,), enable_state=True)
-        reader.unit_bytes(1024)
-        return reader.epochs(2).shuffle(7, buffer=5) if shuffle else reader.max_group_size(3)
+        reader.unit_bytes(1024).max_group_size(3)
+        return reader.epochs(2).shuffle(7, buffer=5) if shuffle else reader
 
     whole = [key_of(s) for b in make().startup() for s in flatten(b)]
     for k in range(len(whole) // 16 + 2):

@@ -11,9 +11,7 @@ delivers (``Marks``); the reader applies them when it hands the batch out.
 import threading
 from dataclasses import dataclass, field
 
-__all__ = ["Marks", "Progress", "WINDOW_DONE"]
-
-WINDOW_DONE = ()  # Marks.window of a batch that ends a shuffle window
+__all__ = ["Marks", "Progress"]
 
 
 @dataclass
@@ -23,8 +21,8 @@ class Marks:
     ``positions``: ``{(epoch, unit index): (position, rows)}`` after its last sample of each
     unit; ``done``: the units whose every sample has now been delivered.  With a shuffle buffer
     (``shuffle.GroupShuffle``) the positions are those where the batch's window starts, and ``window`` is
-    ``(epoch, window, rows of it delivered)``, or ``WINDOW_DONE`` once the window is all delivered (the
-    positions are then where it ends); None without one."""
+    ``(epoch, window, rows of it delivered)``; once the window is all delivered, the next one's with 0 rows (the
+    positions are then where it ends); None without a shuffle buffer."""
 
     positions: dict = field(default_factory=dict)
     done: list = field(default_factory=list)
@@ -53,7 +51,7 @@ class Progress:
                 self.done.setdefault(key[0], set()).add(key[1])
                 self.partial.pop(key, None)
             if marks.window is not None:
-                self.window = marks.window or None
+                self.window = marks.window
             while self.units and len(self.done.get(self.epoch, ())) >= len(self.units):
                 del self.done[self.epoch]
                 self.epoch += 1

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import StateError
 from ..ops.blocks import concat_blocks, take_ranges
-from .progress import WINDOW_DONE, Marks
+from .progress import Marks
 
 __all__ = ["GroupShuffle", "Shuffled", "Window", "batch_marks"]
 
@@ -58,7 +58,8 @@ def batch_marks(taken):
         reached[piece.window.number, piece.window.epoch] = (piece.window, r)  # a window block's rows, in order
     for w, delivered in reached.values():
         if delivered >= w.rows:
-            marks = Marks(dict(w.end), marks.done + w.start_done + w.end_done, window=WINDOW_DONE)
+            # the next window, none of it delivered: its number seeds its order, also after a restore
+            marks = Marks(dict(w.end), marks.done + w.start_done + w.end_done, window=(w.epoch, w.number + 1, 0))
         else:
             marks = Marks(dict(w.start), marks.done + w.start_done, window=(w.epoch, w.number, delivered))
     return marks
