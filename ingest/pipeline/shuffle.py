@@ -120,7 +120,7 @@ class GroupShuffle:
         skip = 0
         if self.resume is not None and self.resume[:2] == (epoch, number):
             skip, self.resume = self.resume[2], None  # delivered before the state was taken
-            if skip >= window.rows:  # a window delivered whole is not under way (state() drops it)
+            if skip >= window.rows:  # state() holds the next window once a window is delivered whole
                 raise StateError(
                     f"the reader state says {skip} samples of window {number} of epoch {epoch} were delivered, "
                     f"and it has {window.rows} (was the state edited, or the input?)"
