@@ -448,15 +448,18 @@ def test_save_state_every_checks_its_url_and_makes_its_folder(files, tmp_path):
     ]
 
 
-@pytest.mark.parametrize("newline, shuffle", [(b"\n", False), (b"", False), (b"\n", True)])
-def test_a_state_after_any_batch_restores_to_the_rest(tmp_path, newline, shuffle):
+@pytest.mark.parametrize(
+    "newline, shuffle, suffix", [(b"\n", False, ""), (b"", False, ""), (b"\n", True, ""), (b"", False, ".gz")]
+)
+def test_a_state_after_any_batch_restores_to_the_rest(tmp_path, newline, shuffle, suffix):
     """Every state a run can take (after each batch, the last one included) is accepted and resumes exactly:
     positions at a range's end, inside a group cut by max_group_size, in a file without a final newline; with a
     shuffle buffer over two epochs, whose states keep done units of an epoch before their first undelivered one,
     and one taken where a batch ends a window (the next window's number seeds its order)."""
     lines = [f"s{i}|g{i // 7}|f@{i}||1" for i in range(150)]
-    path = tmp_path / "f.txt"
-    path.write_bytes("\n".join(lines).encode() + newline)
+    path = tmp_path / f"f.txt{suffix}"
+    data = "\n".join(lines).encode() + newline
+    path.write_bytes(gzip.compress(data) if suffix else data)
 
     def make():
         reader = make_reader([path], sparse=["f"], batch_size=(16,), threads=(0,), enable_state=True)
@@ -471,3 +474,20 @@ def test_a_state_after_any_batch_restores_to_the_rest(tmp_path, newline, shuffle
         first.shutdown()
         rest = [key_of(s) for b in make().restore(state).startup() for s in flatten(b)]
         assert taken + rest == whole, k
+
+
+@pytest.mark.parametrize("suffix", ["", ".gz"])
+def test_a_text_file_resumes_only_where_a_line_starts(tmp_path, synthetic_file, suffix):
+    data = synthetic_file.read_bytes()
+    path = tmp_path / f"whole.txt{suffix}"
+    path.write_bytes(gzip.compress(data) if suffix else data)
+    reader = _reader([path], enable_state=True).startup()
+    with reader:
+        next(reader)
+        state = reader.state()
+    at = json.loads(state)["partial"][0][2]
+    assert data[at - 1 : at] == b"\n"
+    # the plain file is read in byte ranges, the compressed one whole: both are checked
+    with pytest.raises(ingest.StateError, match=f"at byte {at + 1}, where (no line|none of its lines) starts"):
+        list(_reader([path]).restore(_edited(state, _entry(2, at + 1))).startup())
+    assert sum(b.size for b in _reader([path]).restore(state).startup()) == 3000 - 100

@@ -323,6 +323,8 @@ class TextFormat(UnitFormat):
             if start >= end:
                 return
             f.seek(start)
+        # a whole file resumes after a newline, or at its end (a last line may have no newline)
+        mid_line = unit.resume is not None and f.byte_before not in (None, b"\n")
         options = K.TextOptions(self.on_skip is None, int(self.schema.label_count), int(self.max_group_size))
         options = options.checked().plain()
         scratch, room, buf = self._kept.take() or (
@@ -341,6 +343,11 @@ class TextFormat(UnitFormat):
                     filled, eof = refill(f, buf, filled, None if end is None else end - base, clock)
                 if filled == 0:
                     return
+                if mid_line:
+                    raise StateError(
+                        f"{unit.url}: the reader state resumes it at byte {start}, where no line starts (was the "
+                        f"state edited, or the input?)"
+                    )
                 final = whole_so_far(f, eof)
                 cols = room.columns(filled)
                 plain_cols = cols.plain()

@@ -63,6 +63,10 @@ class UnitStream(io.RawIOBase):
     #: a stream without end: ``readinto`` returns what has arrived, and the parser need not wait for more
     live = False
 
+    #: the byte just before the stream's first one, when the unit resumes and its source read it on the way (a
+    #: format checks that a resume position is where a line can start); None otherwise
+    byte_before = None
+
     def __init__(self, url):
         super().__init__()
         self.url = url

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 
 from ...errors import ConfigError, SourceError
-from ..base import Source, Unit
+from ..base import Source, Unit, read_into
 from ..compression import FrameReader, decompressed, infer_compression
 from ..filesystems import open_url, url_to_fs
 from ..hdfs import check_reachable
@@ -244,6 +244,14 @@ def open_file(unit):
             f = ReadAhead(f, unit.url, under=raw, done=at)
     except (OSError, ValueError) as exc:
         raise SourceError(f"{unit.url}: cannot open: {exc}", source=unit.url) from exc
+    before = None
     if unit.aligned and unit.stream_start > at:
-        skip(f, unit.stream_start - at, unit.url)
-    return FileStream(f, unit.url, decompressed=unit.compression is not None)
+        skip(f, unit.stream_start - at - 1, unit.url)
+        before = bytearray(1)
+        if read_into(f, memoryview(before)) != 1:
+            raise SourceError(
+                f"{unit.url}: ends before the position to resume at (was the file changed?)", source=unit.url
+            )
+    stream = FileStream(f, unit.url, decompressed=unit.compression is not None)
+    stream.byte_before = None if before is None else bytes(before)
+    return stream
