@@ -52,8 +52,14 @@ MOST_TABLES = 64
 MOST_NVEC = 1 << 20
 
 
-def _integer(value):
+def is_int(value):
+    """An int or a numpy integer, not a bool (``isinstance(True, int)`` holds)."""
     return not isinstance(value, (bool, np.bool_)) and isinstance(value, (int, np.integer))
+
+
+def is_flag(value):
+    """True or False, numpy's too, or the ints 1 and 0 (not any object: ``bool("False")`` is True)."""
+    return isinstance(value, (bool, np.bool_)) or (is_int(value) and value in (0, 1))
 
 
 def make_feature(name, type, table=0, nvec=None, serialized=False, dsl=None, cutoff=0, mask=None):
@@ -65,14 +71,14 @@ def make_feature(name, type, table=0, nvec=None, serialized=False, dsl=None, cut
         ftype = FeatureType(type)
     except ValueError:
         raise ConfigError(f"feature {name!r}: type={type!r}, expected ingest.features.sparse or .dense") from None
-    if not _integer(table) or not 0 <= table < MOST_TABLES:
+    if not is_int(table) or not 0 <= table < MOST_TABLES:
         raise ConfigError(f"feature {name!r}: table={table!r}, expected an int >= 0 and < {MOST_TABLES}")
-    if not _integer(cutoff):
+    if not is_int(cutoff):
         raise ConfigError(f"feature {name!r}: cutoff={cutoff!r}, expected an int")
-    if not (isinstance(serialized, (bool, np.bool_)) or (_integer(serialized) and serialized in (0, 1))):
+    if not is_flag(serialized):
         raise ConfigError(f"feature {name!r}: serialized={serialized!r}, expected True or False")
     if ftype is FeatureType.dense:
-        if nvec is None or not _integer(nvec) or not 0 < nvec <= MOST_NVEC:
+        if nvec is None or not is_int(nvec) or not 0 < nvec <= MOST_NVEC:
             raise ConfigError(f"dense feature {name!r}: nvec={nvec!r}, expected an int > 0 and <= {MOST_NVEC:,}")
         if cutoff:
             raise ConfigError(f"dense feature {name!r}: cutoff applies to sparse features only")

@@ -3,9 +3,8 @@
 from dataclasses import dataclass, field
 from typing import Optional
 
-import numpy as np
-
 from .errors import ConfigError
+from .features import is_flag, is_int
 from .formats import FileType
 
 __all__ = ["ReaderOptions", "MOST", "positive_int", "flag"]
@@ -26,17 +25,15 @@ def positive_int(name, value, minimum=1, maximum=None):
     """``value`` as an int (numpy integers too, not bools) in ``[minimum, maximum]``; ``maximum`` defaults to the
     option's bound in ``MOST``."""
     maximum = MOST.get(name) if maximum is None else maximum
-    ok = not isinstance(value, (bool, np.bool_)) and isinstance(value, (int, np.integer))
-    if not ok or value < minimum or (maximum is not None and value > maximum):
+    if not is_int(value) or value < minimum or (maximum is not None and value > maximum):
         most = "" if maximum is None else f" and <= {maximum:,}"
         raise ConfigError(f"{name}={value!r}: expected an int >= {minimum}{most}")
     return int(value)
 
 
 def flag(name, value):
-    """``value`` as a bool: True or False, numpy's too, or the ints 1 and 0 (not any object: bool('False') is
-    True)."""
-    if isinstance(value, (bool, np.bool_)) or (isinstance(value, (int, np.integer)) and value in (0, 1)):
+    """``value`` as a bool (``features.is_flag``)."""
+    if is_flag(value):
         return bool(value)
     raise ConfigError(f"{name}={value!r}: expected True or False")
 

@@ -17,6 +17,7 @@ import operator
 import os
 
 from .errors import ConfigError, StateError
+from .features import is_int
 from .pipeline.progress import Progress
 from .sources.filesystems import open_url, url_to_fs
 
@@ -72,7 +73,7 @@ def decode(data):
 
 
 def _count(value):
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return is_int(value) and value >= 0
 
 
 def _position(value):

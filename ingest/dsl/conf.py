@@ -27,7 +27,7 @@ def load_feature_conf(path):
     with open_url(path, "rb") as raw:
         data = raw.read()
     try:
-        data.decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         # the whole file is read and checked first: a decoder reading it by lines knows no byte offset
         before = data[: exc.start].decode("utf-8")
@@ -36,7 +36,7 @@ def load_feature_conf(path):
             f"{path}:{line}: byte {exc.start}: {data[exc.start : exc.end]!r} is not UTF-8 ({exc.reason}); "
             "a conf file is UTF-8 text"
         ) from None
-    with io.TextIOWrapper(io.BytesIO(data), encoding="utf-8") as f:
+    with io.StringIO(text, newline=None) as f:  # lines as a text file gives them: \r\n and \r end one too
         for lineno, line in enumerate(f, 1):
             line = line.strip(_SPACES)
             if not line or line.startswith("#"):
