@@ -339,9 +339,14 @@ def run_plans(plans, inputs, refers, at, arena, output, limit):
                     c = ops[_u(i), 4]
                     for x in range(start[_u(a)], start[_u(a)] + size[_u(a)]):
                         v = avals[_u(x)]
-                        k = 0
-                        while k < c and consts[_u(b + k)] <= v:
-                            k += 1
+                        # the boundaries <= v, a prefix of the non-decreasing boundaries (none for a NaN): by bisection
+                        k, hi = 0, c
+                        while k < hi:
+                            mid = (k + hi) >> 1
+                            if consts[_u(b + mid)] <= v:
+                                k = mid + 1
+                            else:
+                                hi = mid
                         akeys[_u(s + n)] = k
                         avals[_u(s + n)] = 1.0
                         n += 1

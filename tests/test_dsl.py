@@ -65,7 +65,7 @@ def _extend(inner):
         st.builds(
             lambda a, bounds: ("bucketize", a, *sorted(bounds)),
             inner,
-            st.lists(st.floats(-4, 4, width=16), min_size=1, max_size=3),
+            st.lists(st.floats(-4, 4, width=16), min_size=1, max_size=12),
         ),
         st.tuples(st.sampled_from(["cosine", "dot"]), inner, inner),
     )
@@ -521,16 +521,16 @@ def test_a_chain_of_dsl_features_deeper_than_the_limit_is_refused(step, levels, 
 
 
 def test_a_chain_of_dsl_features_that_doubles_is_refused_past_the_size_limit():
-    """d_i = cartesian(d_i-1, d_i-1) has 3 + 2 * parts(d_i-1) parts (a named DSL feature is one more): d9 has
-    3069, d10 6141."""
+    """d_i = cartesian(d_i-1, d_i-1) has 3 + 2 * parts(d_i-1) parts (a named DSL feature is one more), 6 * 2^i - 3:
+    d13 has 49,149, d14 98,301."""
     reader = ingest.DataReader("e", ["unused.txt"]).feature("a", "sparse").feature("b", "sparse")
     reader.feature("d0", "sparse", dsl="cartesian(a, b)")
-    for i in range(1, 10):
+    for i in range(1, 14):
         reader.feature(f"d{i}", "sparse", dsl=f"cartesian(d{i - 1}, d{i - 1})")
     with pytest.raises(DslError) as exc:
-        reader.feature("d10", "sparse", dsl="cartesian(d9, d9)")
+        reader.feature("d14", "sparse", dsl="cartesian(d13, d13)")
     assert f"substituted in, the expression has more than {MAX_PARTS:,} parts" in str(exc.value)
-    assert (exc.value.feature, exc.value.column) == ("d10", 15)  # the second d9 goes over
+    assert (exc.value.feature, exc.value.column) == ("d14", 16)  # the second d13 goes over
 
 
 def test_an_expression_of_more_parts_than_the_limit_is_refused_at_the_part_beyond():
@@ -542,6 +542,20 @@ def test_an_expression_of_more_parts_than_the_limit_is_refused_at_the_part_beyon
     assert f"the expression has more than {MAX_PARTS:,} parts" in str(exc.value)
     # bucketize and a are parts 1 and 2: the boundary MAX_PARTS - 2 (from 0) is one too many
     assert exc.value.column == expr.index(f" {MAX_PARTS - 2},") + 2
+
+
+def test_bucketize_of_thousands_of_boundaries_counts_those_at_or_below_each_value(tmp_path):
+    """The kernel bisects the boundaries: a value's bucket is the number of boundaries <= it (repeated boundaries
+    each count; a NaN is below every boundary), as the twin counts them one by one."""
+    bounds = sorted(float(b) for b in np.random.default_rng(7).integers(-3000, 3000, 5000) / 4)
+    values = [-1e9, bounds[0], bounds[0] - 0.125, 0.0, -0.0, bounds[2500], bounds[-1], 1e9, 37.3]
+    line = "s|g|a@" + ",".join(f"{i}:{v!r}" for i, v in enumerate(values)) + ",99:nan||1"
+    reader = _text_reader(tmp_path, line, "a")
+    reader.feature("b", "sparse", serialized=True, dsl=f"bucketize(a, {', '.join(map(repr, bounds))})")
+    [batch] = reader.startup().read_all()
+    want = [sum(1 for b in bounds if b <= v) for v in values] + [0]
+    assert batch["b"].ids.tolist() == want
+    assert want[:3] == [0, bounds.count(bounds[0]), 0] and want[-3] == 5000
 
 
 def _aux_groups():

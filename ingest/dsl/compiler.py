@@ -38,7 +38,7 @@ __all__ = [
 # a check stops within MAX_PARTS steps: the later passes recurse once a level, and a chain of features each
 # naming the one before twice doubles in size with each feature.
 MAX_DEPTH = 64  # levels: each function call, and each DSL feature named (its expression substituted in)
-MAX_PARTS = 4096  # names, numbers and calls
+MAX_PARTS = 65536  # names, numbers and calls
 # hash() buckets: an int64 operand of the kernel, the divisor of a non-negative int64 key
 MAX_BUCKETS = 2**63 - 1
 # a hidden plan is named "<feature>:<n>"; make_feature refuses ':' in names, so no declared feature has it
