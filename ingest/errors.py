@@ -32,14 +32,17 @@ class StateError(ConfigError):
 class DslError(ConfigError):
     """A feature-DSL expression that does not parse or check; the message shows it with a caret.
 
-    Attributes: ``feature``, ``expression`` and the 1-based ``column`` of the offending text.
+    Attributes: ``feature``, ``expression`` and the 1-based ``column`` of the offending text; for a feature of a
+    conf file (``load_feature_conf``), the file (``source``) and its 1-based ``line``, else None.
     """
 
-    def __init__(self, message, feature=None, expression=None, column=None):
+    def __init__(self, message, feature=None, expression=None, column=None, source=None, line=None):
         super().__init__(message)
         self.feature = feature
         self.expression = expression
         self.column = column
+        self.source = source
+        self.line = line
 
 
 class SourceError(IngestError, OSError):

@@ -1,6 +1,6 @@
 """Feature declarations: what a reader emits, validated once at ``feature()`` time."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Optional
 
@@ -32,6 +32,8 @@ class FeatureSpec:
     dsl: Optional[str] = None
     cutoff: int = 0
     mask: Optional[str] = None
+    #: ``(file, line)`` of the conf file entry it was read from (``load_feature_conf``), for errors; None otherwise
+    origin: Optional[tuple] = field(default=None, compare=False)
 
     @property
     def width(self):
@@ -62,8 +64,9 @@ def is_flag(value):
     return isinstance(value, (bool, np.bool_)) or (is_int(value) and value in (0, 1))
 
 
-def make_feature(name, type, table=0, nvec=None, serialized=False, dsl=None, cutoff=0, mask=None):
-    """Validate user arguments into a ``FeatureSpec``; every problem is a ``ConfigError``."""
+def make_feature(name, type, table=0, nvec=None, serialized=False, dsl=None, cutoff=0, mask=None, origin=None):
+    """Validate user arguments into a ``FeatureSpec``; every problem is a ``ConfigError``.  ``origin``: where a
+    conf file declared it (``load_feature_conf``), kept for errors."""
     # the separators of the text format; ':' also keeps the DSL's hidden plans ("<feature>:<n>") apart from features
     if not isinstance(name, str) or not name or any(c in name for c in "|@;,:\n"):
         raise ConfigError(f"feature name={name!r}: expected a non-empty string without | @ ; , : or newline")
@@ -100,7 +103,7 @@ def make_feature(name, type, table=0, nvec=None, serialized=False, dsl=None, cut
             raise ConfigError(f"feature {name!r}: cutoff and mask apply to parsed features, not dsl ones")
         if ftype is FeatureType.dense and nvec != 1:
             raise ConfigError(f"dense dsl feature {name!r}: nvec={nvec!r}, expected 1 (one value per row)")
-    return FeatureSpec(name, ftype, int(table), int(nvec), bool(serialized), dsl, int(cutoff), mask)
+    return FeatureSpec(name, ftype, int(table), int(nvec), bool(serialized), dsl, int(cutoff), mask, origin)
 
 
 class Schema:

@@ -9,6 +9,7 @@ from . import formats, warmup
 from . import state as state_format
 from .batch import Batch
 from .dsl.compiler import check_feature
+from .dsl.conf import located_at
 from .dsl.stage import dsl_stage
 from .errors import ConfigError, ReaderClosedError
 from .features import Schema, make_feature
@@ -159,9 +160,11 @@ class DataReader:
         return self._set(specs=self._options.specs + (spec,))
 
     def features(self, specs) -> "DataReader":
-        """Declare several features (FeatureSpecs, e.g. from ``ingest.load_feature_conf``), in order."""
+        """Declare several features (FeatureSpecs, e.g. from ``ingest.load_feature_conf``), in order; the error
+        about a feature of a conf file names the file and line."""
         for s in specs:
-            self.feature(s.name, s.type, s.table, s.nvec or None, s.serialized, s.dsl, s.cutoff, s.mask)
+            with located_at(s.origin):
+                self.feature(s.name, s.type, s.table, s.nvec or None, s.serialized, s.dsl, s.cutoff, s.mask)
         return self
 
     def add_op(self, op) -> "DataReader":

@@ -207,7 +207,7 @@ def test_the_dsl_caret_is_on_its_own_line_under_the_expression(tmp_path, capsys)
     conf.write_text("Name=x;Type=KV;Expr=cartesian(cate, foo(age))\n")
     assert bench.main([str(SAMPLES / "ads.txt"), "--dsl", str(conf)]) == 2
     err = capsys.readouterr().err.splitlines()
-    assert err[-3].startswith("ingest-bench: feature 'x': unknown function 'foo'")
+    assert err[-3].startswith(f"ingest-bench: {conf}:1: feature 'x': unknown function 'foo'")
     assert err[-2].strip() == "cartesian(cate, foo(age))"
     assert err[-1].index("^") == err[-2].index("foo")
 

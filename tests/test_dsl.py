@@ -1,5 +1,6 @@
 """The feature DSL: the kernel against the pure-Python twin, XDL's worked cases, cross64, errors, conf files."""
 
+import dataclasses
 import math
 import re
 
@@ -13,7 +14,7 @@ from ingest._native.dsl import SHAPE_ANY, SHAPE_CROSS, SHAPE_CROSS3, SHAPE_LEAF,
 from ingest.dsl.compiler import MAX_DEPTH, MAX_PARTS
 from ingest.dsl.stage import dsl_stage
 from ingest.errors import DslError, DslLimitError
-from ingest.features import FeatureSpec, Schema
+from ingest.features import FeatureSpec, Schema, make_feature
 
 from conftest import flatten
 from dsl_twin import cross64 as twin_cross64, evaluate, render
@@ -446,7 +447,35 @@ def test_conf_dsl_errors_keep_their_attributes_and_say_the_file_and_line(tmp_pat
         "feature name or function(expression, ...)"
     )
     assert (exc.value.feature, exc.value.expression, exc.value.column) == ("x", "cartesian(a b)", 13)
+    assert (exc.value.source, exc.value.line) == (str(conf), 2)
     assert line.strip() == "cartesian(a b)" and caret.index("^") - line.index("c") == 12
+
+
+def test_a_conf_feature_refused_where_it_is_declared_names_its_file_and_line(tmp_path):
+    """A conf file's features are checked against the reader's when declared (``reader.features``): the error
+    about one names its entry, as an error of the file itself does."""
+    conf = tmp_path / "features.conf"
+    conf.write_text("# crosses\nName=ab;Type=KV;Expr=cartesian(a, b)\n\nName=az;Type=KV;Expr=cartesian(a, zz)\n")
+    specs = ingest.load_feature_conf(str(conf))
+    assert [s.origin for s in specs] == [(str(conf), 2), (str(conf), 4)]
+    assert specs[0] == make_feature("ab", "sparse", dsl="cartesian(a, b)")  # where it came from is not what it is
+    assert make_feature(**dataclasses.asdict(specs[1])).origin == (str(conf), 4)  # as compile-ahead remakes specs
+    reader = ingest.DataReader("c", ["unused.txt"]).feature("a", "sparse").feature("b", "sparse")
+    with pytest.raises(DslError) as exc:
+        reader.features(specs)
+    first, line, caret = str(exc.value).splitlines()
+    assert first == f"{conf}:4: feature 'az': unknown feature 'zz': declare it before the features using it"
+    assert (exc.value.feature, exc.value.expression, exc.value.column) == ("az", "cartesian(a, zz)", 14)
+    assert (exc.value.source, exc.value.line) == (str(conf), 4)
+    assert [s.name for s in reader.schema.specs] == ["a", "b", "ab"]  # the entries before it are declared
+    reader = ingest.DataReader("c", ["unused.txt"]).feature("a", "sparse").feature("ab", "sparse")
+    with pytest.raises(ingest.ConfigError) as exc:
+        reader.features(specs[:1])
+    assert type(exc.value) is ingest.ConfigError and str(exc.value).startswith(f"{conf}:2: ")
+    unfiled = dataclasses.replace(specs[1], origin=None)  # a spec of no file: the error as feature() raises it
+    with pytest.raises(DslError) as exc:
+        ingest.DataReader("c", ["unused.txt"]).feature("a", "sparse").features([unfiled])
+    assert str(exc.value).startswith("feature 'az': unknown feature 'zz'") and exc.value.source is None
 
 
 def test_a_conf_file_that_is_not_utf8_is_a_config_error_at_its_byte(tmp_path):

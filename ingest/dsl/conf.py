@@ -1,5 +1,6 @@
 """XDL's feature configuration files: one ``Name=...;Type=Numeric|KV|ID;Expr=...`` per line."""
 
+import contextlib
 import io
 
 from ..errors import ConfigError, DslError
@@ -7,7 +8,7 @@ from ..features import make_feature
 from ..sources.filesystems import open_url
 from .compiler import Call, Name, parse
 
-__all__ = ["load_feature_conf"]
+__all__ = ["load_feature_conf", "located_at"]
 
 # ASCII whitespace and the ideographic space (U+3000), which XDL's files allowed around fields
 _SPACES = " \t\r\n\f\v\u3000"
@@ -62,17 +63,36 @@ def load_feature_conf(path):
             name = fields["name"]
             if name in entries:
                 raise ConfigError(f"{path}:{lineno}: feature {name!r} is defined twice")
-            try:
-                spec = make_feature(name, kind[0], nvec=kind[1], dsl=fields["expr"])
+            with located_at((path, lineno)):
+                spec = make_feature(name, kind[0], nvec=kind[1], dsl=fields["expr"], origin=(path, lineno))
                 tree = parse(spec.dsl, name)
-            except DslError as exc:
-                raise DslError(
-                    f"{path}:{lineno}: {exc}", feature=exc.feature, expression=exc.expression, column=exc.column
-                ) from None
-            except ConfigError as exc:
-                raise ConfigError(f"{path}:{lineno}: {exc}") from None
             entries[name] = (spec, tree, lineno)
     return _dependency_order(entries, path)
+
+
+@contextlib.contextmanager
+def located_at(origin):
+    """A ``ConfigError`` about a feature raised inside is raised again told of the conf file entry the feature comes
+    from: ``origin`` is ``(file, line)`` (a FeatureSpec's), which lead the message and are a ``DslError``'s
+    ``source`` and ``line``; with ``origin`` None it passes as it is."""
+    try:
+        yield
+    except ConfigError as exc:
+        if origin is None:
+            raise
+        path, lineno = origin
+        if isinstance(exc, DslError):
+            located = DslError(
+                f"{path}:{lineno}: {exc}",
+                feature=exc.feature,
+                expression=exc.expression,
+                column=exc.column,
+                source=path,
+                line=lineno,
+            )
+        else:
+            located = ConfigError(f"{path}:{lineno}: {exc}")
+        raise located from None
 
 
 def _dependency_order(entries, path):
@@ -98,6 +118,8 @@ def _dependency_order(entries, path):
                         feature=name,
                         expression=spec.dsl,
                         column=ref.col,
+                        source=path,
+                        line=lineno,
                     )
                 state[ref.name] = 1
                 stack.append((ref.name, _names(entries[ref.name][1])))
