@@ -226,6 +226,8 @@ def alternated_runs(makers, samples, runs, warmups=1):
                 r[name]["samples_per_cpu_s"] / r[first]["samples_per_cpu_s"] for r in rounds
             ),
         }
+        if all("sleeps" in r for r in runs_of):  # a maker that counted its threads' sleeps (bench_scaling)
+            out[name]["sleeps_per_batch"] = statistics.median(r["sleeps"] / r["batches"] for r in runs_of)
     return out
 
 

@@ -19,16 +19,18 @@ run by run:
 
 ``--batch-size`` (default 1024) sets every reader's batch size: what a batch costs in Python, under the GIL that the
 parse threads share, weighs per sample in inverse proportion to it. One warm-up run each, then ``--runs`` rounds.
-Reports medians of samples/s, the cores kept busy (CPU seconds over wall seconds), and the ratios of ``2 threads``
-to ``1 thread``, ``1 core`` and ``2 processes`` (``alternated_runs``' medians of per-round ratios to ``2 threads``,
-turned over). Writes ``benchmarks/results/bench_scaling.json`` (``bench_scaling_batch<n>.json`` for another batch
-size). Linux only.
+Reports medians of samples/s, the cores kept busy (CPU seconds over wall seconds), the times a batch the
+process's threads went to sleep (voluntary context switches, ``getrusage``: waiting for the GIL, a queue or a read;
+each costs a wake-up, dear on a VM), and the ratios of ``2 threads`` to ``1 thread``, ``1 core`` and ``2 processes``
+(``alternated_runs``' medians of per-round ratios to ``2 threads``, turned over). Writes
+``benchmarks/results/bench_scaling.json`` (``bench_scaling_batch<n>.json`` for another batch size). Linux only.
 
     python benchmarks/bench_scaling.py [--samples 120000] [--runs 5] [--batch-size 1024]
 """
 
 import multiprocessing
 import os
+import resource
 import time
 
 from _common import (
@@ -62,7 +64,7 @@ def main(argv=None):
         def make():
             # the reader's threads start in startup() and inherit this thread's affinity
             os.sched_setaffinity(0, set(sorted(allowed)[:cores]) if cores else allowed)
-            return ingest_reader(path, file_type, aux, threads, unique, EPOCHS[file_type], args.batch_size)
+            return with_sleeps(ingest_reader(path, file_type, aux, threads, unique, EPOCHS[file_type], args.batch_size))
 
         return make
 
@@ -95,18 +97,29 @@ def main(argv=None):
     for key, r in results.items():  # ratios of the others to 2 threads, turned over
         rows.append(
             key.split()
-            + [f"{r[way]['samples_per_s']:,.0f} ({r[way]['cores']:.2f})" for way in ways]
+            + [
+                f"{r[way]['samples_per_s']:,.0f} ({r[way]['cores']:.2f}; {r[way]['sleeps_per_batch']:.1f})"
+                for way in ways
+            ]
             + [f"{1 / r[base]['ratio']:.2f}x" for base in bases]
         )
     print(
         markdown_table(
             ["input", "unique ids"]
-            + [f"{way}: samples/s (cores)" for way in ways]
+            + [f"{way}: samples/s (cores; sleeps a batch)" for way in ways]
             + [f"2 threads / {base}" for base in bases],
             rows,
         )
     )
     print(f"JSON: {RESULTS / name}.json")
+
+
+def with_sleeps(reader):
+    """``measure`` of ``reader``, with ``sleeps``: the times every thread of the process went to sleep meanwhile."""
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
+    result = measure(reader)
+    result["sleeps"] = resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw - before
+    return result
 
 
 class TwoProcesses:
@@ -143,6 +156,8 @@ class TwoProcesses:
         cpu = sum(r["cpu_seconds"] for r in runs)
         return {
             "samples": samples,
+            "batches": sum(r["batches"] for r in runs),
+            "sleeps": sum(r["sleeps"] for r in runs),
             "bytes": sum(r["bytes"] for r in runs),
             "seconds": seconds,
             "samples_per_s": samples / seconds,
@@ -171,7 +186,7 @@ def _shard_process(pipe, path, file_type, aux, unique, batch_size, index):
 
     measure(reader())  # warm-up: numba's cache loaded, the file in the page cache
     while pipe.recv():
-        result = measure(reader())
+        result = with_sleeps(reader())
         result.pop("stats")
         pipe.send(result)
 
