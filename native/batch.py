@@ -23,7 +23,7 @@ from .parts import (
     samples_part,
     vector,
 )
-from .unique import unique_sizes
+from .unique import unique_ids_of_batch, unique_sizes
 
 # The bundles ``copy_piece`` takes, as plain tuples (``plain()``, bundles.py): one argument each.
 # A block's arrays: per table (tuples) its sparse offsets, which features the DSL made, its dense matrices and its
@@ -448,6 +448,21 @@ def copy_piece(src, r0, r1, room, c0, m, places, at, out, rows, last):
     at[2 * tables] = s + b - a
     if last:
         pad_batch(at, rows, buf, meta, dense_table)
+
+
+@kernel
+def copy_pieces(first, second, plan, room, places, at, out, rows, ids, ids_room):
+    """A batch of one or two pieces in one call: ``copy_piece`` of ``first`` and, when ``plan`` has a second row, of
+    ``second`` (``plan[i]``: that piece's ``r0, r1, c0, m``, its ranges in ``room``), the batch padded after the last;
+    then, unless ``ids`` is None, its unique ids (``unique_ids_of_batch(ids, ids_room)``).  A call into a kernel gives
+    up the GIL, and its return queues for it behind the other parse workers: one return a batch where there were up
+    to three."""
+    last = len(plan) - 1
+    copy_piece(first, plan[0, 0], plan[0, 1], room, plan[0, 2], plan[0, 3], places, at, out, rows, last == 0)
+    if last == 1:
+        copy_piece(second, plan[1, 0], plan[1, 1], room, plan[1, 2], plan[1, 3], places, at, out, rows, True)
+    if ids is not None:
+        unique_ids_of_batch(ids, ids_room)
 
 
 @kernel

@@ -1,4 +1,5 @@
-"""The batch kernels (measure_piece, batch_layout, copy_piece) against a pure-Python twin, on generated blocks."""
+"""The batch kernels (measure_piece, batch_layout, copy_piece, copy_pieces and the batch's unique ids) against a
+pure-Python twin, on generated blocks."""
 
 import numpy as np
 from hypothesis import given, settings, strategies as st
@@ -154,23 +155,46 @@ def _plain(batch, layout):
     return out
 
 
+def _unique_twin(ids):
+    """Distinct ids in the order they first come, and each id's place among them."""
+    order = {}
+    inverse = [order.setdefault(tuple(k) if isinstance(k, list) else k, len(order)) for k in ids]
+    return list(order), inverse
+
+
 @settings(max_examples=150, deadline=None)
-@given(data=st.data(), shape=_layouts(), batch_size=st.integers(1, 7), pad=st.booleans(), split_group=st.booleans())
-def test_batches_match_the_twin(data, shape, batch_size, pad, split_group):
-    """Batches cut from 1-3 blocks (so some take pieces of two blocks), 1-3 tables, pairs, DSL features,
-    dense features, padding: every array the kernels fill is what the row-by-row twin gives."""
+@given(
+    data=st.data(),
+    shape=_layouts(),
+    batch_size=st.integers(1, 7),
+    pad=st.booleans(),
+    split_group=st.booleans(),
+    unique=st.booleans(),
+)
+def test_batches_match_the_twin(data, shape, batch_size, pad, split_group, unique):
+    """Batches cut from 1-4 blocks (so some take pieces of two blocks, built in one kernel call, and some of three
+    or more, a call a piece), 1-3 tables, pairs, DSL features, dense features, padding, unique ids: every array the
+    kernels fill is what the row-by-row twin gives."""
     layout, label_count = shape
     blocks = []
-    for b in range(data.draw(st.integers(1, 3))):
+    for b in range(data.draw(st.integers(1, 4))):
         blocks.append(data.draw(_blocks(layout, label_count, 100 * b)))
     if not split_group:
         batch_size = max(batch_size, 3)  # a group has at most 3 samples
-    builder = BatchBuilder(_schema(layout, label_count), batch_size, pad, keep_pieces=True)
+    builder = BatchBuilder(_schema(layout, label_count), batch_size, pad, unique=unique, keep_pieces=True)
     batches = list(cut_batches(blocks, builder, split_group=split_group))
     assert sum(len(b) for b in batches) == sum(blk.nrows for blk in blocks)
     for batch in batches:
         batch.validate()
-        assert _plain(batch, layout) == _twin(batch.pieces, layout, label_count, batch_size, pad)
+        plain = _plain(batch, layout)
+        assert plain == _twin(batch.pieces, layout, label_count, batch_size, pad)
+        for t, (pairs, _) in enumerate(layout):
+            for f in range(len(pairs) if unique else 0):
+                feat = batch[f"s{t}{f}"]
+                order, inverse = _unique_twin([i for ids, _ in plain[f"s{t}{f}"] for i in ids])
+                got = feat.unique_ids.tolist()
+                assert [tuple(u) if isinstance(u, list) else u for u in got] == order
+                assert feat.inverse.tolist() == inverse
 
 
 @given(data=st.data(), tables=st.integers(2, 3), m=st.integers(1, 8))

@@ -120,7 +120,12 @@ def test_reader_fills_unique_ids_for_every_sparse_feature(tmp_path):
     assert x.unique_rows.tolist() == [0, 0, 0, 1, 1]
     assert first["y"].unique_ids.tolist() == [[0, 1]]
     assert batches[1]["x"].unique_ids.tolist() == [9]  # per batch
-    assert "unique" in reader.stats()["seconds"]
+    seconds = reader.stats()["seconds"]
+    assert "batch" in seconds and "unique" not in seconds  # a parse worker's batches: with their copies, one call
+    again = make_reader([path], sparse=["x"], batch_size=(2,), unique_ids=True).deterministic(True)
+    again.feature("y", "sparse")
+    assert [b["x"].unique_ids.tolist() for b in again.startup().read_all()] == [[5, 7, 9], [9]]
+    assert "unique" in again.stats()["seconds"]  # on the unique-id thread, behind the batcher thread
 
 
 def test_unique_rows_are_computed_when_first_asked_for(synthetic_file):

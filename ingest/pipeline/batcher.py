@@ -12,6 +12,7 @@ from .._native.batch import (
     batch_layout,
     batch_part_kinds,
     copy_piece,
+    copy_pieces,
     measure_piece,
 )
 from .._native.parts import KEYS, OFFSETS, VALUES, samples_part
@@ -101,17 +102,19 @@ class BatchBuilder:
 
     def build(self, pieces):
         """The Batch of ``pieces``, unique ids included."""
-        return self.add_unique(self.assemble(pieces))
+        return self.add_unique(self.assemble(pieces, unique_now=True))
 
-    def assemble(self, pieces):
-        """The Batch of ``pieces`` without its unique ids: ``add_unique`` completes it (the pipeline
-        runs that on a thread of its own, so that one batch's unique ids overlap the next one's build).
+    def assemble(self, pieces, unique_now=False):
+        """The Batch of ``pieces``, with its unique ids when ``unique_now`` and it has one or two pieces (the most
+        a batch takes of chunks of a megabyte or more); else ``add_unique`` completes it (where batches follow one
+        block stream, the pipeline runs that on a thread of its own, so that one batch's unique ids overlap the
+        next one's build).
 
-        Two kernel calls a piece and one lease a batch: ``measure_piece`` sizes every array,
-        ``batch_layout`` places them all in one pooled buffer, ``copy_piece`` fills them (the Python around the
-        kernels was half of a batch's build, and every call into a kernel is a point where the GIL changes hands).
-        The batch's small arrays are views of two (``BatchSums``): a numpy call costs a microsecond or more of
-        Python that runs cold between the kernels.
+        A kernel call a piece, one lease and a kernel call a batch: ``measure_piece`` sizes every array,
+        ``batch_layout`` places them all in one pooled buffer, ``copy_pieces`` fills them (the Python around the
+        kernels was half of a batch's build, and every return from a kernel that gives up the GIL is a point where
+        the thread may have to sleep until another gives it back). The batch's small arrays are views of two
+        (``BatchSums``): a numpy call costs a microsecond or more of Python that runs cold between the kernels.
         """
         if self.kernels_ready is not None:
             self.kernels_ready()
@@ -147,17 +150,42 @@ class BatchBuilder:
         buf = self.pool.lease_bytes(nbytes)
         places = FeaturePlaces.args(self.pair, key_base, value_base, self.dense_table)
         out = BatchBuffer.args(buf, meta)
-        final = plans[-1]
-        for plan in plans:
-            src, r0, r1, room, c0, m = plan
-            copy_piece(src, r0, r1, room, c0, m, places, at, out, rows, plan is final)
         laid = LaidOut(self, buf, meta, key_base, value_base, counts)
+        ids = (
+            BatchIds.args(buf, meta, self.pair, key_base, counts, self.sparse_table, self.sparse_row)
+            if self.unique
+            else None
+        )
+        first, final = plans[0], plans[-1]
+        together = len(plans) <= 2 and first[3] is final[3]  # one room: no piece grew it for the next
+        if together:
+            plan = scratch.plan[: len(plans)]
+            for i, (_, r0, r1, _, c0, m) in enumerate(plans):
+                plan[i, 0], plan[i, 1], plan[i, 2], plan[i, 3] = r0, r1, c0, m
+            now = ids if unique_now else None
+            copy_pieces(
+                first[0],
+                final[0],
+                plan,
+                first[3],
+                places,
+                at,
+                out,
+                rows,
+                now,
+                None if now is None else scratch.table_room(nids),
+            )
+            if now is not None:
+                laid.unique_done(ids, nids)
+        else:
+            for plan in plans:
+                src, r0, r1, room, c0, m = plan
+                copy_piece(src, r0, r1, room, c0, m, places, at, out, rows, plan is final)
         batch = Batch(n, laid, tables=self.table_of, table_rows=rows.tolist())
         batch.marks = Marks({blk.unit: blk.position(r1) for blk, _, r1 in pieces} if self.track else {})
         if self.keep_pieces:
             batch.pieces = list(pieces)
-        if self.unique:
-            ids = BatchIds.args(buf, meta, self.pair, key_base, counts, self.sparse_table, self.sparse_row)
+        if ids is not None and not laid.unique:
             batch.unique_work = (laid, ids, nids)
         if self.stats is not None:
             self.stats.stage("batch", t0, time.perf_counter(), size=n)
@@ -180,7 +208,7 @@ class BatchBuilder:
             t0 = time.perf_counter()
             laid, ids, nids = work
             unique_ids_of_batch(ids, self._scratch.arrays.table_room(nids))
-            laid.unique, laid.rows_from = True, (ids, nids)
+            laid.unique_done(ids, nids)
             if self.stats is not None:
                 self.stats.stage("unique", t0, time.perf_counter())
         return batch
@@ -193,6 +221,8 @@ def warm(payload):
     builder = BatchBuilder(schema, payload["batch_size"], payload["pad"], unique=payload["unique"])
     batch = builder.build([(placeholder_block(schema), 0, 1)])
     batch.arrays()  # the unique rows too, which a batch computes when first asked
+    if builder.unique:  # a batcher thread's batches, whose unique ids another thread computes (OneStream)
+        builder.add_unique(builder.assemble([(placeholder_block(schema), 0, 1)]))
 
 
 def _piece_source(blk):
@@ -265,6 +295,7 @@ class Scratch:
 
     def __init__(self):
         self.ranges = np.empty((0, 2, 0), np.int64)
+        self.plan = np.empty((2, 4), np.int64)  # copy_pieces' r0, r1, c0, m of a batch's pieces
         self.slots = np.empty(0, np.int32)
         self.places = np.empty(0, np.uint32)
         self.work_counts = np.empty(0, np.int32)
@@ -342,9 +373,13 @@ class LaidOut:
         self.builder = builder
         self.buf, self.meta = buf, meta
         self.key_base, self.value_base, self.counts = key_base, value_base, counts
-        self.unique = False  # whether ``add_unique`` has filled the unique-id outputs
+        self.unique = False  # whether the builder has filled the unique-id outputs
         self.rows_from = None  # (ids, nids) for ``unique_rows_into`` until it has run
         self._arrays = None
+
+    def unique_done(self, ids, nids):
+        """The builder has filled the unique ids of the batch's ``nids`` ids (``ids``, a ``BatchIds``)."""
+        self.unique, self.rows_from = True, (ids, nids)
 
     def arrays(self):
         """Every array of the batch in ``batch_layout``'s order (parts.py), made once."""

@@ -375,10 +375,9 @@ class WorkerBatches(Runner):
                     self.builder,
                     split_group=flow.split_group,
                     on_skip=self.stages.on_skip,
-                    build=self.builder.assemble,
                     rest=rest,
                 )
-                if not handover.deliver(with_unique_ids(marked(batches, done, self.stats), self.builder)):
+                if not handover.deliver(marked(batches, done, self.stats)):
                     return
             with self._rests_lock:
                 self._rests[w] = (rest, done)
@@ -399,10 +398,8 @@ class WorkerBatches(Runner):
                 done.extend(completed)  # units whose last rows are in the pieces just taken, or earlier
 
         flow = self.flow
-        batches = cut_batches(
-            pieces(), self.builder, split_group=flow.split_group, drop_last=flow.drop_last, build=self.builder.assemble
-        )
-        if self._deliver(with_unique_ids(marked(batches, done, self.stats), self.builder), self.out):
+        batches = cut_batches(pieces(), self.builder, split_group=flow.split_group, drop_last=flow.drop_last)
+        if self._deliver(marked(batches, done, self.stats), self.out):
             self._put(self.out, _End(Marks(done=list(done))))
 
 
