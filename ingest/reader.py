@@ -573,9 +573,9 @@ class DataReader:
         """Counters (bytes, samples, groups, blocks, batches, units, errors_skipped) and seconds per stage.
 
         Stages: ``read`` (reading and decompressing, or waiting for the read-ahead thread), ``parse``,
-        ``ops`` (DSL), ``batch`` and ``unique``, summed over the parse workers, whose batches of one or two pieces
-        count their unique ids in ``batch`` (``batch`` on the batcher thread and ``unique`` on the unique-id thread
-        where batches follow one block stream: README, ``threads(n)``);
+        ``ops`` (DSL), ``batch`` and ``unique``, summed over the parse workers, whose batches count their unique
+        ids in ``batch`` (``batch`` on the batcher thread and ``unique`` on the unique-id thread where batches follow
+        one block stream: README, ``threads(n)``);
         ``wait``, the time the consumer waited for a batch; and ``wall`` since ``startup()``.
         ``features_never_seen``: declared features no epoch that ended so far held (a warning names each)."""
         out = self._stats.snapshot()

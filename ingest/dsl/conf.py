@@ -66,8 +66,8 @@ def load_feature_conf(path):
             with located_at((path, lineno)):
                 spec = make_feature(name, kind[0], nvec=kind[1], dsl=fields["expr"], origin=(path, lineno))
                 tree = parse(spec.dsl, name)
-            entries[name] = (spec, tree, lineno)
-    return _dependency_order(entries, path)
+            entries[name] = (spec, tree)
+    return _dependency_order(entries)
 
 
 @contextlib.contextmanager
@@ -95,9 +95,9 @@ def located_at(origin):
         raise located from None
 
 
-def _dependency_order(entries, path):
-    """The specs of ``entries`` (name -> (spec, tree, lineno)), each after the entries it names: a depth-first
-    walk with a stack of its own, as a chain of entries may be longer than Python's recursion limit."""
+def _dependency_order(entries):
+    """The specs of ``entries`` (name -> (spec, its parsed expression)), each after the entries it names: a
+    depth-first walk with a stack of its own, as a chain of entries may be longer than Python's recursion limit."""
     order = []
     state = {}  # name -> 1 while on the stack, 2 when placed
     for root in entries:
@@ -111,16 +111,15 @@ def _dependency_order(entries, path):
                 if ref.name not in entries or state.get(ref.name) == 2:
                     continue
                 if state.get(ref.name) == 1:
-                    spec, _, lineno = entries[name]
-                    raise DslError(
-                        f"{path}:{lineno}: feature {name!r}: {ref.name!r} depends on {name!r} (a cycle)"
-                        f"\n  {spec.dsl}\n  {' ' * (ref.col - 1)}^",
-                        feature=name,
-                        expression=spec.dsl,
-                        column=ref.col,
-                        source=path,
-                        line=lineno,
-                    )
+                    spec = entries[name][0]
+                    with located_at(spec.origin):
+                        raise DslError(
+                            f"feature {name!r}: {ref.name!r} depends on {name!r} (a cycle)"
+                            f"\n  {spec.dsl}\n  {' ' * (ref.col - 1)}^",
+                            feature=name,
+                            expression=spec.dsl,
+                            column=ref.col,
+                        )
                 state[ref.name] = 1
                 stack.append((ref.name, _names(entries[ref.name][1])))
                 break

@@ -102,19 +102,20 @@ class BatchBuilder:
 
     def build(self, pieces):
         """The Batch of ``pieces``, unique ids included."""
-        return self.add_unique(self.assemble(pieces, unique_now=True))
+        return self.assemble(pieces, unique_now=True)
 
     def assemble(self, pieces, unique_now=False):
-        """The Batch of ``pieces``, with its unique ids when ``unique_now`` and it has one or two pieces (the most
-        a batch takes of chunks of a megabyte or more); else ``add_unique`` completes it (where batches follow one
-        block stream, the pipeline runs that on a thread of its own, so that one batch's unique ids overlap the
-        next one's build).
+        """The Batch of ``pieces``, with its unique ids when ``unique_now``; else ``add_unique`` completes it (where
+        batches follow one block stream, the pipeline runs that on a thread of its own, so that one batch's unique
+        ids overlap the next one's build).
 
         A kernel call a piece, one lease and a kernel call a batch: ``measure_piece`` sizes every array,
-        ``batch_layout`` places them all in one pooled buffer, ``copy_pieces`` fills them (the Python around the
-        kernels was half of a batch's build, and every return from a kernel that gives up the GIL is a point where
-        the thread may have to sleep until another gives it back). The batch's small arrays are views of two
-        (``BatchSums``): a numpy call costs a microsecond or more of Python that runs cold between the kernels.
+        ``batch_layout`` places them all in one pooled buffer, ``copy_pieces`` fills them and computes the unique
+        ids, for the one or two pieces a batch takes of chunks of a megabyte or more (else a ``copy_piece`` call a
+        piece, then the unique ids'). The Python around the kernels was half of a batch's build, and every return
+        from a kernel that gives up the GIL is a point where the thread may have to sleep until another gives it
+        back. The batch's small arrays are views of two (``BatchSums``): a numpy call costs a microsecond or more of
+        Python that runs cold between the kernels.
         """
         if self.kernels_ready is not None:
             self.kernels_ready()
@@ -156,36 +157,27 @@ class BatchBuilder:
             if self.unique
             else None
         )
+        now = ids if unique_now else None
+        ids_room = None if now is None else scratch.table_room(nids)
         first, final = plans[0], plans[-1]
-        together = len(plans) <= 2 and first[3] is final[3]  # one room: no piece grew it for the next
-        if together:
+        if len(plans) <= 2 and first[3] is final[3]:  # one room: no piece grew it for the next
             plan = scratch.plan[: len(plans)]
             for i, (_, r0, r1, _, c0, m) in enumerate(plans):
                 plan[i, 0], plan[i, 1], plan[i, 2], plan[i, 3] = r0, r1, c0, m
-            now = ids if unique_now else None
-            copy_pieces(
-                first[0],
-                final[0],
-                plan,
-                first[3],
-                places,
-                at,
-                out,
-                rows,
-                now,
-                None if now is None else scratch.table_room(nids),
-            )
-            if now is not None:
-                laid.unique_done(ids, nids)
+            copy_pieces(first[0], final[0], plan, first[3], places, at, out, rows, now, ids_room)
         else:
             for plan in plans:
                 src, r0, r1, room, c0, m = plan
                 copy_piece(src, r0, r1, room, c0, m, places, at, out, rows, plan is final)
+            if now is not None:
+                unique_ids_of_batch(now, ids_room)
         batch = Batch(n, laid, tables=self.table_of, table_rows=rows.tolist())
         batch.marks = Marks({blk.unit: blk.position(r1) for blk, _, r1 in pieces} if self.track else {})
         if self.keep_pieces:
             batch.pieces = list(pieces)
-        if ids is not None and not laid.unique:
+        if now is not None:
+            laid.unique_done(ids, nids)
+        elif ids is not None:
             batch.unique_work = (laid, ids, nids)
         if self.stats is not None:
             self.stats.stage("batch", t0, time.perf_counter(), size=n)
