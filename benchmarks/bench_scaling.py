@@ -3,7 +3,7 @@
 A ``threads(1)`` reader's consumer (and, where batches follow one block stream, its batcher and
 unique-id threads) can use part of a second core, so its throughput need not be what one core
 delivers.  This benchmark reads the synthetic samples of ``bench_peers.py`` (every feature, ``batch_size(1024)``
-unless ``--batch-size`` says otherwise, text read 3 times over a run, pb and pb.zst 8 times) four ways, alternated
+unless ``--batch-size`` says otherwise, text read 3 times over a run, pb and pb.zst 8 times) five ways, alternated
 run by run:
 
 - ``1 thread``: ``threads(1)``, the process free to use every core (the bar's "1 thread");
@@ -15,14 +15,18 @@ run by run:
   machine's caches and memory bandwidth.  The gap from ``2 threads`` to them is what running in one
   process costs; the gap from them to twice ``1 core`` is the machine's.  The pb.zst file's shards are runs of its
   frames of 8 MiB, uneven here (55 % and 45 % of the samples), so for it each process reads the whole file half as
-  many times instead.
+  many times instead;
+- ``2 readers``: the same two readers in two threads of this process, started together: the gap from them to
+  ``2 processes`` is what sharing one interpreter (its GIL) costs, the gap from ``2 threads`` to them what
+  ``threads(2)``'s own pipeline costs beyond it.
 
 ``--batch-size`` (default 1024) sets every reader's batch size: what a batch costs in Python, under the GIL that the
 parse threads share, weighs per sample in inverse proportion to it. One warm-up run each, then ``--runs`` rounds.
 Reports medians of samples/s, the cores kept busy (CPU seconds over wall seconds), the times a batch the
 process's threads went to sleep (voluntary context switches, ``getrusage``: waiting for the GIL, a queue or a read;
-each costs a wake-up, dear on a VM), and the ratios of ``2 threads`` to ``1 thread``, ``1 core`` and ``2 processes``
-(``alternated_runs``' medians of per-round ratios to ``2 threads``, turned over). Writes
+each costs a wake-up, dear on a VM), the ratios of ``2 threads`` to the other four ways (``alternated_runs``' medians
+of per-round ratios to ``2 threads``, turned over), and that of ``2 readers`` to ``2 processes`` (of their medians).
+Writes
 ``benchmarks/results/bench_scaling.json`` (``bench_scaling_batch<n>.json`` for another batch size). Linux only.
 
     python benchmarks/bench_scaling.py [--samples 120000] [--runs 5] [--batch-size 1024]
@@ -31,6 +35,7 @@ each costs a wake-up, dear on a VM), and the ratios of ``2 threads`` to ``1 thre
 import multiprocessing
 import os
 import resource
+import threading
 import time
 
 from _common import (
@@ -76,7 +81,9 @@ def main(argv=None):
             for unique in (False, True):
                 makers = {way: maker(path, file_type, aux, unique, *how) for way, how in WAYS.items()}
                 os.sched_setaffinity(0, allowed)  # the processes inherit it: a "1 core" run may have pinned us
-                with TwoProcesses(path, file_type, aux, unique, args.batch_size, shards=name != "pb.zst") as two:
+                shards = name != "pb.zst"
+                makers["2 readers"] = two_readers(path, file_type, aux, unique, args.batch_size, shards, allowed)
+                with TwoProcesses(path, file_type, aux, unique, args.batch_size, shards) as two:
                     makers["2 processes"] = two.run
                     results[f"{name} {'on' if unique else 'off'}"] = alternated_runs(
                         makers, args.samples * EPOCHS[file_type], args.runs
@@ -91,8 +98,8 @@ def main(argv=None):
         f"{args.samples:,} samples (read {EPOCHS['txt']} times over in text, {EPOCHS['pb']} in pb and pb.zst), "
         f"batch_size {args.batch_size}, median of {args.runs} alternated rounds; {measured_on(report)}\n"
     )
-    ways = ["1 thread", "1 core", "2 threads", "2 processes"]
-    bases = ["1 thread", "1 core", "2 processes"]
+    ways = ["1 thread", "1 core", "2 threads", "2 readers", "2 processes"]
+    bases = ["1 thread", "1 core", "2 readers", "2 processes"]
     rows = []
     for key, r in results.items():  # ratios of the others to 2 threads, turned over
         rows.append(
@@ -102,12 +109,14 @@ def main(argv=None):
                 for way in ways
             ]
             + [f"{1 / r[base]['ratio']:.2f}x" for base in bases]
+            + [f"{r['2 readers']['samples_per_s'] / r['2 processes']['samples_per_s']:.2f}x"]
         )
     print(
         markdown_table(
             ["input", "unique ids"]
             + [f"{way}: samples/s (cores; sleeps a batch)" for way in ways]
-            + [f"2 threads / {base}" for base in bases],
+            + [f"2 threads / {base}" for base in bases]
+            + ["2 readers / 2 processes"],
             rows,
         )
     )
@@ -120,6 +129,50 @@ def with_sleeps(reader):
     result = measure(reader)
     result["sleeps"] = resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw - before
     return result
+
+
+def two_readers(path, file_type, aux, unique, batch_size, shards, cores):
+    """``run`` of "2 readers": the two readers of ``TwoProcesses`` (``shard_reader``) in two threads of this process,
+    on ``cores``, started together; returned as one run, as ``TwoProcesses.run`` does."""
+
+    def run():
+        os.sched_setaffinity(0, cores)  # a "1 core" run may have pinned this thread; the readers' threads inherit it
+        runs = [None, None]
+
+        def read(index):
+            runs[index] = measure(shard_reader(path, file_type, aux, unique, batch_size, index if shards else None))
+
+        threads = [threading.Thread(target=read, args=(index,)) for index in range(2)]
+        sleeps = resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
+        cpu = time.process_time()
+        t0 = time.perf_counter()
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        seconds = time.perf_counter() - t0
+        if None in runs:
+            raise SystemExit("2 readers: a reader failed (above)")
+        sleeps = resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw - sleeps
+        return combined(runs, seconds, time.process_time() - cpu, sleeps)
+
+    return run
+
+
+def combined(runs, seconds, cpu, sleeps):
+    """Two readers' ``measure`` results as one run of ``seconds``, ``cpu`` CPU seconds and ``sleeps``."""
+    samples = sum(r["samples"] for r in runs)
+    return {
+        "samples": samples,
+        "batches": sum(r["batches"] for r in runs),
+        "sleeps": sleeps,
+        "bytes": sum(r["bytes"] for r in runs),
+        "seconds": seconds,
+        "samples_per_s": samples / seconds,
+        "mb_per_s": sum(r["bytes"] for r in runs) / seconds / 1e6,
+        "cpu_seconds": cpu,
+        "samples_per_cpu_s": samples / cpu,
+    }
 
 
 class TwoProcesses:
@@ -152,19 +205,7 @@ class TwoProcesses:
             pipe.send(True)
         runs = [pipe.recv() for pipe in self.pipes]
         seconds = time.perf_counter() - t0
-        samples = sum(r["samples"] for r in runs)
-        cpu = sum(r["cpu_seconds"] for r in runs)
-        return {
-            "samples": samples,
-            "batches": sum(r["batches"] for r in runs),
-            "sleeps": sum(r["sleeps"] for r in runs),
-            "bytes": sum(r["bytes"] for r in runs),
-            "seconds": seconds,
-            "samples_per_s": samples / seconds,
-            "mb_per_s": sum(r["bytes"] for r in runs) / seconds / 1e6,
-            "cpu_seconds": cpu,
-            "samples_per_cpu_s": samples / cpu,
-        }
+        return combined(runs, seconds, sum(r["cpu_seconds"] for r in runs), sum(r["sleeps"] for r in runs))
 
     def __enter__(self):
         return self
@@ -176,19 +217,19 @@ class TwoProcesses:
 
 
 def _shard_process(pipe, path, file_type, aux, unique, batch_size, index):
-    """One of ``TwoProcesses``: read shard ``index`` of 2 (None: all of the input, half as many times) each time the
-    parent says so."""
-
-    def reader():
-        if index is None:
-            return ingest_reader(path, file_type, aux, 1, unique, EPOCHS[file_type] // 2, batch_size)
-        return ingest_reader(path, file_type, aux, 1, unique, EPOCHS[file_type], batch_size).shard(index, 2)
-
-    measure(reader())  # warm-up: numba's cache loaded, the file in the page cache
+    """One of ``TwoProcesses``: read its ``shard_reader`` each time the parent says so."""
+    measure(shard_reader(path, file_type, aux, unique, batch_size, index))  # warm-up: numba's cache, the page cache
     while pipe.recv():
-        result = with_sleeps(reader())
+        result = with_sleeps(shard_reader(path, file_type, aux, unique, batch_size, index))
         result.pop("stats")
         pipe.send(result)
+
+
+def shard_reader(path, file_type, aux, unique, batch_size, index):
+    """A ``threads(1)`` reader of shard ``index`` of 2 (None: all of the input, half as many times)."""
+    if index is None:
+        return ingest_reader(path, file_type, aux, 1, unique, EPOCHS[file_type] // 2, batch_size)
+    return ingest_reader(path, file_type, aux, 1, unique, EPOCHS[file_type], batch_size).shard(index, 2)
 
 
 if __name__ == "__main__":
