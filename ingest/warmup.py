@@ -37,7 +37,7 @@ KERNELS = {
     ),
     "scan-text": (("scan", ("scan_names",)),),
     "scan-pb": (("protobuf", ("scan_record_names",)),),
-    "batch": (("batch", ("copy_piece", "copy_pieces", "measure_piece", "batch_layout")),),
+    "batch": (("batch", ("copy_pieces", "measure_piece", "batch_layout")),),
     "unique": (("unique", ("unique_ids_of_batch", "unique_rows_of_batch")),),
     "dsl": (("dsl", ("run_plans",)),),
     "write-pb": (("encode", ("encode_groups", "identical_features")),),

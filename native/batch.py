@@ -25,7 +25,7 @@ from .parts import (
 )
 from .unique import unique_ids_of_batch, unique_sizes
 
-# The bundles ``copy_piece`` takes, as plain tuples (``plain()``, bundles.py): one argument each.
+# The bundles ``copy_pieces`` takes, as plain tuples (``plain()``, bundles.py): one argument each.
 # A block's arrays: per table (tuples) its sparse offsets, which features the DSL made, its dense matrices and its
 # refers; its ids, high ids and values, and the DSL's; its labels, timestamps and sample ids.
 PieceSource = bundle(
@@ -346,37 +346,29 @@ def measure_piece(group_offsets, src, r0, r1, room, c0, counts, rows, sid_bytes)
 
 
 @kernel
-def copy_piece(src, r0, r1, room, c0, m, places, at, out, rows, last):
-    """Copy rows ``r0:r1`` of a block (``src``), planned by ``measure_piece`` (``m`` ranges in ``room`` from column
-    ``c0``), into the arrays of a batch (``out``, a ``BatchBuffer`` that ``batch_layout`` laid out), its features
-    placed by ``places``; after the ``last`` piece, pad every table to its ``rows`` (``pad_batch``).
+def copy_pieces(first, second, plan, room, places, at, out, rows, pad, ids, ids_room):
+    """Copy the one or two pieces of a batch into its arrays (``out``, a ``BatchBuffer`` that ``batch_layout`` laid
+    out), its features placed by ``places``: piece ``i`` (``plan[i]``: ``r0, r1, c0, m``) is rows ``r0:r1`` of a
+    block (``first``, then ``second``, as ``PieceSource``), planned by ``measure_piece`` (``m`` ranges in ``room`` from
+    column ``c0``).  Then, when ``pad``, pad every table to its ``rows`` (``pad_batch``), and unless ``ids`` is None
+    compute the batch's unique ids (``unique_ids_of_batch(ids, ids_room)``).  A batch of more pieces is a call a piece
+    (its block as both ``first`` and ``second``), padded after the last, and its unique ids one more call.
 
-    Per table t of the block: ``sp_offsets[t]`` and ``from_dsl[t]`` (see ``copy_sparse_ranges``);
+    Per table t of a block: ``sp_offsets[t]`` and ``from_dsl[t]`` (see ``copy_sparse_ranges``);
     dense matrix d belongs to table ``dense_table[d]``.  Sparse features are numbered over all
     tables in order: feature f's ids go to ``key_base[f]`` on in ``keys`` (``pairs`` when
     ``pair[f]``), its values to ``value_base[f]`` on in ``values``, its row offsets to row f of
-    table t's offsets.  ``at`` (int64 [2T + 1]) says where the piece goes, and is advanced past it:
+    table t's offsets.  ``at`` (int64 [2T + 1]) says where a piece goes, and is advanced past it:
     ``at[t]`` is the next row of table t, ``at[T + k]`` the rows of table k + 1 packed so far (what
     ``indicators[k]`` counts from), ``at[2T]`` the sample id bytes written.
+
+    One call a batch: a call into a kernel gives up the GIL, and its return queues for it behind the other parse
+    workers.  The copy is written once, in a loop over the pieces, so it is compiled once (numba types the two
+    sources as one): a kernel a piece called for each from here made a cold start ~3 s longer.
     """
-    (
-        sp_offsets,
-        from_dsl,
-        src_dense,
-        refers,
-        src_keys,
-        src_hkeys,
-        src_values,
-        dsl_keys,
-        dsl_values,
-        src_labels,
-        src_timestamps,
-        src_sid_bytes,
-        src_sid_offsets,
-    ) = src
     pair, key_base, value_base, dense_table = places
     buf, meta = out
-    tables = len(sp_offsets)
+    tables = len(rows)
     ndense = len(dense_table)
     keys = vector(buf, meta, KEYS, np.int64)
     pairs = part(buf, meta, PAIRS, np.int64)
@@ -386,81 +378,86 @@ def copy_piece(src, r0, r1, room, c0, m, places, at, out, rows, last):
     timestamps = vector(buf, meta, samples_at + TIMESTAMPS, np.int64)
     sid_bytes = vector(buf, meta, samples_at + SID_BYTES, np.uint8)
     sid_offsets = vector(buf, meta, samples_at + SID_OFFSETS, np.int64)
-    ranges = room[:, :, c0:]
-    row0 = at[0]
-    # Table 0's rows are contiguous: one range copies them (its groups matter to the indicators only).
     whole = np.empty((2, 1), np.int64)
-    whole[0, 0] = r0
-    whole[1, 0] = r1
-    f0 = 0
-    for t in range(tables):
-        nf = sp_offsets[t].shape[0]
-        lo = whole[0] if t == 0 else ranges[t, 0]
-        hi = whole[1] if t == 0 else ranges[t, 1]
-        n = 1 if t == 0 else m
-        row = at[t]
-        offsets = part(buf, meta, OFFSETS + t, np.int64)
-        if row == 0:
-            offsets[:, 0] = 0
-        f1 = f0 + nf
-        at[t] = copy_sparse_ranges(
-            (sp_offsets[t], src_keys, src_hkeys, src_values, dsl_keys, dsl_values, from_dsl[t]),
-            lo,
-            hi,
-            n,
-            row,
-            (pair[f0:f1], key_base[f0:f1], value_base[f0:f1]),
-            (offsets, keys, pairs, values),
-        )
-        for d in range(ndense):
-            if dense_table[d] == t:
-                copy_dense_ranges(src_dense[d], lo, hi, n, part(buf, meta, dense_part(tables, d), np.float32), row)
-        if t < tables - 1:
-            _, packed = write_indicators(
-                refers[t],
-                ranges[t, 0],
-                ranges[t, 1],
-                ranges[t + 1, 0],
-                ranges[t + 1, 1],
-                m,
-                vector(buf, meta, indicators_part(tables, ndense, t), np.int32),
+    for piece in range(len(plan)):
+        src = first if piece == 0 else second  # numba unifies their types (a read-only array with a writable one)
+        r0, r1, c0, m = plan[piece, 0], plan[piece, 1], plan[piece, 2], plan[piece, 3]
+        (
+            sp_offsets,
+            from_dsl,
+            src_dense,
+            refers,
+            src_keys,
+            src_hkeys,
+            src_values,
+            dsl_keys,
+            dsl_values,
+            src_labels,
+            src_timestamps,
+            src_sid_bytes,
+            src_sid_offsets,
+        ) = src
+        ranges = room[:, :, c0:]
+        row0 = at[0]
+        # Table 0's rows are contiguous: one range copies them (its groups matter to the indicators only).
+        whole[0, 0] = r0
+        whole[1, 0] = r1
+        f0 = 0
+        for t in range(tables):
+            nf = sp_offsets[t].shape[0]
+            lo = whole[0] if t == 0 else ranges[t, 0]
+            hi = whole[1] if t == 0 else ranges[t, 1]
+            n = 1 if t == 0 else m
+            row = at[t]
+            offsets = part(buf, meta, OFFSETS + t, np.int64)
+            if row == 0:
+                offsets[:, 0] = 0
+            f1 = f0 + nf
+            at[t] = copy_sparse_ranges(
+                (sp_offsets[t], src_keys, src_hkeys, src_values, dsl_keys, dsl_values, from_dsl[t]),
+                lo,
+                hi,
+                n,
                 row,
-                at[tables + t],
+                (pair[f0:f1], key_base[f0:f1], value_base[f0:f1]),
+                (offsets, keys, pairs, values),
             )
-            at[tables + t] = packed
-        f0 = f1
-    # element loops, not slice assignments: a slice assignment compiles numpy's shape-mismatch error message,
-    # seconds of a cold start; unsigned indices, which need no wraparound check, let LLVM vectorise them
-    k = r1 - r0
-    for r in range(k):
-        for c in range(labels.shape[1]):
-            labels[_u(row0 + r), _u(c)] = src_labels[_u(r0 + r), _u(c)]
-        timestamps[_u(row0 + r)] = src_timestamps[_u(r0 + r)]
-    a = src_sid_offsets[r0]
-    b = src_sid_offsets[r1]
-    s = at[2 * tables]
-    for i in range(b - a):
-        sid_bytes[_u(s + i)] = src_sid_bytes[_u(a + i)]
-    if row0 == 0:
-        sid_offsets[0] = 0
-    for r in range(k):
-        sid_offsets[_u(row0 + r + 1)] = src_sid_offsets[_u(r0 + r + 1)] - a + s
-    at[2 * tables] = s + b - a
-    if last:
+            for d in range(ndense):
+                if dense_table[d] == t:
+                    copy_dense_ranges(src_dense[d], lo, hi, n, part(buf, meta, dense_part(tables, d), np.float32), row)
+            if t < tables - 1:
+                _, packed = write_indicators(
+                    refers[t],
+                    ranges[t, 0],
+                    ranges[t, 1],
+                    ranges[t + 1, 0],
+                    ranges[t + 1, 1],
+                    m,
+                    vector(buf, meta, indicators_part(tables, ndense, t), np.int32),
+                    row,
+                    at[tables + t],
+                )
+                at[tables + t] = packed
+            f0 = f1
+        # element loops, not slice assignments: a slice assignment compiles numpy's shape-mismatch error message,
+        # seconds of a cold start; unsigned indices, which need no wraparound check, let LLVM vectorise them
+        k = r1 - r0
+        for r in range(k):
+            for c in range(labels.shape[1]):
+                labels[_u(row0 + r), _u(c)] = src_labels[_u(r0 + r), _u(c)]
+            timestamps[_u(row0 + r)] = src_timestamps[_u(r0 + r)]
+        a = src_sid_offsets[r0]
+        b = src_sid_offsets[r1]
+        s = at[2 * tables]
+        for j in range(b - a):
+            sid_bytes[_u(s + j)] = src_sid_bytes[_u(a + j)]
+        if row0 == 0:
+            sid_offsets[0] = 0
+        for r in range(k):
+            sid_offsets[_u(row0 + r + 1)] = src_sid_offsets[_u(r0 + r + 1)] - a + s
+        at[2 * tables] = s + b - a
+    if pad:
         pad_batch(at, rows, buf, meta, dense_table)
-
-
-@kernel
-def copy_pieces(first, second, plan, room, places, at, out, rows, ids, ids_room):
-    """A batch of one or two pieces in one call: ``copy_piece`` of ``first`` and, when ``plan`` has a second row, of
-    ``second`` (``plan[i]``: that piece's ``r0, r1, c0, m``, its ranges in ``room``), the batch padded after the last;
-    then, unless ``ids`` is None, its unique ids (``unique_ids_of_batch(ids, ids_room)``).  A call into a kernel gives
-    up the GIL, and its return queues for it behind the other parse workers: one return a batch where there were up
-    to three."""
-    last = len(plan) - 1
-    copy_piece(first, plan[0, 0], plan[0, 1], room, plan[0, 2], plan[0, 3], places, at, out, rows, last == 0)
-    if last == 1:
-        copy_piece(second, plan[1, 0], plan[1, 1], room, plan[1, 2], plan[1, 3], places, at, out, rows, True)
     if ids is not None:
         unique_ids_of_batch(ids, ids_room)
 

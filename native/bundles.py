@@ -16,11 +16,11 @@ every chunk, block or batch from ingest's own arrays are checked only when ``ING
 with unique ids.
 
 The reader's kernels called for every chunk, block or batch (the parsers, ``trim_rows``, the DSL's ``run_plans``,
-``copy_piece``, the unique ids') take their bundles as plain tuples (``plain()``) and unpack them by position: numba
+``copy_pieces``, the unique ids') take their bundles as plain tuples (``plain()``) and unpack them by position: numba
 types a plain tuple's arrays in C, a namedtuple's in Python one field at a time, holding the GIL. A bundle built
 once per reader, unit or scratch that only kernels read is kept as its plain tuple (``.checked().plain()``); one
-built per call, or read by name in Python too, is converted at the call. In numba's dispatch, a batch's
-``copy_piece`` call spends 2.4 µs with plain tuples against 5.4 with the bundles, a chunk's ``decode_chunk`` 2.0
+built per call, or read by name in Python too, is converted at the call. In numba's dispatch, a piece's
+copy call spends 2.4 µs with plain tuples against 5.4 with the bundles, a chunk's ``decode_chunk`` 2.0
 against 5.2 and ``parse_text_chunk`` 2.1 against 7.2.
 """
 

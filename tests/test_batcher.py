@@ -1,4 +1,4 @@
-"""The batch kernels (measure_piece, batch_layout, copy_piece, copy_pieces and the batch's unique ids) against a
+"""The batch kernels (measure_piece, batch_layout, copy_pieces and the batch's unique ids) against a
 pure-Python twin, on generated blocks."""
 
 import numpy as np
@@ -74,6 +74,9 @@ def _blocks(draw, layout, label_count, first_sample):
         tables.append(Table(nrows, offsets, dense, refer, from_dsl if from_dsl.any() else None))
     n = int(starts[0][-1])
     sids = [f"s{first_sample + i}".encode() * draw(st.integers(0, 2)) for i in range(n)]
+    sid_bytes = np.frombuffer(b"".join(sids), np.uint8)
+    if draw(st.booleans()):  # writable or not: two blocks of a batch whose arrays differ in type (copy_pieces)
+        sid_bytes = sid_bytes.copy()
     return Block(
         tables=tuple(tables),
         group_offsets=starts[0],
@@ -82,7 +85,7 @@ def _blocks(draw, layout, label_count, first_sample):
         sp_values=np.array(values, np.float32),
         labels=np.arange(n * label_count, dtype=np.float32).reshape(n, label_count) + first_sample,
         timestamps=np.arange(n, dtype=np.int64) + first_sample,
-        sid_bytes=np.frombuffer(b"".join(sids), np.uint8),
+        sid_bytes=sid_bytes,
         sid_offsets=np.concatenate([[0], np.cumsum([len(s) for s in sids])]).astype(np.int64),
         dsl_keys=np.array(dsl_keys, np.int64),
         dsl_values=np.array(dsl_values, np.float32),
@@ -172,9 +175,9 @@ def _unique_twin(ids):
     unique=st.booleans(),
 )
 def test_batches_match_the_twin(data, shape, batch_size, pad, split_group, unique):
-    """Batches cut from 1-4 blocks (so some take pieces of two blocks, built in one kernel call, and some of three
-    or more, a call a piece), 1-3 tables, pairs, DSL features, dense features, padding, unique ids: every array the
-    kernels fill is what the row-by-row twin gives."""
+    """Batches cut from 1-4 blocks (so some take pieces of two blocks, built in one kernel call, whose arrays may
+    differ in type, and some of three or more, a call a piece), 1-3 tables, pairs, DSL features, dense features,
+    padding, unique ids: every array the kernels fill is what the row-by-row twin gives."""
     layout, label_count = shape
     blocks = []
     for b in range(data.draw(st.integers(1, 4))):

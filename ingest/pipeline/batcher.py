@@ -11,7 +11,6 @@ from .._native.batch import (
     PieceSource,
     batch_layout,
     batch_part_kinds,
-    copy_piece,
     copy_pieces,
     measure_piece,
 )
@@ -111,7 +110,7 @@ class BatchBuilder:
 
         A kernel call a piece, one lease and a kernel call a batch: ``measure_piece`` sizes every array,
         ``batch_layout`` places them all in one pooled buffer, ``copy_pieces`` fills them and computes the unique
-        ids, for the one or two pieces a batch takes of chunks of a megabyte or more (else a ``copy_piece`` call a
+        ids, for the one or two pieces a batch takes of chunks of a megabyte or more (else a ``copy_pieces`` call a
         piece, then the unique ids'). The Python around the kernels was half of a batch's build, and every return
         from a kernel that gives up the GIL is a point where the thread may have to sleep until another gives it
         back. The batch's small arrays are views of two (``BatchSums``): a numpy call costs a microsecond or more of
@@ -164,11 +163,13 @@ class BatchBuilder:
             plan = scratch.plan[: len(plans)]
             for i, (_, r0, r1, _, c0, m) in enumerate(plans):
                 plan[i, 0], plan[i, 1], plan[i, 2], plan[i, 3] = r0, r1, c0, m
-            copy_pieces(first[0], final[0], plan, first[3], places, at, out, rows, now, ids_room)
+            copy_pieces(first[0], final[0], plan, first[3], places, at, out, rows, True, now, ids_room)
         else:
-            for plan in plans:
-                src, r0, r1, room, c0, m = plan
-                copy_piece(src, r0, r1, room, c0, m, places, at, out, rows, plan is final)
+            plan = scratch.plan[:1]
+            for piece in plans:
+                src, r0, r1, room, c0, m = piece
+                plan[0, 0], plan[0, 1], plan[0, 2], plan[0, 3] = r0, r1, c0, m
+                copy_pieces(src, src, plan, room, places, at, out, rows, piece is final, None, None)
             if now is not None:
                 unique_ids_of_batch(now, ids_room)
         batch = Batch(n, laid, tables=self.table_of, table_rows=rows.tolist())
@@ -252,7 +253,7 @@ def _piece_source(blk):
 
 class BatchSums:
     """A batch's small arrays, views of two allocations: what its pieces add up, zeroed (per sparse feature its ids
-    ``counts``, per table its ``rows``, its sample id bytes ``sid_total``) with ``copy_piece``'s ``at`` (where the next
+    ``counts``, per table its ``rows``, its sample id bytes ``sid_total``) with ``copy_pieces``' ``at`` (where the next
     piece goes), and where ``batch_layout`` puts its arrays (``key_base``, ``value_base``, ``meta``)."""
 
     def __init__(self, nsparse, tables, parts):
