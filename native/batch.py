@@ -363,8 +363,8 @@ def copy_pieces(first, second, plan, room, places, at, out, rows, pad, ids, ids_
     ``indicators[k]`` counts from), ``at[2T]`` the sample id bytes written.
 
     One call a batch: a call into a kernel gives up the GIL, and its return queues for it behind the other parse
-    workers.  The copy is written once, in a loop over the pieces, so it is compiled once (numba types the two
-    sources as one): a kernel a piece called for each from here made a cold start ~3 s longer.
+    workers.  The copy is written once, in a loop over the pieces (numba types the two sources as one), so a cold
+    start compiles it once.
     """
     pair, key_base, value_base, dense_table = places
     buf, meta = out
