@@ -351,8 +351,9 @@ def copy_pieces(first, second, plan, room, places, at, out, rows, pad, ids, ids_
     out), its features placed by ``places``: piece ``i`` (``plan[i]``: ``r0, r1, c0, m``) is rows ``r0:r1`` of a
     block (``first``, then ``second``, as ``PieceSource``), planned by ``measure_piece`` (``m`` ranges in ``room`` from
     column ``c0``).  Then, when ``pad``, pad every table to its ``rows`` (``pad_batch``), and unless ``ids`` is None
-    compute the batch's unique ids (``unique_ids_of_batch(ids, ids_room)``).  A batch of more pieces is a call a piece
-    (its block as both ``first`` and ``second``), padded after the last, and its unique ids one more call.
+    compute the batch's unique ids (``unique_ids_of_batch(ids, ids_room)``).  A batch of more pieces takes a call for
+    each one or two of them, its last call padding it and computing its unique ids (``first`` as ``second`` too for
+    one piece).
 
     Per table t of a block: ``sp_offsets[t]`` and ``from_dsl[t]`` (see ``copy_sparse_ranges``);
     dense matrix d belongs to table ``dense_table[d]``.  Sparse features are numbered over all

@@ -110,11 +110,11 @@ class BatchBuilder:
 
         A kernel call a piece, one lease and a kernel call a batch: ``measure_piece`` sizes every array,
         ``batch_layout`` places them all in one pooled buffer, ``copy_pieces`` fills them and computes the unique
-        ids, for the one or two pieces a batch takes of chunks of a megabyte or more (else a ``copy_pieces`` call a
-        piece, then the unique ids'). The Python around the kernels was half of a batch's build, and every return
-        from a kernel that gives up the GIL is a point where the thread may have to sleep until another gives it
-        back. The batch's small arrays are views of two (``BatchSums``): a numpy call costs a microsecond or more of
-        Python that runs cold between the kernels.
+        ids, for the one or two pieces a batch takes of chunks of a megabyte or more (more pieces go two to a call,
+        the last call padding the batch and computing its unique ids). The Python around the kernels was half of a
+        batch's build, and every return from a kernel that gives up the GIL is a point where the thread may have to
+        sleep until another gives it back. The batch's small arrays are views of two (``BatchSums``): a numpy call
+        costs a microsecond or more of Python that runs cold between the kernels.
         """
         if self.kernels_ready is not None:
             self.kernels_ready()
@@ -158,20 +158,29 @@ class BatchBuilder:
         )
         now = ids if unique_now else None
         ids_room = None if now is None else scratch.table_room(nids)
-        first, final = plans[0], plans[-1]
-        if len(plans) <= 2 and first[3] is final[3]:  # one room: no piece grew it for the next
-            plan = scratch.plan[: len(plans)]
-            for i, (_, r0, r1, _, c0, m) in enumerate(plans):
+        plan = scratch.plan
+        k = 0
+        while k < len(plans):  # calls of one or two pieces planned in one room (no piece grew it for the next)
+            two = k + 1 < len(plans) and plans[k + 1][3] is plans[k][3]
+            group = plans[k : k + 1 + two]
+            for i, (_, r0, r1, _, c0, m) in enumerate(group):
                 plan[i, 0], plan[i, 1], plan[i, 2], plan[i, 3] = r0, r1, c0, m
-            copy_pieces(first[0], final[0], plan, first[3], places, at, out, rows, True, now, ids_room)
-        else:
-            plan = scratch.plan[:1]
-            for piece in plans:
-                src, r0, r1, room, c0, m = piece
-                plan[0, 0], plan[0, 1], plan[0, 2], plan[0, 3] = r0, r1, c0, m
-                copy_pieces(src, src, plan, room, places, at, out, rows, piece is final, None, None)
-            if now is not None:
-                unique_ids_of_batch(now, ids_room)
+            k += len(group)
+            last = k == len(plans)  # pads the batch, and computes its unique ids when now
+            src, room = group[0][0], group[0][3]
+            copy_pieces(
+                src,
+                group[-1][0],
+                plan[: len(group)],
+                room,
+                places,
+                at,
+                out,
+                rows,
+                last,
+                now if last else None,
+                ids_room,
+            )
         batch = Batch(n, laid, tables=self.table_of, table_rows=rows.tolist())
         batch.marks = Marks({blk.unit: blk.position(r1) for blk, _, r1 in pieces} if self.track else {})
         if self.keep_pieces:
