@@ -28,8 +28,11 @@ TensorFlow.  ingest reads the samples several times over in a run (``EPOCHS``: 3
 that its runs last about a second, as TensorFlow's do; samples/s are comparable whatever the count.  A
 warm-up round, then ``--runs`` rounds, each one pass of every reader of every
 configuration back to back (the VM's speed moves over minutes: runs of the readers compared are
-seconds apart); medians, and ratios as the medians of per-round ratios.  Prints a table with
-ratios of ingest to its peer and of 2 threads to 1, writes ``benchmarks/results/bench_peers.json``.
+seconds apart); medians, and ratios as the medians of per-round ratios.  Each 2-thread ingest reader has
+its control in the same round: two processes, each a 1-thread reader of one shard, started together
+(``bench_scaling.TwoProcesses``: what the machine gives two cores that share nothing of Python).  Prints a table with
+ratios of ingest to its peer, of 2 threads to 1 and of ingest's 2 threads to its two processes, writes
+``benchmarks/results/bench_peers.json``.
 Needs ``pip install 'ingest[tf]'``.
 
     python benchmarks/bench_peers.py [--samples 120000] [--runs 3]
@@ -243,6 +246,20 @@ def main(argv=None):
 
     pb_zst, parquet = converted(text, ".pb.zst"), converted(text, ".parquet")
     configs = [(unique, threads) for unique in (False, True) for threads in THREADS]
+    from bench_scaling import TwoProcesses  # noqa: PLC0415 - bench_scaling imports this module
+
+    # the control of every 2-thread ingest reader: two 1-thread processes, a shard each (pb.zst: its shards are
+    # uneven runs of frames, so each reads the whole file half as many times), as bench_scaling runs them
+    ingest_inputs = {
+        "ingest text": (text, "txt", set()),
+        "ingest pb": (pb, "pb", aux),
+        "ingest pb.zst": (pb_zst, "pb", aux),
+    }
+    controls = {
+        (unique, name): TwoProcesses(path, file_type, aux_names, unique, BATCH_SIZE, shards=name != "ingest pb.zst")
+        for unique in (False, True)
+        for name, (path, file_type, aux_names) in ingest_inputs.items()
+    }
     tf_readers = {
         (unique, threads): {
             "tf.data text": TFReader("tf-text", text, threads, unique),
@@ -252,20 +269,18 @@ def main(argv=None):
     }
 
     def one_round():
-        """A pass of every reader of every configuration, back to back: samples/s by configuration and reader."""
+        """A pass of every reader of every configuration, back to back: samples/s by configuration and reader (each
+        2-thread ingest reader followed at once by its control)."""
         out = {}
         for unique, threads in configs:
-            out[unique, threads] = {
-                "ingest text": measure(ingest_reader(text, "txt", set(), threads, unique, EPOCHS["txt"]))[
-                    "samples_per_s"
-                ],
-                "ingest pb": measure(ingest_reader(pb, "pb", aux, threads, unique, EPOCHS["pb"]))["samples_per_s"],
-                "ingest pb.zst": measure(ingest_reader(pb_zst, "pb", aux, threads, unique, EPOCHS["pb"]))[
-                    "samples_per_s"
-                ],
-                "Parquet": float("nan") if unique else parquet_run(parquet, threads, EPOCHS["pb"]),
-                **{name: tf.run() for name, tf in tf_readers[unique, threads].items()},
-            }
+            rates = out[unique, threads] = {}
+            for name, (path, file_type, aux_names) in ingest_inputs.items():
+                reader = ingest_reader(path, file_type, aux_names, threads, unique, EPOCHS[file_type])
+                rates[name] = measure(reader)["samples_per_s"]
+                if threads == 2:
+                    rates[f"{name}, 2 processes"] = controls[unique, name].run()["samples_per_s"]
+            rates["Parquet"] = float("nan") if unique else parquet_run(parquet, threads, EPOCHS["pb"])
+            rates.update({name: tf.run() for name, tf in tf_readers[unique, threads].items()})
         return out
 
     one_round()  # warm-up: kernels, page cache, TensorFlow's graphs
@@ -276,8 +291,14 @@ def main(argv=None):
     for readers in tf_readers.values():
         for tf in readers.values():
             tf.close()
+    for two in controls.values():
+        two.close()
     results = [
-        {"unique": unique, "threads": threads, **{name: [r[unique, threads][name] for r in rounds] for name in READERS}}
+        {
+            "unique": unique,
+            "threads": threads,
+            **{name: [r[unique, threads][name] for r in rounds] for name in rounds[0][unique, threads]},
+        }
         for unique, threads in configs
     ]
     sizes = {"pb.zst": os.path.getsize(pb_zst), "parquet": os.path.getsize(parquet)}
@@ -316,6 +337,10 @@ def main(argv=None):
             f"{k} {ratio(((unique, 2), k), ((unique, 1), k)):.2f}x" for k in READERS if not (unique and k == "Parquet")
         )
         print(f"2 threads / 1 thread, unique ids {'on' if unique else 'off'}: {scaling}")
+        control = ", ".join(
+            f"{name} {ratio(((unique, 2), name), ((unique, 2), f'{name}, 2 processes')):.2f}x" for name in ingest_inputs
+        )
+        print(f"2 threads / 2 single-thread processes, unique ids {'on' if unique else 'off'}: {control}")
     print(f"JSON: {RESULTS / 'bench_peers.json'}")
 
 

@@ -1,84 +1,70 @@
-"""Benchmark of text -> batches: parse throughput over synthetic ads samples, 1 and 2 threads.
+"""Benchmark of text -> batches: parse throughput over synthetic ads samples, 1 and 2 threads, beside two processes.
 
-For each thread count: one untimed warm-up run, then ``--runs`` timed runs, each a fresh
-reader over the whole file with every synthetic feature declared (11 sparse, 2 dense,
-2 labels) and ``batch_size(1024)``.  Reports the medians of MB/s and samples/s, per core
-(divided by the threads), and the ratio 2 threads / 1 thread.  Prints a markdown table and
-writes ``benchmarks/results/bench_text.json``.
+Three ways, alternated run by run after a warm-up run of each: a ``threads(1)`` reader, a ``threads(2)`` reader, and
+the two-process control of ``bench_scaling.py`` (two processes, each a ``threads(1)`` reader of one shard, started
+together: what the machine gives two cores that share nothing of Python).  The readers are ``bench_peers.py``'s
+(every synthetic feature, ``batch_size(1024)``), each run a fresh reader of the file read ``EPOCHS["txt"]`` (3)
+times over, about a second.  Reports the medians of MB/s and samples/s, per core (divided by the threads), the
+spread of MB/s, and the ratios of 2 threads to 1 thread and to the two processes (medians of per-round ratios).
+Prints a markdown table and writes ``benchmarks/results/bench_text.json``.
 
     python benchmarks/bench_text.py [--samples 120000] [--runs 5]
 """
 
-import statistics
+from _common import RESULTS, alternated_runs, arguments, markdown_table, measured_on, save_report, synthetic_file
+from bench_peers import BATCH_SIZE, EPOCHS, ingest_reader
+from bench_scaling import TwoProcesses
 
-import ingest
-from ingest import synthetic
-from ingest.cli.bench import measure, per_core
-
-from _common import RESULTS, arguments, markdown_table, measured_on, save_report, synthetic_file
-
-THREADS = (1, 2)
-BATCH_SIZE = 1024
 SEED = 0
-
-
-def one_run(path, threads):
-    """``measure`` one fresh reader over ``path`` (without its stats)."""
-    reader = synthetic.declare(ingest.DataReader("bench_text", paths=[str(path)]))
-    result = measure(reader.batch_size(BATCH_SIZE).threads(threads))
-    del result["stats"]
-    return result
-
-
-def bench(path, samples, threads, runs):
-    """Warm-up, then ``runs`` timed runs with ``threads``; returns the medians and every run."""
-    one_run(path, threads)
-    timed = [one_run(path, threads) for _ in range(runs)]
-    wrong = [r["samples"] for r in timed if r["samples"] != samples]
-    if wrong:
-        raise SystemExit(f"bench_text: read {wrong[0]} samples, expected {samples}")
-    columns = {key: [r[key] for r in timed] for key in ("seconds", "mb_per_s", "samples_per_s", "p50_ms", "p99_ms")}
-    medians = {key: None if None in values else statistics.median(values) for key, values in columns.items()}
-    return {**medians, **per_core(medians, threads), "runs": timed}
 
 
 def main(argv=None):
     args = arguments(__doc__).parse_args(argv)
 
     path = synthetic_file(args.samples, SEED)
-    results = [bench(path, args.samples, threads, args.runs) for threads in THREADS]
-    ratio = results[1]["mb_per_s"] / results[0]["mb_per_s"]
+    passes = EPOCHS["txt"]
+    makers = {
+        "1 thread": lambda: ingest_reader(path, "txt", set(), 1, False, passes),
+        "2 threads": lambda: ingest_reader(path, "txt", set(), 2, False, passes),
+    }
+    with TwoProcesses(path, "txt", set(), False, BATCH_SIZE) as two:
+        makers["2 processes"] = two.run
+        results = alternated_runs(makers, args.samples * passes, args.runs)
+    mb_per_sample = path.stat().st_size / args.samples / 1e6
+    ratios = {
+        "2 threads / 1 thread": results["2 threads"]["ratio"],
+        "2 threads / 2 processes": results["2 threads"]["ratio"] / results["2 processes"]["ratio"],
+    }
     report = save_report(
         "bench_text",
         samples=args.samples,
         bytes=path.stat().st_size,
         seed=SEED,
         batch_size=BATCH_SIZE,
+        passes=passes,
         runs=args.runs,
         results=results,
-        ratio_2_threads_to_1=ratio,
+        ratios=ratios,
     )
     print(
-        f"{args.samples:,} samples, {report['bytes'] / 1e6:,.1f} MB, batch_size {BATCH_SIZE}, "
-        f"median of {args.runs} runs; {measured_on(report)}\n"
+        f"{args.samples:,} samples, {report['bytes'] / 1e6:,.1f} MB read {passes} times over a run, batch_size "
+        f"{BATCH_SIZE}, median of {args.runs} alternated rounds; {measured_on(report)}\n"
     )
-    print(
-        markdown_table(
-            ["threads", "MB/s", "samples/s", "MB/s per core", "samples/s per core", "MB/s min-max"],
+    rows = []
+    for way, cores in (("1 thread", 1), ("2 threads", 2), ("2 processes", 2)):
+        r = results[way]
+        rows.append(
             [
-                [
-                    r["threads"],
-                    f"{r['mb_per_s']:.1f}",
-                    f"{r['samples_per_s']:,.0f}",
-                    f"{r['mb_per_s_per_core']:.1f}",
-                    f"{r['samples_per_s_per_core']:,.0f}",
-                    f"{min(x['mb_per_s'] for x in r['runs']):.1f}-{max(x['mb_per_s'] for x in r['runs']):.1f}",
-                ]
-                for r in results
-            ],
+                way,
+                f"{r['mb_per_s']:.1f}",
+                f"{r['samples_per_s']:,.0f}",
+                f"{r['mb_per_s'] / cores:.1f}",
+                f"{r['samples_per_s'] / cores:,.0f}",
+                f"{min(r['runs']) * mb_per_sample:.1f}-{max(r['runs']) * mb_per_sample:.1f}",
+            ]
         )
-    )
-    print(f"\n2 threads / 1 thread: {ratio:.2f}x")
+    print(markdown_table(["way", "MB/s", "samples/s", "MB/s per core", "samples/s per core", "MB/s min-max"], rows))
+    print("\n" + ", ".join(f"{name}: {value:.2f}x" for name, value in ratios.items()))
     print(f"JSON: {RESULTS / 'bench_text.json'}")
 
 
