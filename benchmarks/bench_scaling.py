@@ -12,8 +12,9 @@ run by run:
 - ``2 threads``: ``threads(2)`` on every core;
 - ``2 processes``: two processes, each a ``threads(1)`` reader of one shard (``shard(i, 2)``), started
   together: two cores that share nothing of Python (no GIL, no object, no allocator), only the
-  machine's caches and memory bandwidth (their numpy asks for no huge pages: ``_HUGE_PAGE_ADVICE``).  The gap from ``2 threads`` to them is what running in one
-  process costs; the gap from them to twice ``1 core`` is the machine's.  The pb.zst file's shards are runs of its
+  machine's caches and memory bandwidth (their numpy asks for no huge pages: ``_HUGE_PAGE_ADVICE``).  The gap
+  from ``2 threads`` to them is what running in one process costs; the gap from them to twice ``1 core`` is the
+  machine's.  The pb.zst file's shards are runs of its
   frames of 8 MiB, uneven here (55 % and 45 % of the samples), so for it each process reads the whole file half as
   many times instead;
 - ``2 readers``: the same two readers in two threads of this process, started together: the gap from them to
