@@ -176,7 +176,7 @@ def _unique_twin(ids):
 )
 def test_batches_match_the_twin(data, shape, batch_size, pad, split_group, unique):
     """Batches cut from 1-4 blocks (so some take pieces of two blocks, built in one kernel call, whose arrays may
-    differ in type, and some of three or more, a call a piece), 1-3 tables, pairs, DSL features, dense features,
+    differ in type, and some of three or more, two pieces a call), 1-3 tables, pairs, DSL features, dense features,
     padding, unique ids: every array the kernels fill is what the row-by-row twin gives."""
     layout, label_count = shape
     blocks = []
