@@ -54,6 +54,7 @@ from ingest.cli.bench import measure
 
 # name: threads, and the cores the reader's threads may run on; "2 threads" first, the ratios' base
 WAYS = {"2 threads": (2, None), "1 thread": (1, None), "1 core": (1, 1)}
+ALL_WAYS = (*WAYS, "2 readers")  # and "2 processes", the control, always
 
 
 def main(argv=None):
@@ -62,35 +63,16 @@ def main(argv=None):
         "--batch-size", type=int, default=BATCH_SIZE, help=f"every reader's batch size (default: {BATCH_SIZE})"
     )
     args = parser.parse_args(argv)
-    allowed = os.sched_getaffinity(0)
-    if len(allowed) < 2:
+    if len(os.sched_getaffinity(0)) < 2:
         raise SystemExit("needs at least 2 cores")
-
-    def maker(path, file_type, aux, unique, threads, cores):
-        def make():
-            # the reader's threads start in startup() and inherit this thread's affinity
-            os.sched_setaffinity(0, set(sorted(allowed)[:cores]) if cores else allowed)
-            return with_sleeps(ingest_reader(path, file_type, aux, threads, unique, EPOCHS[file_type], args.batch_size))
-
-        return make
-
     inputs = synthetic_inputs(args.samples)
     inputs["pb.zst"] = (converted(inputs["text"][0], ".pb.zst"), "pb", inputs["pb"][2])
     results = {}
-    try:
-        for name, (path, file_type, aux) in inputs.items():
-            for unique in (False, True):
-                makers = {way: maker(path, file_type, aux, unique, *how) for way, how in WAYS.items()}
-                os.sched_setaffinity(0, allowed)  # the processes inherit it: a "1 core" run may have pinned us
-                shards = name != "pb.zst"
-                makers["2 readers"] = two_readers(path, file_type, aux, unique, args.batch_size, shards, allowed)
-                with TwoProcesses(path, file_type, aux, unique, args.batch_size, shards) as two:
-                    makers["2 processes"] = two.run
-                    results[f"{name} {'on' if unique else 'off'}"] = alternated_runs(
-                        makers, args.samples * EPOCHS[file_type], args.runs
-                    )
-    finally:
-        os.sched_setaffinity(0, allowed)
+    for name, (path, file_type, aux) in inputs.items():
+        for unique in (False, True):
+            results[f"{name} {'on' if unique else 'off'}"] = scaling_runs(
+                path, file_type, aux, unique, args.samples, args.runs, args.batch_size, shards=name != "pb.zst"
+            )
     name = "bench_scaling" if args.batch_size == BATCH_SIZE else f"bench_scaling_batch{args.batch_size}"
     report = save_report(
         name, samples=args.samples, runs=args.runs, epochs=EPOCHS, batch_size=args.batch_size, read=results
@@ -122,6 +104,30 @@ def main(argv=None):
         )
     )
     print(f"JSON: {RESULTS / name}.json")
+
+
+def scaling_runs(path, file_type, aux, unique, samples, runs, batch_size=BATCH_SIZE, shards=True, ways=ALL_WAYS):
+    """``alternated_runs`` of the readers of ``path`` (``samples`` read ``EPOCHS[file_type]`` times over a run), the
+    ways of ``ways`` ("2 threads" first, the ratios' base), then "2 processes" (``TwoProcesses``, of ``shards``)."""
+    allowed = os.sched_getaffinity(0)
+
+    def maker(threads, cores):
+        def make():
+            # the reader's threads start in startup() and inherit this thread's affinity
+            os.sched_setaffinity(0, set(sorted(allowed)[:cores]) if cores else allowed)
+            return with_sleeps(ingest_reader(path, file_type, aux, threads, unique, EPOCHS[file_type], batch_size))
+
+        return make
+
+    makers = {way: maker(*WAYS[way]) for way in ways if way in WAYS}
+    if "2 readers" in ways:
+        makers["2 readers"] = two_readers(path, file_type, aux, unique, batch_size, shards, allowed)
+    try:
+        with TwoProcesses(path, file_type, aux, unique, batch_size, shards) as two:
+            makers["2 processes"] = two.run
+            return alternated_runs(makers, samples * EPOCHS[file_type], runs)
+    finally:
+        os.sched_setaffinity(0, allowed)  # a "1 core" run pins this thread
 
 
 def with_sleeps(reader):

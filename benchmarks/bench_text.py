@@ -1,19 +1,19 @@
 """Benchmark of text -> batches: parse throughput over synthetic ads samples, 1 and 2 threads, beside two processes.
 
-Three ways, alternated run by run after a warm-up run of each: a ``threads(1)`` reader, a ``threads(2)`` reader, and
-the two-process control of ``bench_scaling.py`` (two processes, each a ``threads(1)`` reader of one shard, started
-together: what the machine gives two cores that share nothing of Python).  The readers are ``bench_peers.py``'s
-(every synthetic feature, ``batch_size(1024)``), each run a fresh reader of the file read ``EPOCHS["txt"]`` (3)
-times over, about a second.  Reports the medians of MB/s and samples/s, per core (divided by the threads), the
-spread of MB/s, and the ratios of 2 threads to 1 thread and to the two processes (medians of per-round ratios).
-Prints a markdown table and writes ``benchmarks/results/bench_text.json``.
+Three ways of ``bench_scaling.py`` (``scaling_runs``), alternated run by run after a warm-up run of each: a
+``threads(2)`` reader, a ``threads(1)`` reader, and the two-process control (two processes, each a ``threads(1)``
+reader of one shard, started together: what the machine gives two cores that share nothing of Python).  The
+readers are ``bench_peers.py``'s (every synthetic feature, ``batch_size(1024)``), each run a fresh reader of the file
+read ``EPOCHS["txt"]`` (3) times over, about a second.  Reports the medians of MB/s and samples/s, per core (divided
+by the cores a way uses), the spread of MB/s, and the ratios of 2 threads to 1 thread and to the two processes
+(medians of per-round ratios).  Prints a markdown table and writes ``benchmarks/results/bench_text.json``.
 
     python benchmarks/bench_text.py [--samples 120000] [--runs 5]
 """
 
-from _common import RESULTS, alternated_runs, arguments, markdown_table, measured_on, save_report, synthetic_file
-from bench_peers import BATCH_SIZE, EPOCHS, ingest_reader
-from bench_scaling import TwoProcesses
+from _common import RESULTS, arguments, markdown_table, measured_on, save_report, synthetic_file
+from bench_peers import BATCH_SIZE, EPOCHS
+from bench_scaling import scaling_runs
 
 SEED = 0
 
@@ -23,18 +23,10 @@ def main(argv=None):
 
     path = synthetic_file(args.samples, SEED)
     passes = EPOCHS["txt"]
-    makers = {
-        "1 thread": lambda: ingest_reader(path, "txt", set(), 1, False, passes),
-        "2 threads": lambda: ingest_reader(path, "txt", set(), 2, False, passes),
-    }
-    with TwoProcesses(path, "txt", set(), False, BATCH_SIZE) as two:
-        makers["2 processes"] = two.run
-        results = alternated_runs(makers, args.samples * passes, args.runs)
+    results = scaling_runs(path, "txt", set(), False, args.samples, args.runs, ways=("2 threads", "1 thread"))
     mb_per_sample = path.stat().st_size / args.samples / 1e6
-    ratios = {
-        "2 threads / 1 thread": results["2 threads"]["ratio"],
-        "2 threads / 2 processes": results["2 threads"]["ratio"] / results["2 processes"]["ratio"],
-    }
+    # ratios to "2 threads", the first way, turned over: medians of per-round ratios
+    ratios = {f"2 threads / {way}": 1 / results[way]["ratio"] for way in ("1 thread", "2 processes")}
     report = save_report(
         "bench_text",
         samples=args.samples,
@@ -51,7 +43,7 @@ def main(argv=None):
         f"{BATCH_SIZE}, median of {args.runs} alternated rounds; {measured_on(report)}\n"
     )
     rows = []
-    for way, cores in (("1 thread", 1), ("2 threads", 2), ("2 processes", 2)):
+    for way, cores in (("2 threads", 2), ("1 thread", 1), ("2 processes", 2)):
         r = results[way]
         rows.append(
             [
