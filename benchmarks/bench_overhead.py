@@ -8,7 +8,10 @@ untimed run has compiled or loaded them all. A run's CPU time (``getrusage``: ev
 time inside kernels and file reads is the time in Python and in the C code Python calls (numpy, zstd), the part that
 holds the GIL and that two parse threads serialize on. The wrapper's own time outside the timed call (a Python
 call, the counter), measured around a numba function that does nothing, is taken off per kernel call: it is the
-benchmark's, not the reader's (``wrapper_us_per_call`` in the JSON). A run reads the file once, then ``--epochs``
+benchmark's, not the reader's (``wrapper_us_per_call`` in the JSON). Where it goes: the Python methods of each of
+``STAGES`` (a batch's build; the making of a chunk's Block around its kernels) are timed the same way, less the
+kernels and reads they call (``stage_us_per_batch``); the rest is a unit's read loop, the pipeline's stages and queues
+and the consumer's loop. A run reads the file once, then ``--epochs``
 times: the difference between the two, divided by the batches it adds, is the time per batch without what a reader
 pays once (start-up, threads, opening the file), which the JSON reports apart (``once_ms``: a few ms, within the
 runs' noise). The consumer takes nothing of a batch but its size, except in the configurations where it takes every
@@ -44,6 +47,10 @@ import numba
 import numba.core.dispatcher
 import numpy as np
 
+from ingest.formats.base import Room
+from ingest.formats.protobuf import ProtobufFormat
+from ingest.formats.text import TextFormat
+from ingest.pipeline.batcher import BatchBuilder
 from ingest.sources import read_into
 
 from _common import arguments, markdown_table, measured_on, revision_tree, save_report, synthetic_inputs
@@ -62,14 +69,26 @@ CONFIGS = [
     ("txt", False, 1, False),
 ]
 
+# where the time outside kernels goes: Python methods timed like the kernels, less the kernels they call (``STAGES``
+# names them in the JSON and the table); the rest of a batch's time outside kernels is everything else (a unit's read
+# loop, the pipeline's stages and queues, the consumer's loop)
+STAGES = {
+    "batch build": [(BatchBuilder, "assemble"), (BatchBuilder, "add_unique")],
+    "chunk's block": [(Room, "columns"), (ProtobufFormat, "_block"), (TextFormat, "_block")],
+}
+
 
 class KernelClock:
     """Wraps every numba dispatcher that ingest's modules hold as an attribute, and ``read_into``, timing each call
-    by the CPU time of the thread that makes it."""
+    by the CPU time of the thread that makes it; and the methods of ``STAGES``, timing each call's CPU time outside
+    the kernels and reads it makes (``stage_seconds``)."""
 
     def __init__(self):
         self.seconds = 0.0
         self.calls = collections.Counter()
+        self.stage_seconds = collections.Counter()
+        self.stage_calls = collections.Counter()  # a stage's calls, and the kernel calls made inside them
+        self.stage_kernel_calls = collections.Counter()
         self._undo = []
         self._inside = threading.local()  # a wrapped call made inside another (a stream's read_into) counts once
 
@@ -82,6 +101,10 @@ class KernelClock:
                         wrappers[id(value)] = self._timed(value)
                     self._undo.append((module, attr, value))
                     setattr(module, attr, wrappers[id(value)])
+        for stage, methods in STAGES.items():
+            for owner, attr in methods:
+                self._undo.append((owner, attr, vars(owner)[attr]))
+                setattr(owner, attr, self._staged(vars(owner)[attr], stage))
         return self
 
     def __exit__(self, *exc):
@@ -99,11 +122,29 @@ class KernelClock:
             try:
                 return function(*args, **kwargs)
             finally:
-                self.seconds += time.thread_time() - t0  # += on a float attribute: whole under the GIL
+                took = time.thread_time() - t0
+                self.seconds += took  # += on a float attribute: whole under the GIL
+                self._inside.seconds = getattr(self._inside, "seconds", 0.0) + took
+                self._inside.calls = getattr(self._inside, "calls", 0) + 1
                 self.calls[name] += 1
                 self._inside.depth = 0
 
         return timed
+
+    def _staged(self, method, stage):
+        def staged(*args, **kwargs):
+            k0, c0 = getattr(self._inside, "seconds", 0.0), getattr(self._inside, "calls", 0)
+            t0 = time.thread_time()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                took = time.thread_time() - t0
+                inside = getattr(self._inside, "seconds", 0.0) - k0  # this thread's kernels and reads meanwhile
+                self.stage_seconds[stage] += took - inside
+                self.stage_calls[stage] += 1
+                self.stage_kernel_calls[stage] += getattr(self._inside, "calls", 0) - c0
+
+        return staged
 
 
 def wrapper_seconds_per_call(calls=200_000):
@@ -134,34 +175,45 @@ def cpu_seconds():
 
 
 def timed_read(path, file_type, aux, unique, threads, epochs, takes):
-    """(batches, CPU seconds, the consumer's thread's CPU seconds, CPU seconds in kernels and file reads, their calls)
-    of one reader; with ``takes``, the consumer takes every array of every batch."""
+    """(batches, CPU seconds, the consumer's thread's CPU seconds, the ``KernelClock``) of one reader; with ``takes``,
+    the consumer takes every array of every batch."""
     reader = ingest_reader(path, file_type, aux, threads=threads, unique=unique, epochs=epochs)
     with KernelClock() as clock:
         cpu0, consumer0 = cpu_seconds(), time.thread_time()
         reader.startup()
         batches = sum(1 for batch in reader if not takes or batch.arrays())
         cpu, consumer = cpu_seconds() - cpu0, time.thread_time() - consumer0
-    return batches, cpu, consumer, clock.seconds, clock.calls
+    return batches, cpu, consumer, clock
 
 
 def one_run(path, file_type, aux, unique, threads, takes, epochs, wrapper):
-    """Per batch: user CPU, in kernels, outside them (less ``wrapper`` seconds a kernel call) and kernel calls, from
-    a run of ``epochs`` less a run of one; and the time outside kernels a reader spends once."""
-    b1, cpu1, consumer1, k1, calls1 = timed_read(path, file_type, aux, unique, threads, 1, takes)
-    bn, cpun, consumern, kn, callsn = timed_read(path, file_type, aux, unique, threads, epochs, takes)
+    """Per batch: user CPU, in kernels, outside them and in each of ``STAGES`` (less ``wrapper`` seconds a wrapped
+    call), and kernel calls, from a run of ``epochs`` less a run of one; and the time outside kernels a reader spends
+    once."""
+    b1, cpu1, consumer1, clock1 = timed_read(path, file_type, aux, unique, threads, 1, takes)
+    bn, cpun, consumern, clockn = timed_read(path, file_type, aux, unique, threads, epochs, takes)
     added = bn - b1
     per_batch = 1e6 / added
-    wrapped = wrapper * (sum(callsn.values()) - sum(calls1.values()))
-    outside = per_batch * ((cpun - kn) - (cpu1 - k1) - wrapped)
+
+    def outside_kernels(clock, cpu):  # the stages' wrappers cost as the kernels' do
+        return cpu - clock.seconds - wrapper * (sum(clock.calls.values()) + sum(clock.stage_calls.values()))
+
+    def in_stage(clock, stage):
+        return clock.stage_seconds[stage] - wrapper * clock.stage_kernel_calls[stage]
+
+    outside = per_batch * (outside_kernels(clockn, cpun) - outside_kernels(clock1, cpu1))
+    calls1, callsn = sum(clock1.calls.values()), sum(clockn.calls.values())
     return {
         "cpu_us_per_batch": per_batch * (cpun - cpu1),
-        "kernel_us_per_batch": per_batch * (kn - k1),
+        "kernel_us_per_batch": per_batch * (clockn.seconds - clock1.seconds),
         "outside_us_per_batch": outside,
+        "stage_us_per_batch": {
+            stage: per_batch * (in_stage(clockn, stage) - in_stage(clock1, stage)) for stage in STAGES
+        },
         "consumer_us_per_batch": per_batch * (consumern - consumer1),
-        "once_ms": 1e3 * (cpu1 - k1 - wrapper * sum(calls1.values())) - outside * b1 / 1e3,
-        "kernel_calls_per_batch": (sum(callsn.values()) - sum(calls1.values())) / added,
-        "calls": dict(callsn.most_common()),
+        "once_ms": 1e3 * outside_kernels(clock1, cpu1) - outside * b1 / 1e3,
+        "kernel_calls_per_batch": (callsn - calls1) / added,
+        "calls": dict(clockn.calls.most_common()),
         "batches": bn,
     }
 
@@ -251,6 +303,9 @@ def main():
             "kernel_calls_per_batch",
         )
         results[name] = {key: statistics.median(r[key] for r in done) for key in keys}
+        results[name]["stage_us_per_batch"] = {
+            stage: statistics.median(r["stage_us_per_batch"][stage] for r in done) for stage in STAGES
+        }
         results[name]["calls"] = done[-1]["calls"]
         results[name]["batches"] = done[-1]["batches"]
     report = save_report(
@@ -268,6 +323,7 @@ def main():
             f"{r['cpu_us_per_batch']:.0f}",
             f"{r['kernel_us_per_batch']:.0f}",
             f"**{r['outside_us_per_batch']:.0f}**",
+            *(f"{r['stage_us_per_batch'][stage]:.0f}" for stage in STAGES),
             f"{r['consumer_us_per_batch']:.0f}",
             f"{r['kernel_calls_per_batch']:.1f}",
         ]
@@ -275,9 +331,11 @@ def main():
     ]
     print(
         f"\n{measured_on(report)}, medians of {args.runs} runs, per batch of {BATCH_SIZE} (less {1e6 * wrapper:.2f} µs "
-        "of the benchmark's wrapper a kernel call):"
+        "of the benchmark's wrapper a kernel call), the time outside kernels of each stage's Python methods beside "
+        "the whole:"
     )
-    header = ["", "CPU µs", "in kernels and reads µs", "outside µs", "consumer's thread µs", "kernel calls"]
+    stages = [f"of it: {stage} µs" for stage in STAGES]
+    header = ["", "CPU µs", "in kernels and reads µs", "outside µs", *stages, "consumer's thread µs", "kernel calls"]
     print(markdown_table(header, rows))
 
 
