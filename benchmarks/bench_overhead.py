@@ -69,9 +69,7 @@ CONFIGS = [
     ("txt", False, 1, False),
 ]
 
-# where the time outside kernels goes: Python methods timed like the kernels, less the kernels they call (``STAGES``
-# names them in the JSON and the table); the rest of a batch's time outside kernels is everything else (a unit's read
-# loop, the pipeline's stages and queues, the consumer's loop)
+# the Python methods of each stage whose time outside kernels the table shows beside the whole (``KernelClock``)
 STAGES = {
     "batch build": [(BatchBuilder, "assemble"), (BatchBuilder, "add_unique")],
     "chunk's block": [(Room, "columns"), (ProtobufFormat, "_block"), (TextFormat, "_block")],
