@@ -24,8 +24,8 @@ when it is ahead). Writes ``benchmarks/results/bench_overhead.json``.
 The VM's speed moves these figures by a fifth or more over an hour, more than a change to the Python around the
 kernels does. ``--old REV`` compares two revisions in the same hour: each run of every configuration in a subprocess
 of the installed ingest and one of ``REV``'s (``git archive``, imported first), taking turns going first; it reports
-the medians of both and the median of the per-run ratios new / old, and writes
-``benchmarks/results/bench_overhead_vs_old.json``.
+the medians of both and the median of the per-run ratios new / old, with the medians of each stage (a stage's
+methods that a revision lacks count nothing), and writes ``benchmarks/results/bench_overhead_vs_old.json``.
 
     python benchmarks/bench_overhead.py [--samples 120000] [--runs 5] [--epochs 4] [--old REV]
 """
@@ -101,8 +101,9 @@ class KernelClock:
                     setattr(module, attr, wrappers[id(value)])
         for stage, methods in STAGES.items():
             for owner, attr in methods:
-                self._undo.append((owner, attr, vars(owner)[attr]))
-                setattr(owner, attr, self._staged(vars(owner)[attr], stage))
+                if attr in vars(owner):  # another revision (``--old``) may lack one
+                    self._undo.append((owner, attr, vars(owner)[attr]))
+                    setattr(owner, attr, self._staged(vars(owner)[attr], stage))
         return self
 
     def __exit__(self, *exc):
@@ -240,8 +241,8 @@ def config_name(config):
 def against_old(args, inputs):
     """``--old``: each run of every configuration in a subprocess of this revision's ingest (the installed one) and
     one of ``args.old``'s, which take turns going first; medians, and the median of the per-run ratios new / old of
-    the time outside kernels a batch."""
-    outside = {"old": [], "new": []}  # per run, per configuration
+    the time outside kernels a batch, with the medians of each of ``STAGES``."""
+    outside = {"old": [], "new": []}  # per run, per configuration: outside kernels, then each stage
     with tempfile.TemporaryDirectory() as tmp:
         old_tree = revision_tree(args.old, Path(tmp, "old").resolve())
         for run in range(args.runs):
@@ -259,11 +260,16 @@ def against_old(args, inputs):
                 outside[side].append(json.loads(done.stdout.splitlines()[-1]))
     rows, report = [], {}
     for k, config in enumerate(CONFIGS):
-        old, new = ([r[k] for r in outside[side]] for side in ("old", "new"))
+        old, new = ([r[k][0] for r in outside[side]] for side in ("old", "new"))
         ratio = statistics.median(n / o for o, n in zip(old, new))
-        report[config_name(config)] = {"old_us": old, "new_us": new, "new_over_old": ratio}
+        stages = {
+            stage: {side: statistics.median(r[k][1 + j] for r in outside[side]) for side in ("old", "new")}
+            for j, stage in enumerate(STAGES)
+        }
+        report[config_name(config)] = {"old_us": old, "new_us": new, "new_over_old": ratio, "stages_us": stages}
         rows.append(
             [config_name(config), f"{statistics.median(old):.0f}", f"**{statistics.median(new):.0f}**", f"{ratio:.2f}x"]
+            + [f"{stages[stage]['old']:.0f} → {stages[stage]['new']:.0f}" for stage in STAGES]
         )
     saved = save_report(
         "bench_overhead_vs_old", old=args.old, samples=args.samples, epochs=args.epochs, runs=args.runs, **report
@@ -271,7 +277,8 @@ def against_old(args, inputs):
     print(
         f"\n{measured_on(saved)}, medians of {args.runs} runs alternated with {args.old}, µs outside kernels a batch:"
     )
-    print(markdown_table(["", f"old ({args.old})", "new", "new / old"], rows))
+    stage_columns = [f"of it: {stage}, old → new" for stage in STAGES]
+    print(markdown_table(["", f"old ({args.old})", "new", "new / old", *stage_columns], rows))
 
 
 def main():
@@ -281,9 +288,9 @@ def main():
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     inputs = synthetic_inputs(args.samples)
-    if args.child:  # one run of each configuration: its time outside kernels a batch, as JSON
+    if args.child:  # one run of each configuration: its time outside kernels a batch, then each stage's, as JSON
         runs, _ = measured(inputs, 1, args.epochs)
-        print(json.dumps([done[0]["outside_us_per_batch"] for done in runs.values()]))
+        print(json.dumps([[r["outside_us_per_batch"], *r["stage_us_per_batch"].values()] for (r,) in runs.values()]))
         return
     if args.old:
         against_old(args, inputs)
