@@ -38,6 +38,7 @@ import os
 import resource
 import threading
 import time
+from unittest import mock
 
 from _common import (
     RESULTS,
@@ -203,9 +204,7 @@ class TwoProcesses:
         spawn = multiprocessing.get_context("spawn")  # a fresh interpreter: nothing inherited from this one
         self.pipes = []
         self.procs = []
-        advice = os.environ.get(_HUGE_PAGE_ADVICE)
-        os.environ[_HUGE_PAGE_ADVICE] = "0"  # the processes' numpy asks for no huge pages (above)
-        try:
+        with mock.patch.dict(os.environ, {_HUGE_PAGE_ADVICE: "0"}):  # their numpy asks for no huge pages (above)
             for index in range(2):
                 mine, theirs = spawn.Pipe()
                 proc = spawn.Process(
@@ -216,11 +215,6 @@ class TwoProcesses:
                 proc.start()
                 self.pipes.append(mine)
                 self.procs.append(proc)
-        finally:
-            if advice is None:
-                del os.environ[_HUGE_PAGE_ADVICE]
-            else:
-                os.environ[_HUGE_PAGE_ADVICE] = advice
 
     def run(self):
         t0 = time.perf_counter()
