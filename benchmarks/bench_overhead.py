@@ -76,6 +76,15 @@ STAGES = {
 }
 
 
+class _ThreadClock(threading.local):
+    """A thread's own count of its wrapped calls: whether one is under way (``depth``: a wrapped call made inside
+    another, as a stream's ``read_into`` calls its file's, counts once), and their seconds and number so far."""
+
+    depth = 0
+    seconds = 0.0
+    calls = 0
+
+
 class KernelClock:
     """Wraps every numba dispatcher that ingest's modules hold as an attribute, and ``read_into``, timing each call
     by the CPU time of the thread that makes it; and the methods of ``STAGES``, timing each call's CPU time outside
@@ -88,7 +97,7 @@ class KernelClock:
         self.stage_calls = collections.Counter()  # a stage's calls, and the kernel calls made inside them
         self.stage_kernel_calls = collections.Counter()
         self._undo = []
-        self._inside = threading.local()  # a wrapped call made inside another (a stream's read_into) counts once
+        self._inside = _ThreadClock()
 
     def __enter__(self):
         wrappers = {}
@@ -114,7 +123,7 @@ class KernelClock:
         name = getattr(function, "py_func", function).__name__
 
         def timed(*args, **kwargs):
-            if getattr(self._inside, "depth", 0):
+            if self._inside.depth:
                 return function(*args, **kwargs)
             self._inside.depth = 1
             t0 = time.thread_time()
@@ -123,8 +132,8 @@ class KernelClock:
             finally:
                 took = time.thread_time() - t0
                 self.seconds += took  # += on a float attribute: whole under the GIL
-                self._inside.seconds = getattr(self._inside, "seconds", 0.0) + took
-                self._inside.calls = getattr(self._inside, "calls", 0) + 1
+                self._inside.seconds += took
+                self._inside.calls += 1
                 self.calls[name] += 1
                 self._inside.depth = 0
 
@@ -132,16 +141,16 @@ class KernelClock:
 
     def _staged(self, method, stage):
         def staged(*args, **kwargs):
-            k0, c0 = getattr(self._inside, "seconds", 0.0), getattr(self._inside, "calls", 0)
+            k0, c0 = self._inside.seconds, self._inside.calls
             t0 = time.thread_time()
             try:
                 return method(*args, **kwargs)
             finally:
                 took = time.thread_time() - t0
-                inside = getattr(self._inside, "seconds", 0.0) - k0  # this thread's kernels and reads meanwhile
+                inside = self._inside.seconds - k0  # this thread's kernels and reads meanwhile
                 self.stage_seconds[stage] += took - inside
                 self.stage_calls[stage] += 1
-                self.stage_kernel_calls[stage] += getattr(self._inside, "calls", 0) - c0
+                self.stage_kernel_calls[stage] += self._inside.calls - c0
 
         return staged
 
