@@ -66,7 +66,7 @@ class ReaderOptions:
     max_record_bytes: object = None
     compression: object = None
     deterministic: bool = False
-    prefetch: int = 4
+    prefetch: Optional[int] = None  # None: PREFETCH_PER_THREAD a parse thread (pipeline/runner.py)
     unique: bool = False
     timeline_path: object = None
     timeline_mb: float = 100  # size of a timeline file before the next one starts

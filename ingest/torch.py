@@ -11,6 +11,7 @@ Importing ``ingest`` never imports this module; it needs ``pip install 'ingest[t
 
 import collections
 import pickle
+import threading
 import weakref
 
 import numpy as np
@@ -94,15 +95,17 @@ class SharedBuffers:
 
     def __init__(self):
         self._blocks = []  # numpy views of the blocks (a tensor's indexing costs microseconds, theirs does not)
+        self._lock = threading.Lock()  # the worker's parse threads lease at once: a free block goes to one of them
 
     def lease_bytes(self, nbytes):
         """``nbytes`` of a free block, after its header (``BufferPool.lease_bytes``)."""
         size = 1 << (nbytes + _HEADER - 1).bit_length()
-        root = next((b for b in self._blocks if len(b) == size and b[0] == 0), None)
-        if root is None:
-            root = torch.empty(size, dtype=torch.uint8).share_memory_().numpy()
-            self._blocks.append(root)
-        root[0] = 1
+        with self._lock:
+            root = next((b for b in self._blocks if len(b) == size and b[0] == 0), None)
+            if root is None:
+                root = torch.empty(size, dtype=torch.uint8).share_memory_().numpy()
+                self._blocks.append(root)
+            root[0] = 1
         return root[_HEADER : _HEADER + nbytes]
 
 

@@ -5,7 +5,7 @@ import gc
 import numpy as np
 
 from ingest import synthetic
-from ingest.options import ReaderOptions
+from ingest.pipeline.runner import PREFETCH_PER_THREAD
 from ingest.pool import BufferPool
 
 from conftest import make_reader
@@ -44,7 +44,7 @@ def _reader(path, **options):
 # The batches alive at once in a reader of one parse thread: those prefetched, as many that the parse worker built
 # and holds until it reads its next block, and the consumer's.  Each is on one buffer (its unique ids included), of
 # one of at most two size classes over a run (a batch's size can cross a power of two).
-MOST_ALIVE = 2 * ReaderOptions.prefetch + 1
+MOST_ALIVE = 2 * PREFETCH_PER_THREAD + 1
 
 
 def test_steady_state_allocates_no_batch_buffers(tmp_path):

@@ -1,10 +1,13 @@
 """keep_sample and pause: used groups go back through the ops until one drops them; reading in rounds."""
 
 import collections
+import threading
 
+import numpy as np
 import pytest
 
 import ingest
+from ingest.pipeline.rounds import GroupRelease, Rounds
 from conftest import make_reader
 
 GROUPS = 120
@@ -101,3 +104,55 @@ def test_keep_sample_errors(small):
         make_reader([path], sparse=("a",), enable_state=True).add_op(Passes(1)).keep_sample(True).startup()
     with pytest.raises(ingest.ConfigError, match="deterministic"):
         make_reader([path], sparse=("a",), deterministic=(True,)).pause(3).startup()
+
+
+def test_workers_admitting_at_once_share_the_gates_places():
+    """Each worker's ``admit`` counts what it takes before another can look: two asking for 3 of 4 places get 4 in all,
+    and the gate closes (read first and counted after, both saw 4 free and let 6 in)."""
+    for _ in range(200):
+        rounds = Rounds(keep=False, limit=4, threads=2)
+        stop, start, got = threading.Event(), threading.Barrier(2), []
+
+        def worker():
+            start.wait()
+            got.append(rounds.admit(3, stop, lambda blk: True))
+
+        threads = [threading.Thread(target=worker) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=10)
+        assert sorted(got) == [1, 3] and rounds.live == 4 and rounds.closed
+
+
+def test_a_batchs_groups_go_back_once_however_many_threads_release_them():
+    """A trainer's ``batch.release()`` and the loader's next ``next()`` may release the same batch at once."""
+
+    class Counting:
+        keep = False
+
+        def __init__(self):
+            self.calls = []
+
+        def released(self, groups, used):
+            self.calls.append(groups)
+
+    class Block:
+        group_offsets = np.array([0, 2, 5])
+        nrows = 5
+
+    for _ in range(200):
+        rounds = Counting()
+        release = GroupRelease(rounds, [(Block(), 0, 5)])
+        start = threading.Barrier(4)
+
+        def call():
+            start.wait()
+            release()
+
+        threads = [threading.Thread(target=call) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=10)
+        assert rounds.calls == [2]

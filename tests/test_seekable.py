@@ -106,7 +106,7 @@ def test_the_frames_of_a_seek_table_are_decompressed_one_call_each_and_read_out_
     sizes = frame_table(io.BytesIO(data), len(data))
     for n in (1, 7, 1000, 4096, 1 << 20):
         reader, out = FrameReader(io.BytesIO(data), sizes), []
-        while chunk := reader.read(n):
+        while len(chunk := reader.read(n)):
             assert 0 < len(chunk) <= n
             out.append(bytes(chunk))
         assert b"".join(out) == whole

@@ -235,6 +235,36 @@ def test_state_from_another_thread(files):
     assert counts == sorted(counts) and counts[-1] <= n
 
 
+def test_a_worker_never_finds_a_unit_undelivered_and_without_its_position():
+    """``Progress.where`` reads whether a unit was delivered and where it continues at once: a worker asking while
+    the consumer's thread hands out units' last samples (and, at the end, closes the epoch) never finds one
+    undelivered with no position, which it would read again from its start."""
+    import threading
+
+    from ingest.pipeline.progress import Marks, Progress
+
+    units = list(range(3000))
+    progress = Progress(units)
+    for u in units:
+        progress.apply(Marks(positions={(0, u): (10, 1)}), batch=False)
+    finished, lost = threading.Event(), []
+
+    def consumer():
+        for u in units:
+            progress.apply(Marks(done=[(0, u)]), batch=False)
+        finished.set()
+
+    handing = threading.Thread(target=consumer)
+    handing.start()
+    while not finished.is_set():
+        for u in units[::7]:
+            delivered, resume = progress.where(0, u)
+            if not delivered and resume is None:
+                lost.append(u)
+    handing.join()
+    assert lost == [] and progress.where(0, 0) == (True, None) and progress.epoch == 1
+
+
 # -- the group shuffle of shuffle(seed, buffer=n) ------------------------------------------------------------------
 def _order(reader, stop=None):
     """Sample ids in delivery order (the first ``stop`` batches, with the state after them when ``stop``)."""

@@ -123,6 +123,28 @@ def test_a_batch_built_in_shared_buffers_travels_as_its_block(pb_files):
                 assert torch.equal(arrived[name], tensor), name
 
 
+def test_parse_threads_leasing_shared_buffers_at_once_never_share_a_block():
+    """A DataLoader worker's reader with 2 parse threads leases its shared blocks from both at once: a free block goes
+    to one of them (two batches laid out in one block would overwrite each other)."""
+    import threading
+
+    buffers = ingest.torch.SharedBuffers()
+    start, leased = threading.Barrier(2), [[], []]
+
+    def lease(k):
+        start.wait()
+        for _ in range(300):
+            leased[k].append(buffers.lease_bytes(1000))  # held: each block stays in use
+
+    threads = [threading.Thread(target=lease, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    starts = {view.__array_interface__["data"][0] for views in leased for view in views}
+    assert len(starts) == 600
+
+
 @pytest.mark.parametrize("workers", [0, 1, 2])
 def test_a_stateful_loader_resumed_mid_epoch_delivers_exactly_the_rest(pb_files, workers):
     paths, want = pb_files

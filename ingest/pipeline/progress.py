@@ -73,7 +73,14 @@ class Progress:
 
     def delivered(self, epoch, index):
         """Whether every sample of the unit in that epoch was delivered."""
-        return epoch < self.epoch or index in self.done.get(epoch, ())
+        with self._lock:  # apply() drops an epoch's done units, then moves the epoch on
+            return epoch < self.epoch or index in self.done.get(epoch, ())
+
+    def where(self, epoch, index):
+        """``(delivered(epoch, index), resume(epoch, index))`` read at once: between two calls the consumer may hand
+        out the unit's last sample, and the unit would look undelivered with no position, to be read again."""
+        with self._lock:
+            return epoch < self.epoch or index in self.done.get(epoch, ()), self.partial.get((epoch, index))
 
     def forget(self, epoch, index):
         """Drop a done unit that nobody will ask about again (a Kafka group member's finished leases)."""
@@ -82,7 +89,8 @@ class Progress:
 
     def resume(self, epoch, index):
         """``(position, rows)`` where the unit of that epoch continues, or None to read it from its start."""
-        return self.partial.get((epoch, index))
+        with self._lock:
+            return self.partial.get((epoch, index))
 
     def to_json(self):
         out = {

@@ -16,7 +16,11 @@ nothing else could ever complete it (XDL waited 60 s there, or forever).
 import collections
 import threading
 
-__all__ = ["Rounds"]
+import numpy as np
+
+from ..ops.blocks import concat_blocks, take_rows
+
+__all__ = ["GroupRelease", "Rounds"]
 
 _POLL = 0.05
 
@@ -41,28 +45,27 @@ class Rounds:
         self.cond.notify_all()
 
     # -- parse workers ------------------------------------------------------------------
-    def room(self, stop, serve):
-        """Groups the gate lets in now (None without a limit), waiting while it is closed; recirculated blocks
-        that come meanwhile are handed to ``serve`` (so closed gates never starve the loop).  Returns 0 when
-        ``stop`` is set."""
+    def admit(self, groups, stop, serve):
+        """Let in up to ``groups`` groups: as many as the gate has room for (all without a limit), counted live at once,
+        so two workers never both take the last places; waits while it is closed, handing recirculated blocks that
+        come meanwhile to ``serve`` (so closed gates never starve the loop).  None when ``stop`` is set."""
         while True:
             with self.cond:
                 while not self.recirculated and self.closed and not stop.is_set():
                     self.cond.wait(_POLL)
                 if stop.is_set():
-                    return 0
+                    return None
                 blk = self.recirculated.popleft() if self.recirculated else None
                 if blk is None:
-                    return None if self.limit is None else self.limit - self.live
+                    if self.limit is not None:
+                        groups = min(groups, self.limit - self.live)
+                    self.live += groups
+                    self.outside += groups
+                    if self.limit is not None and self.live >= self.limit:
+                        self.closed = True
+                    return groups
             if not serve(blk):
-                return 0
-
-    def admit(self, groups):
-        with self.cond:
-            self.live += groups
-            self.outside += groups
-            if self.limit is not None and self.live >= self.limit:
-                self.closed = True
+                return None
 
     def dropped(self, groups):
         """The ops dropped ``groups`` live groups."""
@@ -108,3 +111,31 @@ class Rounds:
             else:
                 self.live -= groups
                 self._changed()
+
+
+class GroupRelease:
+    """Hands the groups whose last sample is in a batch back to the rounds, once (the next iteration or
+    ``batch.release()``): with ``keep_sample`` as one block that goes through the ops again."""
+
+    def __init__(self, rounds, pieces):
+        self.rounds = rounds
+        self._pending = [pieces]  # popped once: a trainer's batch.release() may race the loader's next()
+
+    def __call__(self):
+        try:
+            pieces = self._pending.pop()
+        except IndexError:
+            return
+        if not pieces:
+            return
+        groups, used = 0, []
+        for blk, r0, r1 in pieces:
+            ends = blk.group_offsets[1:]
+            ga, gb = np.searchsorted(ends, [r0, r1], side="right")
+            if gb > ga:
+                groups += int(gb - ga)
+                if self.rounds.keep:
+                    rows = np.zeros(blk.nrows, np.bool_)
+                    rows[blk.group_offsets[ga] : blk.group_offsets[gb]] = True
+                    used.append(take_rows(blk.parsed, rows))
+        self.rounds.released(groups, concat_blocks(used) if used else None)

@@ -25,13 +25,14 @@ import itertools
 import queue
 import threading
 import time
+from typing import Optional
 
 import numpy as np
 
 from ..errors import ConfigError, IngestError, ReaderClosedError
-from ..ops.blocks import concat_blocks, take_rows
 from .batcher import FLUSH, cut_batches
 from .progress import Marks
+from .rounds import GroupRelease
 from .stages import (
     Delivered,
     Prepare,
@@ -50,6 +51,10 @@ from ..sources.base import Delivery
 __all__ = ["Flow", "InThread", "OneStream", "PipelineDelivery", "Stages", "WorkerBatches", "runner_for"]
 
 _POLL = 0.05
+# The consumer's queue holds this many batches a parse worker, unless the reader's prefetch(n) says otherwise.  With 4
+# in all, 2 workers of free-threaded CPython found it full a tenth of the time: their Python no longer waits for the
+# GIL, so both cores stay busy and the consumer waits for one (decisions.md, "The prefetch queue holds 8 batches").
+PREFETCH_PER_THREAD = 8
 _ROUNDS_POLL = 0.005  # the batcher looks this often whether a round or pass has ended
 
 
@@ -69,31 +74,6 @@ class _End:
     """The end of the stream, with the units completed after the last batch was built."""
 
     marks: Marks
-
-
-class _GroupRelease:
-    """Hands the groups whose last sample is in a batch back to the rounds, once (the next iteration or
-    ``batch.release()``): with ``keep_sample`` as one block that goes through the ops again."""
-
-    def __init__(self, rounds, pieces):
-        self.rounds = rounds
-        self.pieces = pieces
-
-    def __call__(self):
-        pieces, self.pieces = self.pieces, None
-        if not pieces:
-            return
-        groups, used = 0, []
-        for blk, r0, r1 in pieces:
-            ends = blk.group_offsets[1:]
-            ga, gb = np.searchsorted(ends, [r0, r1], side="right")
-            if gb > ga:
-                groups += int(gb - ga)
-                if self.rounds.keep:
-                    rows = np.zeros(blk.nrows, np.bool_)
-                    rows[blk.group_offsets[ga] : blk.group_offsets[gb]] = True
-                    used.append(take_rows(blk.parsed, rows))
-        self.rounds.released(groups, concat_blocks(used) if used else None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,7 +113,7 @@ class Flow:
     deterministic : blocks reach the batcher in unit order (worker ``w`` parses units ``w, w+T, ...``);
         otherwise in arrival order, units handed to whichever worker is free
     split_group, drop_last : as the reader's options of those names
-    prefetch : batches ready ahead of the consumer
+    prefetch : batches ready ahead of the consumer (``None``: ``PREFETCH_PER_THREAD`` a worker)
     queue_blocks : blocks a worker may have queued ahead of the batcher
     shuffle : a seed: the units in an order shuffled per epoch (None: in order)
     live : the units never end (Kafka partitions read ``until="forever"``)
@@ -144,10 +124,15 @@ class Flow:
     deterministic: bool
     split_group: bool
     drop_last: bool
-    prefetch: int = 4
+    prefetch: Optional[int] = None
     queue_blocks: int = 4
     shuffle: object = None  # a seed
     live: bool = False
+
+    @property
+    def ahead(self):
+        """Batches the consumer's queue holds."""
+        return self.prefetch if self.prefetch is not None else PREFETCH_PER_THREAD * max(self.threads, 1)
 
 
 class Runner:
@@ -183,7 +168,7 @@ class Runner:
         self.unit_source = unit_source
         self.prepare = Prepare(stages.ops, stages.dsl, stages.rounds, stages.coverage, stats)
         self.stop = threading.Event()
-        self.out = BoundedQueue(flow.prefetch)
+        self.out = BoundedQueue(flow.ahead)
         self._handing = threading.Lock()  # a batch handed over and its marks applied, or refused after close()
         self._handed = None  # the batch the consumer holds (rounds: released on the next call)
         self._unit_lock = threading.Lock()
@@ -231,9 +216,9 @@ class Runner:
                 order = [self.units[i] for i in np.random.default_rng([seed, epoch]).permutation(len(order))]
             for unit in order:
                 if self.progress is not None:
-                    if self.progress.delivered(epoch, unit.index):
+                    delivered, resume = self.progress.where(epoch, unit.index)
+                    if delivered:
                         continue
-                    resume = self.progress.resume(epoch, unit.index)
                     if resume is not None:
                         unit = dataclasses.replace(unit, resume=resume)
                 yield epoch, unit
@@ -303,7 +288,7 @@ class Runner:
             if self.progress is not None:
                 self.progress.apply(item.marks, item.size)
         if self.rounds is not None:
-            item.release_groups = _GroupRelease(self.rounds, item.pieces)
+            item.release_groups = GroupRelease(self.rounds, item.pieces)
             self._handed = item
         return item
 
@@ -367,7 +352,7 @@ class WorkerBatches(Runner):
     def _work(self, w):
         done, rest = [], []
         flow = self.flow
-        handover = Handover(lambda items: self._deliver(items, self.out), flow.prefetch)
+        handover = Handover(lambda items: self._deliver(items, self.out), flow.ahead)
         try:
             with contextlib.closing(self._stream(w, before_read=handover.release)) as items:
                 batches = cut_batches(
@@ -578,8 +563,8 @@ class PipelineDelivery(Delivery):
     def delivered(self, index):
         return self._progress.delivered(0, index)
 
-    def resume(self, index):
-        return self._progress.resume(0, index)
+    def where(self, index):
+        return self._progress.where(0, index)
 
     def forget(self, index):
         self._progress.forget(0, index)

@@ -182,18 +182,16 @@ def admitted(items, rounds, stop, recirculate):
             continue
         blk = item
         while blk is not None:
-            room = rounds.room(stop, recirculate)
-            if room == 0:  # stopped: the rest of this block is not admitted
-                break
             groups = len(blk.group_offsets) - 1
-            if room is None or groups <= room:
-                rounds.admit(groups)
+            admitted_groups = rounds.admit(groups, stop, recirculate)
+            if admitted_groups is None:  # stopped: the rest of this block is not admitted
+                break
+            if admitted_groups == groups:
                 yield blk
                 break
-            cut = int(blk.group_offsets[room])
+            cut = int(blk.group_offsets[admitted_groups])
             head = np.zeros(blk.nrows, np.bool_)
             head[:cut] = True
-            rounds.admit(room)
             yield take_rows(blk, head)
             blk = take_rows(blk, ~head)
 

@@ -37,8 +37,9 @@ class Stats:
         """Count ``end - start`` seconds (``perf_counter``) to ``stage``, and record it on the timeline."""
         times = self._local.times
         times[stage] = times.get(stage, 0.0) + (end - start)
-        if self.timeline is not None:
-            self.timeline.span(stage, start, end, args)
+        timeline = self.timeline  # read once: end_timeline() may clear it meanwhile, from another thread
+        if timeline is not None:
+            timeline.span(stage, start, end, args)
 
     def end_timeline(self):
         """Close the timeline (its last file ended, the writer stopped), once; a ``SourceError`` if unwritable."""

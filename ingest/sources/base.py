@@ -143,8 +143,9 @@ class Delivery:
         """Whether the consumer was handed every sample of the unit."""
         raise NotImplementedError
 
-    def resume(self, index):
-        """Where delivery of the unit stopped (``(position, rows)``), or None when nothing of it was handed."""
+    def where(self, index):
+        """``(delivered(index), where delivery of the unit stopped)``, read at once (the consumer may be handed the
+        unit's last sample meanwhile): ``(position, rows)``, or None when nothing of it was handed."""
         raise NotImplementedError
 
     def forget(self, index) -> None:

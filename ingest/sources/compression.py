@@ -11,6 +11,7 @@ import gzip
 import io
 import zlib
 
+import numpy as np
 import pyarrow as pa
 import zstandard
 
@@ -131,18 +132,23 @@ def trim_frame_buffers():
     return _FRAME_BUFFERS.trim()
 
 
+_EMPTY = np.empty(0, np.uint8)
+
+
 class FrameReader:
     """The bytes of zstd frames of known sizes (a seek table's ``(compressed, decompressed)`` entries), read from
     ``fileobj``'s position.  Each frame is decompressed in one call (the GIL released) into a pooled buffer of its
-    size, and ``read(n)`` returns up to ``n`` of its bytes as a memoryview of that buffer: chunks as large as the
+    size, and ``read(n)`` returns up to ``n`` of its bytes as a numpy view of that buffer: chunks as large as the
     read-ahead asks for, where ``decompressobj`` makes one a few hundred KB, each a hand-over to the parse thread.
+    Not a memoryview: slices of one memoryview count their exports in it unguarded on free-threaded CPython 3.14,
+    and sliced on the read-ahead thread while the parse thread let go of others, it was released under them.
     A frame that does not decompress to the size its table gives is an ``OSError`` (or ``zstandard.ZstdError``)."""
 
     def __init__(self, fileobj, sizes):
         self._f = fileobj
         self._sizes = sizes
         self._next = 0  # the next frame of _sizes
-        self._frame = memoryview(b"")
+        self._frame = _EMPTY
         self._at = 0  # next byte of _frame
         self._context = _idle_zstd()
 
@@ -160,9 +166,10 @@ class FrameReader:
         return passed
 
     def read(self, n):
+        """Up to ``n`` bytes as a numpy view, empty at the end (its truth is not its length: ask ``len``)."""
         while self._at == len(self._frame):
             if self._next == len(self._sizes):
-                return b""
+                return _EMPTY
             self._frame, self._at = self._decompress(*self._sizes[self._next]), 0
             self._next += 1
         out = self._frame[self._at : self._at + n]
@@ -176,7 +183,7 @@ class FrameReader:
             if not more:
                 raise OSError(f"the file ends {compressed - len(data)} bytes before the end of a zstd frame")
             data += more
-        frame = memoryview(_FRAME_BUFFERS.lease_bytes(decompressed))[:decompressed]
+        frame = _FRAME_BUFFERS.lease_bytes(decompressed)[:decompressed]
         reader = self._context.stream_reader(data)
         got = 0
         while got < decompressed:

@@ -55,9 +55,10 @@ def _hdfs_filesystem(cls, kwargs, url):
     # another client.
     identity = (repr(sorted(credentials.items())), os.environ.get("KRB5CCNAME"))
     key = (os.getpid(), cls, repr(sorted(kwargs.items())), identity)
-    if key not in _HDFS_FILESYSTEMS:
-        _HDFS_FILESYSTEMS[key] = hdfs.connect(cls, kwargs, url, credentials)
-    return _HDFS_FILESYSTEMS[key]
+    fs = _HDFS_FILESYSTEMS.get(key)
+    if fs is None:  # threads that connect at once all use the first client kept (no lock: it would outlive a fork)
+        fs = _HDFS_FILESYSTEMS.setdefault(key, hdfs.connect(cls, kwargs, url, credentials))
+    return fs
 
 
 def open_url(url, mode="rb", **kwargs):

@@ -28,8 +28,8 @@ def skip(f, n, url):
 
 
 class _Chunked(io.RawIOBase):
-    """A stream whose bytes come as chunks (bytes, None at the end) from ``_next_chunk()``; ``readinto``
-    copies from them, slicing without copies."""
+    """A stream whose bytes come as chunks (any buffer of bytes, None or an empty one at the end) from
+    ``_next_chunk()``; ``readinto`` copies from them, slicing without copies."""
 
     def __init__(self):
         super().__init__()
@@ -49,7 +49,7 @@ class _Chunked(io.RawIOBase):
         while n < len(view):
             if self._at == len(self._current):
                 chunk = self._next_chunk()
-                if not chunk:
+                if chunk is None or len(chunk) == 0:
                     break
                 self._current, self._at = memoryview(chunk), 0
             k = min(len(view) - n, len(self._current) - self._at)
@@ -169,9 +169,10 @@ class ReadAhead(_Chunked):
                 f"{self._url}: cannot read bytes {self._done}-{end} of the stream: {exc}", source=self._url
             ) from exc
         self._done += len(data)
-        if not data:
+        if len(data) == 0:
             self._end()
-        return data or None
+            return None
+        return data
 
     def _end(self):
         with self._lock:

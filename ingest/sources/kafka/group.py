@@ -381,8 +381,9 @@ class GroupMember:
         """``(offset, byte in message, rows of that group)`` the consumer was handed up to in a partition."""
         chain = self._chains[tp]  # after a yield the previous lease may still be in flight
         for lease in chain:
-            if not self.delivery.delivered(lease.unit.index):
-                return _flat(self.delivery.resume(lease.unit.index) or lease.unit.resume, lease.unit.first)
+            delivered, resume = self.delivery.where(lease.unit.index)
+            if not delivered:
+                return _flat(resume or lease.unit.resume, lease.unit.first)
         return _flat(chain[-1].resume_at_end, chain[-1].end)
 
     def commit(self):
