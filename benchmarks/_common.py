@@ -9,6 +9,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import sysconfig
 import time
 from pathlib import Path
 
@@ -25,7 +26,9 @@ __all__ = [
     "synthetic_file",
     "synthetic_inputs",
     "machine",
+    "free_threaded",
     "save_report",
+    "report_path",
     "measured_on",
     "markdown_table",
     "cost_table",
@@ -90,6 +93,12 @@ def converted(text, suffix):
     return path
 
 
+def free_threaded():
+    """Whether this interpreter runs without the GIL (free-threaded CPython: python3.14t,
+    ``scripts/free-threaded-python.sh``)."""
+    return bool(sysconfig.get_config_var("Py_GIL_DISABLED")) and not sys._is_gil_enabled()
+
+
 def machine():
     """Cores, CPU model and versions of what is measured, as a dict."""
     cpu = platform.processor() or platform.machine()
@@ -101,7 +110,7 @@ def machine():
     return {
         "nproc": os.cpu_count(),
         "cpu": cpu,
-        "python": platform.python_version(),
+        "python": platform.python_version() + ("t" if free_threaded() else ""),
         "numpy": np.__version__,
         "numba": numba.__version__,
     }
@@ -109,17 +118,24 @@ def machine():
 
 def save_report(name, **fields):
     """The report of benchmark ``name`` (the date, the machine and ``fields``), written to
-    ``benchmarks/results/<name>.json``."""
+    ``benchmarks/results/<name>.json`` (``<name>.free-threaded.json`` on a free-threaded interpreter, whose figures
+    sit beside the others')."""
     report = {"date": datetime.date.today().isoformat(), "machine": machine(), **fields}
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"{name}.json").write_text(json.dumps(report, indent=2) + "\n")
+    report_path(name).write_text(json.dumps(report, indent=2) + "\n")
     return report
 
 
+def report_path(name):
+    """Where ``save_report`` writes benchmark ``name``'s report on this interpreter."""
+    return RESULTS / f"{name}{'.free-threaded' if free_threaded() else ''}.json"
+
+
 def measured_on(report):
-    """Where and when a report was measured: ``"<cores> cores (<cpu>), <date>"``."""
+    """Where and when a report was measured: ``"<cores> cores (<cpu>), Python <version>, <date>"`` (a free-threaded
+    Python's version ends in t)."""
     m = report["machine"]
-    return f"{m['nproc']} cores ({m['cpu']}), {report['date']}"
+    return f"{m['nproc']} cores ({m['cpu']}), Python {m['python']}, {report['date']}"
 
 
 def markdown_table(header, rows):

@@ -18,7 +18,7 @@ median of the per-round ratios.  Writes ``benchmarks/results/bench_dsl.json``.
     python benchmarks/bench_dsl.py [--samples 120000] [--runs 5]
 """
 
-from _common import RESULTS, alternated_runs, arguments, markdown_table, measured_on, save_report, synthetic_inputs
+from _common import alternated_runs, arguments, markdown_table, measured_on, report_path, save_report, synthetic_inputs
 from bench_pb import reader_for
 from bench_peers import EPOCHS
 
@@ -73,7 +73,7 @@ def main(argv=None):
             ]
         )
     print(markdown_table(["input", "samples/s without", "samples/s with 4 crosses", "cost (wall)", "cost (CPU)"], rows))
-    print(f"JSON: {RESULTS / 'bench_dsl.json'}")
+    print(f"JSON: {report_path('bench_dsl')}")
 
 
 if __name__ == "__main__":

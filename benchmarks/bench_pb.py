@@ -21,7 +21,16 @@ import ingest
 from ingest import synthetic
 from ingest.convert import convert
 
-from _common import OUT, RESULTS, alternated_runs, arguments, markdown_table, measured_on, save_report, synthetic_file
+from _common import (
+    OUT,
+    alternated_runs,
+    arguments,
+    markdown_table,
+    measured_on,
+    report_path,
+    save_report,
+    synthetic_file,
+)
 
 BATCH_SIZE = 1024
 SEED = 0
@@ -103,7 +112,7 @@ def main(argv=None):
         )
     )
     print(f"convert text -> pb.zst, 1 thread: {report['convert_mb_per_s']:.1f} MB/s of text ({convert_s:.2f} s)")
-    print(f"JSON: {RESULTS / 'bench_pb.json'}")
+    print(f"JSON: {report_path('bench_pb')}")
 
 
 if __name__ == "__main__":

@@ -51,7 +51,7 @@ import ingest
 from ingest import synthetic
 from ingest.cli.bench import measure
 
-from _common import OUT, RESULTS, arguments, converted, markdown_table, measured_on, save_report, synthetic_inputs
+from _common import OUT, arguments, converted, markdown_table, measured_on, report_path, save_report, synthetic_inputs
 
 BATCH_SIZE = 1024
 THREADS = (1, 2)
@@ -341,7 +341,7 @@ def main(argv=None):
             f"{name} {ratio(((unique, 2), name), ((unique, 2), f'{name}, 2 processes')):.2f}x" for name in ingest_inputs
         )
         print(f"2 threads / 2 single-thread processes, unique ids {'on' if unique else 'off'}: {control}")
-    print(f"JSON: {RESULTS / 'bench_peers.json'}")
+    print(f"JSON: {report_path('bench_peers')}")
 
 
 if __name__ == "__main__":

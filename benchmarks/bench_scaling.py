@@ -41,12 +41,12 @@ import time
 from unittest import mock
 
 from _common import (
-    RESULTS,
     alternated_runs,
     arguments,
     converted,
     markdown_table,
     measured_on,
+    report_path,
     save_report,
     synthetic_inputs,
 )
@@ -104,7 +104,7 @@ def main(argv=None):
             rows,
         )
     )
-    print(f"JSON: {RESULTS / name}.json")
+    print(f"JSON: {report_path(name)}")
 
 
 def scaling_runs(path, file_type, aux, unique, samples, runs, batch_size=BATCH_SIZE, shards=True, ways=ALL_WAYS):

@@ -11,7 +11,7 @@ by the cores a way uses), the spread of MB/s, and the ratios of 2 threads to 1 t
     python benchmarks/bench_text.py [--samples 120000] [--runs 5]
 """
 
-from _common import RESULTS, arguments, markdown_table, measured_on, save_report, synthetic_file
+from _common import arguments, markdown_table, measured_on, report_path, save_report, synthetic_file
 from bench_peers import BATCH_SIZE, EPOCHS
 from bench_scaling import scaling_runs
 
@@ -57,7 +57,7 @@ def main(argv=None):
         )
     print(markdown_table(["way", "MB/s", "samples/s", "MB/s per core", "samples/s per core", "MB/s min-max"], rows))
     print("\n" + ", ".join(f"{name}: {value:.2f}x" for name, value in ratios.items()))
-    print(f"JSON: {RESULTS / 'bench_text.json'}")
+    print(f"JSON: {report_path('bench_text')}")
 
 
 if __name__ == "__main__":

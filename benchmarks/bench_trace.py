@@ -21,7 +21,16 @@ import threading
 
 import numpy as np
 
-from _common import OUT, RESULTS, arguments, cost_table, interleaved_blocks, measured_on, save_report, synthetic_inputs
+from _common import (
+    OUT,
+    arguments,
+    cost_table,
+    interleaved_blocks,
+    measured_on,
+    report_path,
+    save_report,
+    synthetic_inputs,
+)
 from bench_peers import THREADS, ingest_reader
 
 from ingest.trace import TraceWriter
@@ -105,7 +114,7 @@ def main(argv=None):
     print(cost_table(results, "samples/s traced"))
     print("\nThe control, LeastTrace: the same arrays copied into 1 MiB chunks written by a thread, nothing else\n")
     print(cost_table(least, "samples/s, least trace"))
-    print(f"JSON: {RESULTS / 'bench_trace.json'}")
+    print(f"JSON: {report_path('bench_trace')}")
 
 
 if __name__ == "__main__":

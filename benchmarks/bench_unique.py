@@ -15,7 +15,7 @@ uses them does), in the same rounds.  Writes ``benchmarks/results/bench_unique.j
 
 from ingest.cli.bench import measure
 
-from _common import RESULTS, alternated_runs, arguments, cost_table, measured_on, save_report, synthetic_inputs
+from _common import alternated_runs, arguments, cost_table, measured_on, report_path, save_report, synthetic_inputs
 from bench_peers import BATCH_SIZE, EPOCHS, THREADS, ingest_reader
 
 
@@ -72,7 +72,7 @@ def main(argv=None):
     print(
         cost_table({key: {"off": r["off"], "on": r["rows read"]} for key, r in results.items()}, "samples/s rows read")
     )
-    print(f"JSON: {RESULTS / 'bench_unique.json'}")
+    print(f"JSON: {report_path('bench_unique')}")
 
 
 if __name__ == "__main__":
