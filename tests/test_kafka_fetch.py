@@ -635,3 +635,42 @@ def test_gather_matches_twin(case):
     )
     want, want_out = gather_twin([buf[s : s + m] for s, m in zip(starts, lens)], i, within, out, n)
     assert tuple(int(x) for x in got) == want and arr.tobytes() == want_out
+
+
+def test_commits_from_two_threads_never_overlap_in_the_consumer(monkeypatch):
+    """``reader.state()`` on a checkpoint thread and ``save_state_every`` on the consumer's both commit a fixed
+    assignment's positions: kafka-python's consumer is not thread-safe, so its ``commit`` runs one at a time."""
+    import threading
+    import time
+
+    from ingest.sources.kafka import offsets
+
+    class Consumer:
+        def __init__(self):
+            self.inside, self.overlaps, self.commits = 0, 0, []
+
+        def commit(self, positions):
+            self.inside += 1
+            self.overlaps += self.inside > 1
+            time.sleep(0.001)
+            self.commits.append(positions)
+            self.inside -= 1
+
+    made = Consumer()
+    monkeypatch.setattr(offsets, "consumer", lambda brokers, config: made)
+    group = offsets.KafkaGroup(["127.0.0.1:9"], SimpleNamespace(config={}, group_id="g"))
+    start = threading.Barrier(2)
+
+    def commits(k):
+        start.wait()
+        for n in range(50):
+            group.commit({("t", k): (n, 0, 0)})
+
+    threads = [threading.Thread(target=commits, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert made.overlaps == 0 and len(made.commits) == 100
+    last = {tp.partition: meta.offset for positions in made.commits for tp, meta in positions.items()}
+    assert last == {0: 49, 1: 49}

@@ -5,6 +5,8 @@ commits them to the consumer group as the offset plus metadata ``ingest:<byte in
 delivered>`` (plain consumers see the offset).
 """
 
+import threading
+
 from ...errors import SourceError
 from .fetch import consumer
 
@@ -59,21 +61,25 @@ class KafkaGroup:
 
     def __init__(self, brokers, options):
         self.consumer = consumer(brokers, {**options.config, "group_id": options.group_id})
+        # state() may be taken on any thread while save_state_every() commits on the consumer's: kafka-python's
+        # consumer is not thread-safe
+        self._lock = threading.Lock()
 
     def commit(self, positions):
         """``positions``: ``{(topic, partition): (offset, within, rows)}``."""
         from kafka import TopicPartition
         from kafka.structs import OffsetAndMetadata
 
-        self.consumer.commit(
-            {
-                TopicPartition(t, p): OffsetAndMetadata(o, commit_metadata(w, r), -1)
-                for (t, p), (o, w, r) in positions.items()
-            }
-        )
+        offsets = {
+            TopicPartition(t, p): OffsetAndMetadata(o, commit_metadata(w, r), -1)
+            for (t, p), (o, w, r) in positions.items()
+        }
+        with self._lock:
+            self.consumer.commit(offsets)
 
     def close(self):
-        self.consumer.close()
+        with self._lock:
+            self.consumer.close()
 
 
 def kafka_positions(units, progress):
