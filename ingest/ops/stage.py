@@ -9,8 +9,10 @@ serialize.
 """
 
 import dataclasses
+import warnings
 
 import numpy as np
+from google.protobuf.internal import api_implementation
 
 from .. import sample_pb2
 from ..errors import ConfigError
@@ -68,6 +70,15 @@ def as_op(op):
             f"(e.g. add_op({op.__qualname__}(...)))"
         )
     if callable(getattr(op, "run", None)) or callable(op):
+        if api_implementation.Type() == "python":
+            warnings.warn(
+                f"add_op(op={op_name(op)}): protobuf runs its pure-Python implementation in this interpreter (on "
+                f"free-threaded CPython its C core has no build), and a Python op sees each group as a message "
+                f"parsed by it: ~65x slower than with the C core (docs/decisions.md). Built-in ops (ingest.ops) "
+                f"are kernels and do not slow down",
+                RuntimeWarning,
+                stacklevel=3,
+            )
         return PythonOp(op)
     raise ConfigError(
         f"add_op(op={op!r}): expected a callable taking a SampleGroup and returning a bool, an object "
