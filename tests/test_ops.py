@@ -631,13 +631,16 @@ def test_a_python_op_warns_where_protobuf_runs_in_pure_python(monkeypatch):
 
     from google.protobuf.internal import api_implementation
 
+    def pure_python_warnings(op):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            as_op(op)
+        return [w for w in caught if "pure-Python" in str(w.message)]
+
+    built_in = FilterOP([b"x"])
     monkeypatch.setattr(api_implementation, "Type", lambda: "python")
     with pytest.warns(RuntimeWarning, match=r"add_op\(op=.*lambda.*pure-Python.*Built-in ops"):
         as_op(lambda group: True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        as_op(FilterOP([b"x"]))
+    assert pure_python_warnings(built_in) == []
     monkeypatch.setattr(api_implementation, "Type", lambda: "upb")
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        as_op(lambda group: True)
+    assert pure_python_warnings(lambda group: True) == []
