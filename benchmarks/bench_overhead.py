@@ -98,6 +98,7 @@ class KernelClock:
         self.stage_kernel_calls = collections.Counter()
         self._undo = []
         self._inside = _ThreadClock()
+        self._adding = threading.Lock()  # threads add to the totals at once; without a GIL a += can lose one
 
     def __enter__(self):
         wrappers = {}
@@ -131,10 +132,11 @@ class KernelClock:
                 return function(*args, **kwargs)
             finally:
                 took = time.thread_time() - t0
-                self.seconds += took  # += on a float attribute: whole under the GIL
                 self._inside.seconds += took
                 self._inside.calls += 1
-                self.calls[name] += 1
+                with self._adding:
+                    self.seconds += took
+                    self.calls[name] += 1
                 self._inside.depth = 0
 
         return timed
@@ -148,9 +150,10 @@ class KernelClock:
             finally:
                 took = time.thread_time() - t0
                 inside = self._inside.seconds - k0  # this thread's kernels and reads meanwhile
-                self.stage_seconds[stage] += took - inside
-                self.stage_calls[stage] += 1
-                self.stage_kernel_calls[stage] += self._inside.calls - c0
+                with self._adding:
+                    self.stage_seconds[stage] += took - inside
+                    self.stage_calls[stage] += 1
+                    self.stage_kernel_calls[stage] += self._inside.calls - c0
 
         return staged
 

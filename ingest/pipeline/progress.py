@@ -73,13 +73,12 @@ class Progress:
 
     def delivered(self, epoch, index):
         """Whether every sample of the unit in that epoch was delivered."""
-        with self._lock:  # apply() drops an epoch's done units, then moves the epoch on
-            return epoch < self.epoch or index in self.done.get(epoch, ())
+        return self.where(epoch, index)[0]
 
     def where(self, epoch, index):
         """``(delivered(epoch, index), resume(epoch, index))`` read at once: between two calls the consumer may hand
         out the unit's last sample, and the unit would look undelivered with no position, to be read again."""
-        with self._lock:
+        with self._lock:  # apply() drops an epoch's done units, then moves the epoch on
             return epoch < self.epoch or index in self.done.get(epoch, ()), self.partial.get((epoch, index))
 
     def forget(self, epoch, index):
