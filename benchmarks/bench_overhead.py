@@ -47,6 +47,7 @@ import numba
 import numba.core.dispatcher
 import numpy as np
 
+import ingest._native.jit
 from ingest.formats.base import Room
 from ingest.formats.protobuf import ProtobufFormat
 from ingest.formats.text import TextFormat
@@ -68,6 +69,13 @@ CONFIGS = [
     ("pb", False, 0, False),
     ("txt", False, 1, False),
 ]
+
+# what Python calls a kernel by: numba's dispatcher, or on a free-threaded build ``TypedCalls`` (timed with the kernel:
+# its lookup of the compiled version is what numba's dispatch does there); an older revision (``--old``) has none
+KERNELS = (
+    numba.core.dispatcher.Dispatcher,
+    getattr(ingest._native.jit, "TypedCalls", ()),
+)  # isinstance takes nested tuples
 
 # the Python methods of each stage whose time outside kernels the table shows beside the whole (``KernelClock``)
 STAGES = {
@@ -104,7 +112,7 @@ class KernelClock:
         wrappers = {}
         for module in [m for name, m in sys.modules.items() if name == "ingest" or name.startswith("ingest.")]:
             for attr, value in list(vars(module).items()):
-                if isinstance(value, numba.core.dispatcher.Dispatcher) or value is read_into:
+                if isinstance(value, KERNELS) or value is read_into:
                     if id(value) not in wrappers:
                         wrappers[id(value)] = self._timed(value)
                     self._undo.append((module, attr, value))

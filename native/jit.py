@@ -11,13 +11,81 @@ for the small ones called in the hot loops.
 Each is compiled once per combination of argument *types*: numba would compile a helper again for every
 distinct constant a call site passes (``_fail(st, MALFORMED, p, 0, -1, -1, 0)`` and its forty siblings),
 which made a cold start seconds longer and bought nothing.
+
+On a free-threaded build every one is called from Python through ``TypedCalls`` (docs/decisions.md, "numba's
+dispatch without a GIL").
 """
 
+import inspect
 import pickle
+import sysconfig
+import threading
 
 from numba import njit, types
+from numba.core.dispatcher import Dispatcher
 
-__all__ = ["kernel", "kernel_keeping_gil", "helper", "brief", "inline", "viewing"]
+try:
+    from numba._dispatcher import compute_fingerprint
+except ImportError:  # another numba: its own dispatch, as under the GIL
+    compute_fingerprint = None  # type: ignore[assignment]
+
+__all__ = ["kernel", "kernel_keeping_gil", "helper", "brief", "inline", "viewing", "TypedCalls"]
+
+FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+
+# held while numba's own dispatch runs for a TypedCalls: finding a new compiled version, or a call it cannot key
+_NUMBA_DISPATCH = threading.Lock()
+
+
+class TypedCalls:
+    """A numba dispatcher called from Python without numba's C dispatch: the compiled version for the arguments'
+    types is found by their type fingerprint (numba's own, computed in C) in a dict of this object's.
+
+    numba 0.68's dispatch keeps process-wide tables (argument type fingerprints, compiled versions) that it grows
+    without a lock; without a GIL a call whose types are new to the process, growing them in one thread, let a
+    call in another read freed memory (SIGSEGV). Here numba's dispatch runs only under one lock: for a call with
+    types new to this kernel (it compiles, or loads from the disk cache, the version for exactly those types) and
+    for the rare call it cannot key (keyword or omitted arguments, a value numba has no fingerprint for). Compiled
+    code that calls the kernel calls the dispatcher itself (``_numba_type_``); every other attribute is the
+    dispatcher's."""
+
+    def __init__(self, dispatcher):
+        self.dispatcher = dispatcher
+        self._numba_type_ = types.Dispatcher(dispatcher)
+        self._versions = {}  # type fingerprint of the arguments -> compiled entry point
+        self._arity = len(inspect.signature(dispatcher.py_func).parameters)
+
+    def __getattr__(self, name):
+        return getattr(self.dispatcher, name)
+
+    def __call__(self, *args, **kwargs):
+        if not kwargs and len(args) == self._arity:
+            try:
+                key = compute_fingerprint(args)
+            except (NotImplementedError, ValueError):  # a value numba types in Python only (or an empty list)
+                key = None
+            if key is not None:
+                version = self._versions.get(key)
+                if version is None:
+                    version = self._compiled(key, args)
+                return version(*args)
+        with _NUMBA_DISPATCH:
+            return self.dispatcher(*args, **kwargs)
+
+    def _compiled(self, key, args):
+        with _NUMBA_DISPATCH:
+            version = self._versions.get(key)
+            if version is None:
+                version = self.dispatcher.compile(tuple(self.dispatcher.typeof_pyval(a) for a in args))
+                self._versions[key] = version
+        return version
+
+
+def _called_from_python(dispatcher):
+    """``dispatcher`` as Python calls it: through ``TypedCalls`` on a free-threaded build."""
+    if FREE_THREADED and compute_fingerprint is not None and isinstance(dispatcher, Dispatcher):
+        return TypedCalls(dispatcher)
+    return dispatcher
 
 
 def _tolerant_cache(dispatcher):
@@ -44,7 +112,7 @@ def _tolerant_cache(dispatcher):
 
 def _cached(options):
     def decorate(fn):
-        return _tolerant_cache(njit(**options)(fn))
+        return _called_from_python(_tolerant_cache(njit(**options)(fn)))
 
     return decorate
 
@@ -66,7 +134,7 @@ def _once_per_type(options):
             return resolve(tuple(types.unliteral(a) for a in args), {k: types.unliteral(v) for k, v in kws.items()})
 
         dispatcher.get_call_template = get_call_template
-        return dispatcher
+        return _called_from_python(dispatcher)
 
     return decorate
 
