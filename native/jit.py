@@ -59,20 +59,22 @@ class TypedCalls:
         return getattr(self.dispatcher, name)
 
     def __call__(self, *args, **kwargs):
-        if not kwargs and len(args) == self._arity:
+        if not kwargs:
             try:
                 key = compute_fingerprint(args)
             except (NotImplementedError, ValueError):  # a value numba types in Python only (or an empty list)
                 key = None
             if key is not None:
-                version = self._versions.get(key)
-                if version is None:
-                    version = self._compiled(key, args)
-                return version(*args)
+                version = self._versions.get(key) or self._compiled(key, args)
+                if version is not None:
+                    return version(*args)
         with _NUMBA_DISPATCH:
             return self.dispatcher(*args, **kwargs)
 
     def _compiled(self, key, args):
+        """The compiled version for ``args``' types, found or made by numba (None when ``args`` omit some)."""
+        if len(args) != self._arity:
+            return None
         with _NUMBA_DISPATCH:
             version = self._versions.get(key)
             if version is None:
