@@ -1,6 +1,7 @@
 """Python per batch: the CPU time a reader spends outside numba kernels, per batch.
 
-Every numba kernel that Python code calls (the attributes of ingest's modules that are numba dispatchers), and the
+Every numba kernel that Python code calls (the attributes of ingest's modules that are numba dispatchers, or
+``TypedCalls`` on a free-threaded build), and the
 function every file read goes through (``read_into``), is wrapped in a timer of the calling thread's CPU time
 (``time.thread_time``: a thread waiting for a core on a busy machine counts nothing) for the timed runs (a wrapped
 call inside another, as a stream's ``read_into`` calls its file's, is counted once), after an
