@@ -8,6 +8,7 @@ import textwrap
 import numpy as np
 import pytest
 from numba import njit
+from numba.core.errors import TypingError
 
 from ingest._native.jit import FREE_THREADED, TypedCalls, kernel
 
@@ -42,7 +43,7 @@ def test_keyword_and_unkeyed_calls_go_through_numba():
     assert calls(3, scale=4) == 12  # keywords
     assert calls(3) == 6  # an omitted argument
     assert calls(3, 5) == 15  # keyed
-    assert calls._versions and all(callable(v) for v in calls._versions.values())
+    assert len(calls._versions) == 1  # the keyed call's
 
 
 def test_compiled_code_calls_the_kernel_and_attributes_are_the_dispatchers():
@@ -60,7 +61,7 @@ def test_compiled_code_calls_the_kernel_and_attributes_are_the_dispatchers():
 
 def test_a_type_error_is_numbas():
     calls = TypedCalls(njit(nogil=True)(_total))
-    with pytest.raises(Exception, match="(?i)typing|resolution|invalid use"):
+    with pytest.raises(TypingError):
         calls(("not", "arrays"), 1)
     assert not calls._versions
 
@@ -75,7 +76,7 @@ def test_the_decorators_wrap_only_on_a_free_threaded_build():
 
 
 def test_calls_survive_numba_growing_its_type_tables_in_another_thread():
-    """numba's own dispatch, without a GIL, crashed 5 of 6 such runs (the thread's lookup read a table freed as
+    """numba's own dispatch, without a GIL, crashed 8 of 12 such runs (the thread's lookup read a table freed as
     another thread's new types grew it); under the GIL it cannot crash, and the test passes there."""
     script = textwrap.dedent(
         """
