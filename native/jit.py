@@ -58,6 +58,9 @@ class TypedCalls:
     def __getattr__(self, name):
         return getattr(self.dispatcher, name)
 
+    def __reduce__(self):  # pickled as its dispatcher (its compiled versions are this process's)
+        return TypedCalls, (self.dispatcher,)
+
     def __call__(self, *args, **kwargs):
         if not kwargs:
             try:

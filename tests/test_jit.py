@@ -1,6 +1,7 @@
 """Calling kernels from Python without numba's C dispatch (``TypedCalls``, used on free-threaded builds; made here
 directly, so that every build checks it)."""
 
+import pickle
 import subprocess
 import sys
 import textwrap
@@ -57,6 +58,15 @@ def test_compiled_code_calls_the_kernel_and_attributes_are_the_dispatchers():
     assert twice(parts) == 8.0
     assert calls.py_func is _total
     assert calls.dispatcher.py_func is _total
+
+
+def test_a_pickled_one_calls_the_same_kernel():
+    calls = TypedCalls(njit(nogil=True)(_total))
+    parts = (np.arange(4.0), np.arange(3.0))
+    assert calls(parts, 2) == 14.0
+    again = pickle.loads(pickle.dumps(calls))
+    assert isinstance(again, TypedCalls) and again.py_func is _total
+    assert again(parts, 2) == 14.0
 
 
 def test_a_type_error_is_numbas():
