@@ -22,12 +22,8 @@ import sysconfig
 import threading
 
 from numba import njit, types
+from numba._dispatcher import compute_fingerprint
 from numba.core.dispatcher import Dispatcher
-
-try:
-    from numba._dispatcher import compute_fingerprint
-except ImportError:  # another numba: its own dispatch, as under the GIL
-    compute_fingerprint = None  # type: ignore[assignment]
 
 __all__ = ["kernel", "kernel_keeping_gil", "helper", "brief", "inline", "viewing", "TypedCalls"]
 
@@ -88,7 +84,7 @@ class TypedCalls:
 
 def _called_from_python(dispatcher):
     """``dispatcher`` as Python calls it: through ``TypedCalls`` on a free-threaded build."""
-    if FREE_THREADED and compute_fingerprint is not None and isinstance(dispatcher, Dispatcher):
+    if FREE_THREADED and isinstance(dispatcher, Dispatcher):  # not under NUMBA_DISABLE_JIT
         return TypedCalls(dispatcher)
     return dispatcher
 
