@@ -582,7 +582,7 @@ def test_take_rows_matches_twin(tmp_path, groups, data):
     assert samples_of(out, PB_SCHEMA) == [g for g in want if g]
 
 
-def test_reader_add_op_end_to_end(synthetic_file):
+def test_reader_add_op_end_to_end(tmp_path):
     """``reader.add_op``: a Python op and FilterOP run before batching, and a state taken mid-way resumes
     the filtered stream exactly."""
     from collections import Counter
@@ -590,13 +590,16 @@ def test_reader_add_op_end_to_end(synthetic_file):
     from conftest import flatten, key_of, make_reader
     from ingest import synthetic
 
+    path = tmp_path / "ads.txt"  # 64 groups: few enough for the kernels run as Python (test_house)
+    synthetic.write(path, 600, seed=1)
+
     def even_groups(group):
         return int(group.sample_ids[0].split("_")[0][2:]) % 2 == 0  # sample ids are pv<group>_<k>
 
     dropped = [b"pv0_0", b"pv2_1"]
 
     def make():
-        reader = make_reader([synthetic_file], batch_size=(64,), threads=(2,), enable_state=True)
+        reader = make_reader([path], batch_size=(32,), threads=(2,), enable_state=True)
         return synthetic.declare(reader).add_op(even_groups).add_op(FilterOP(dropped))
 
     whole = make()
@@ -621,7 +624,7 @@ def test_reader_add_op_end_to_end(synthetic_file):
         got.update(key_of(s) for b in rest for s in flatten(b))
     assert got == want
     with pytest.raises(ConfigError):
-        make_reader([synthetic_file]).add_op(42)
+        make_reader([path]).add_op(42)
 
 
 def test_a_python_op_warns_where_protobuf_runs_in_pure_python(monkeypatch):
