@@ -618,6 +618,7 @@ def test_reader_add_op_end_to_end(tmp_path):
             if i == 4:
                 break
         state = first.state()
+    assert 0 < sum(got.values()) < sum(want.values())  # the state is taken mid-way
     rest = make().restore(state)
     rest.startup()
     with rest:
